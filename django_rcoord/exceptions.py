@@ -1,0 +1,31 @@
+"""The exceptions django-rcoord raises. Catch ``RcoordError`` to catch them all."""
+
+from __future__ import annotations
+
+
+class RcoordError(Exception):
+    """Base class of every error raised by django-rcoord."""
+
+
+class InvalidName(RcoordError, ValueError):
+    """A name given for a primitive (lock, guild, queue...) cannot be used as a key part."""
+
+
+class ConnectionNotConfigured(RcoordError):
+    """The settings do not lead to a usable Redis client."""
+
+
+class EmbeddedRedisError(RcoordError):
+    """The embedded redis-server could not be found, started or stopped."""
+
+
+class LockTimeout(RcoordError):
+    """A lock could not be acquired within its wait time."""
+
+
+class LockLost(RcoordError):
+    """A lock is no longer held by the caller (its TTL ran out, or another holder has it)."""
+
+
+class SemaphoreTimeout(RcoordError):
+    """No semaphore permit could be had within the wait time."""

@@ -1,0 +1,33 @@
+"""Lua scripts: read from ``django_rcoord/lua/<name>.lua`` once, run by EVALSHA.
+
+redis-py's ``Script`` does the running: EVALSHA first, and on NOSCRIPT (a
+server that has not seen the script yet, or was restarted, or flushed its
+script cache) SCRIPT LOAD and EVALSHA again. Inside a pipeline it loads the
+script before the pipeline runs. A script is therefore sent in full at most
+once per server, and each later call is a single EVALSHA round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from redis.commands.core import Script
+
+
+@functools.cache
+def get_script(name: str) -> Script:
+    """Return the ``Script`` for ``lua/<name>.lua``, reading the file on first use."""
+    source = resources.files("django_rcoord").joinpath("lua", f"{name}.lua").read_bytes()
+    # Given bytes, Script needs no client to compute its SHA1, so one object
+    # serves every client (Redis, RedisCluster, pipelines) of the process.
+    return Script(None, source)
+
+
+def run_script(
+    name: str, client: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()
+) -> Any:
+    """Run script ``name`` on ``client`` with ``keys`` and ``args`` (one round trip)."""
+    return get_script(name)(keys=keys, args=args, client=client)

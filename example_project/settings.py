@@ -1,0 +1,109 @@
+"""Settings of the example project: a small site that uses every part of django-rcoord.
+
+Redis: ``REDIS_URL`` from the environment when set; otherwise the embedded
+redis-server in ``.rcoord/redis`` (started on demand, shared by every process
+of the project, stopped by ``manage.py rcoord_redis stop``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django_rcoord.embedded import EmbeddedRedis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = BASE_DIR / ".rcoord"
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_rcoord",
+    "example_project",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+WSGI_APPLICATION = "example_project.wsgi.application"
+ASGI_APPLICATION = "example_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": STATE_DIR / "example.sqlite3",
+    }
+}
+
+# -- Redis -------------------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL")
+EMBEDDED_REDIS_DIR = None if REDIS_URL else STATE_DIR / "redis"
+if EMBEDDED_REDIS_DIR is not None:
+    # Only the address is computed here; example_project.apps starts the server.
+    REDIS_URL = EmbeddedRedis(EMBEDDED_REDIS_DIR).url
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "example",
+    }
+}
+
+RCOORD = {
+    "CONNECTION": "default",
+    "KEY_PREFIX": "rcoord",
+    "EMBEDDED_REDIS_DIR": EMBEDDED_REDIS_DIR,
+}
+
+SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LOGIN_REDIRECT_URL = "home"
+
+EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+EMAIL_FILE_PATH = STATE_DIR / "sent-mail"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_rcoord": {"handlers": ["console"], "level": "INFO"}},
+}

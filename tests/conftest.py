@@ -1,0 +1,64 @@
+"""Real-Redis fixtures: no mocks, no fakes.
+
+A throwaway ``redis-server`` is started for the session (the same binary
+search as the embedded server), unless ``REDIS_URL`` names one; that database
+must then be empty, because every test starts by flushing it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+from django.conf import settings
+from django.test.utils import override_settings
+
+from django_rcoord.connection import get_client
+from django_rcoord.embedded import EmbeddedRedis
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of the Redis the suite runs against."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        client = redis.Redis.from_url(url)
+        keys = client.dbsize()
+        client.close()
+        if keys:
+            pytest.exit(
+                f"REDIS_URL={url} holds {keys} keys; the tests flush their database, so they "
+                "only run against an empty one. Point REDIS_URL at an unused database "
+                "(e.g. redis://localhost:6379/15) or unset it to use a throwaway server.",
+                returncode=2,
+            )
+        yield url
+        return
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _use_test_redis(redis_url: str) -> Iterator[None]:
+    caches = {alias: dict(config) for alias, config in settings.CACHES.items()}
+    caches["default"]["LOCATION"] = redis_url
+    os.environ["RCOORD_TEST_REDIS_URL"] = redis_url  # for processes the tests start
+    with override_settings(CACHES=caches):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _flush_redis(_use_test_redis: None) -> None:
+    get_client().flushdb()
+
+
+@pytest.fixture
+def redis_client() -> redis.Redis:
+    """The client every part uses (RCOORD['CONNECTION'])."""
+    return get_client()

@@ -1,0 +1,52 @@
+"""Settings for the test suite. Redis comes from the session fixture in conftest.py."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "tests-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.staticfiles",
+    "django_rcoord",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
+]
+
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+
+# conftest.py starts a throwaway redis-server (or uses REDIS_URL) and points
+# this alias at it for the whole session; processes the tests start get the
+# address in RCOORD_TEST_REDIS_URL.
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get("RCOORD_TEST_REDIS_URL", "redis://redis-not-configured.invalid/0"),
+    }
+}
+
+RCOORD = {"CONNECTION": "default"}
+
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

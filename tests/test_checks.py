@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+
+from django_rcoord.checks import check_settings
+
+SHARDED = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"],
+    "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
+}
+LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+
+
+def ids(**settings) -> list[str]:
+    with override_settings(**settings):
+        return [message.id for message in check_settings()]
+
+
+def test_test_settings_are_clean() -> None:
+    assert check_settings() == []
+    call_command("check")
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({"RCOORD": "default"}, ["rcoord.E001"]),
+        ({"RCOORD": {"CONECTION": "default"}}, ["rcoord.E002"]),
+        ({"RCOORD": {"CONNECTION": "nowhere"}}, ["rcoord.E003"]),
+        ({"RCOORD": {"CONNECTION": 3}}, ["rcoord.E003"]),
+        ({"RCOORD": {"CONNECTION": "local"}, "CACHES": {"local": LOCMEM}}, ["rcoord.E004"]),
+        ({"RCOORD": {"CONNECTION": "shards"}, "CACHES": {"shards": SHARDED}}, ["rcoord.E004"]),
+        (
+            {"RCOORD": {"CONNECTION": "x"}, "CACHES": {"x": {"BACKEND": "no.such.Backend"}}},
+            ["rcoord.E004"],
+        ),
+        ({"RCOORD": {"CLIENT_FACTORY": "tests.factories.missing"}}, ["rcoord.E005"]),
+        ({"RCOORD": {"CLIENT_FACTORY": "tests.factories.not_callable"}}, ["rcoord.E005"]),
+        ({"RCOORD": {"CLIENT_FACTORY": 42}}, ["rcoord.E005"]),
+        ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
+        ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),
+        ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
+    ],
+)
+def test_each_check_id(settings: dict, expected: list[str]) -> None:
+    assert ids(**settings) == expected
+    with override_settings(**settings):
+        with pytest.raises(SystemCheckError) as excinfo:
+            # Limited to this app's tag: Django's own cache check cannot import a
+            # missing backend either, and would fail first on that case.
+            call_command("check", tags=["rcoord"])
+    assert expected[0] in str(excinfo.value)
+
+
+def test_unknown_key_hint_names_the_close_match() -> None:
+    with override_settings(RCOORD={"CONECTION": "default"}):
+        (message,) = check_settings()
+    assert "'CONNECTION'" in message.hint
+
+
+def test_factory_replaces_the_connection_check() -> None:
+    assert ids(RCOORD={"CONNECTION": "nowhere", "CLIENT_FACTORY": "tests.factories.make_client"}) == []
+
+
+def test_every_error_has_a_hint() -> None:
+    with override_settings(RCOORD={"CONECTION": 1, "CONNECTION": "x", "KEY_PREFIX": "{"}):
+        messages = check_settings()
+    assert len(messages) == 3
+    assert all(message.hint for message in messages)

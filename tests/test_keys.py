@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from django_rcoord.keys import MAX_NAME_LENGTH, KeySpace, decode_name, encode_name
+from django_rcoord.exceptions import InvalidName, RcoordError
+
+HOSTILE_NAMES = [
+    "a",
+    "a}",
+    "{a}",
+    "a}:lock",
+    "}:{b",
+    "x:y",
+    "x:y:z",
+    "*",
+    "a*",
+    "a?",
+    "[ab]",
+    "a\\",
+    "a b",
+    "tab\there",
+    "line\nbreak",
+    "nul\x00",
+    "%7B",
+    "%",
+    "Émile",
+    "名前",
+    "🙂{}",
+    "\u3000ideographic space",
+]
+
+names = st.text(min_size=1, max_size=MAX_NAME_LENGTH).filter(
+    lambda text: not any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+)
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_encoded_name_has_no_brace_or_glob_or_space(name: str) -> None:
+    encoded = encode_name(name)
+    assert not set(encoded) & set("{}*?[]\\ \t\n\x00\u3000")
+    assert decode_name(encoded) == name
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_keys_of_one_instance_share_its_slot_and_only_its_tag(name: str) -> None:
+    space = KeySpace("lock", name)
+    keys = [space.key(part) for part in ("owner", "token", "signal", "a}:{b")]
+    # The hash tag Redis Cluster sees is the first {...}: exactly the encoded name.
+    for key in keys:
+        start = key.index("{")
+        assert key[start + 1 : key.index("}", start)] == space.hash_tag
+    assert {key_slot(key.encode()) for key in keys} == {key_slot(space.hash_tag.encode())}
+
+
+@given(first=names, second=names)
+def test_distinct_names_never_share_a_key(first: str, second: str) -> None:
+    if first == second:
+        return
+    a, b = KeySpace("guild", first), KeySpace("guild", second)
+    assert a.key("members") != b.key("members")
+    assert not b.key("members").startswith(a.pattern[:-1])
+
+
+@given(name=names)
+def test_encoding_round_trips_any_text(name: str) -> None:
+    encoded = encode_name(name)
+    assert "{" not in encoded and "}" not in encoded
+    assert decode_name(encoded) == name
+
+
+def test_names_cannot_reach_another_kind_or_instance_in_redis(redis_client) -> None:
+    """Write every hostile name's keys to Redis; each instance's pattern finds its own only."""
+    spaces = [KeySpace(kind, name) for kind in ("lock", "guild") for name in HOSTILE_NAMES]
+    for space in spaces:
+        redis_client.set(space.key("value"), repr(space))
+    for space in spaces:
+        found = {key.decode() for key in redis_client.scan_iter(match=space.pattern, count=1000)}
+        assert found == {space.key("value")}, space
+        assert redis_client.get(space.key("value")).decode() == repr(space)
+
+
+def test_layout_and_prefix_setting() -> None:
+    assert KeySpace("lock", "x:y").key("owner") == "rcoord:lock:{x:y}:owner"
+    assert KeySpace("lock", "a}b").key("owner") == "rcoord:lock:{a%7Db}:owner"
+    with override_settings(RCOORD={"KEY_PREFIX": "shop:coord"}):
+        assert KeySpace("lock", "x").key("owner") == "shop:coord:lock:{x}:owner"
+    with override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}):
+        with pytest.raises(ImproperlyConfigured, match="rcoord.E006"):
+            KeySpace("lock", "x")
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "x" * (MAX_NAME_LENGTH + 1), 42, None, b"bytes", "lone\ud800surrogate"]
+)
+def test_unusable_names_raise_invalid_name(bad: object) -> None:
+    with pytest.raises(InvalidName) as excinfo:
+        KeySpace("lock", bad)  # type: ignore[arg-type]
+    assert isinstance(excinfo.value, RcoordError)
+    assert isinstance(excinfo.value, ValueError)
+
+
+def test_kind_is_checked() -> None:
+    with pytest.raises(ValueError):
+        KeySpace("Lock:{x}", "name")

@@ -74,7 +74,8 @@ def _check_connection(alias: object) -> list[CheckMessage]:
                 "settings.CACHES.",
                 hint="Add a django-redis cache under that alias to CACHES, or set "
                 "RCOORD['CONNECTION'] to the alias of one (known: "
-                + ", ".join(map(repr, caches)) + ").",
+                + ", ".join(map(repr, caches))
+                + ").",
                 id="rcoord.E003",
             )
         ]

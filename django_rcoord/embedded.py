@@ -267,7 +267,9 @@ class EmbeddedRedis:
             deadline = time.monotonic() + timeout
             while self.is_running() or (pid is not None and _process_alive(pid)):
                 if time.monotonic() > deadline:
-                    raise EmbeddedRedisError(f"redis-server (pid {pid}) did not stop in {timeout}s.")
+                    raise EmbeddedRedisError(
+                        f"redis-server (pid {pid}) did not stop in {timeout}s."
+                    )
                 time.sleep(0.02)
         return True
 

@@ -112,4 +112,3 @@ class KeySpace:
 
     def __repr__(self) -> str:
         return f"KeySpace({self.kind!r}, {self.name!r})"
-

@@ -26,8 +26,6 @@ def get_script(name: str) -> Script:
     return Script(None, source)
 
 
-def run_script(
-    name: str, client: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()
-) -> Any:
+def run_script(name: str, client: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
     """Run script ``name`` on ``client`` with ``keys`` and ``args`` (one round trip)."""
     return get_script(name)(keys=keys, args=args, client=client)

@@ -13,7 +13,8 @@ from pathlib import Path
 from django_rcoord.embedded import EmbeddedRedis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-STATE_DIR = BASE_DIR / ".rcoord"
+# Database, embedded Redis data and sent mail; EXAMPLE_STATE_DIR moves them (the tests do).
+STATE_DIR = Path(os.environ.get("EXAMPLE_STATE_DIR", BASE_DIR / ".rcoord"))
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"

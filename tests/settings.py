@@ -41,7 +41,9 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memor
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": os.environ.get("RCOORD_TEST_REDIS_URL", "redis://redis-not-configured.invalid/0"),
+        "LOCATION": os.environ.get(
+            "RCOORD_TEST_REDIS_URL", "redis://redis-not-configured.invalid/0"
+        ),
     }
 }
 

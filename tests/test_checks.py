@@ -63,7 +63,9 @@ def test_unknown_key_hint_names_the_close_match() -> None:
 
 
 def test_factory_replaces_the_connection_check() -> None:
-    assert ids(RCOORD={"CONNECTION": "nowhere", "CLIENT_FACTORY": "tests.factories.make_client"}) == []
+    assert (
+        ids(RCOORD={"CONNECTION": "nowhere", "CLIENT_FACTORY": "tests.factories.make_client"}) == []
+    )
 
 
 def test_every_error_has_a_hint() -> None:

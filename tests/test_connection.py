@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+import pytest
 import redis
 from django.test import override_settings
-import pytest
 
 from django_rcoord.connection import get_client, resolve_client
 from django_rcoord.exceptions import ConnectionNotConfigured, RcoordError

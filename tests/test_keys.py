@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from django_rcoord.keys import MAX_NAME_LENGTH, KeySpace, decode_name, encode_name
 from django_rcoord.exceptions import InvalidName, RcoordError
+from django_rcoord.keys import MAX_NAME_LENGTH, KeySpace, decode_name, encode_name
 
 HOSTILE_NAMES = [
     "a",

@@ -45,7 +45,9 @@ class Command(BaseCommand):
             nonlocal stopping
             stopping = True
 
-        previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         exit_code = 0
         try:
             while not stopping:

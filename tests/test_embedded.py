@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from django_rcoord.embedded import EmbeddedRedis, find_executable, server_version
+from django_rcoord.exceptions import EmbeddedRedisError
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    instance = EmbeddedRedis(tmp_path / "data")
+    yield instance
+    instance.stop()
+
+
+def _start_and_report_pid(data_dir: str) -> int:
+    server = EmbeddedRedis(data_dir).start()
+    return server.client().info("server")["process_id"]
+
+
+def test_finds_a_real_redis_server_of_a_supported_version() -> None:
+    assert server_version(find_executable()) >= (6, 2)
+
+
+def test_environment_variable_comes_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = find_executable()
+    monkeypatch.setenv("RCOORD_REDIS_SERVER", real)
+    assert find_executable() == real
+    not_executable = tmp_path / "redis-server"
+    not_executable.write_text("")
+    monkeypatch.setenv("RCOORD_REDIS_SERVER", str(not_executable))
+    with pytest.raises(EmbeddedRedisError, match="not an executable"):
+        find_executable()
+
+
+def test_path_comes_before_the_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RCOORD_REDIS_SERVER", raising=False)
+    on_path = tmp_path / "redis-server"
+    on_path.symlink_to(find_executable())
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert find_executable() == str(on_path)
+
+
+def test_too_old_server_is_refused(tmp_path: Path) -> None:
+    old = tmp_path / "redis-server"
+    old.write_text("#!/bin/sh\necho 'Redis server v=5.0.7 sha=00000000:0 malloc=libc bits=64'\n")
+    old.chmod(old.stat().st_mode | stat.S_IXUSR)
+    with pytest.raises(EmbeddedRedisError, match="needs 6.2"):
+        EmbeddedRedis(tmp_path / "data", executable=str(old)).start()
+
+
+def test_start_reuse_stop_and_data_survives_a_restart(server: EmbeddedRedis) -> None:
+    assert not server.is_running()
+    server.start()
+    pid = server.pid()
+    assert server.is_running() and pid
+    server.client().rpush("queue", "task-1", "task-2")
+    assert server.start().pid() == pid  # reused, not restarted
+    assert server.stop() is True
+    assert not server.is_running()
+    assert server.stop() is False
+    server.start()
+    assert server.pid() != pid
+    assert server.client().lrange("queue", 0, -1) == [b"task-1", b"task-2"]
+    assert server.client().config_get("appendonly") == {"appendonly": "yes"}
+
+
+def test_concurrent_starters_share_one_server(server: EmbeddedRedis) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(4) as pool:
+        pids = pool.map(_start_and_report_pid, [str(server.data_dir)] * 8)
+    assert len(set(pids)) == 1
+    assert server.pid() == pids[0]
+
+
+def test_stale_socket_file_does_not_block_start(server: EmbeddedRedis) -> None:
+    server.data_dir.mkdir(parents=True)
+    server.socket_path.write_text("left over by a crash")
+    server.start()
+    assert server.client().ping()
+
+
+def test_deep_data_directory_gets_a_short_socket(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*["d" * 30] * 5)
+    server = EmbeddedRedis(deep)
+    assert not str(server.socket_path).startswith(str(deep))
+    try:
+        server.start()
+        assert server.client().ping()
+        assert server.url.startswith("unix://")
+    finally:
+        server.stop()
+
+
+def test_loopback_port(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = EmbeddedRedis(tmp_path / "tcp", port=port)
+    try:
+        server.start()
+        assert server.url == f"redis://127.0.0.1:{port}/0"
+        assert server.client().ping()
+        assert server.socket_path is None
+    finally:
+        server.stop()
+
+
+def test_rcoord_redis_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data_dir = str(tmp_path / "cmd")
+    call_command("rcoord_redis", "start", "--dir", data_dir)
+    assert "started" in capsys.readouterr().out
+    call_command("rcoord_redis", "start", "--dir", data_dir)
+    assert "already running" in capsys.readouterr().out
+    call_command("rcoord_redis", "status", "--dir", data_dir)
+    status = capsys.readouterr().out
+    assert status.startswith("redis-server ") and " running at unix://" in status
+    call_command("rcoord_redis", "stop", "--dir", data_dir)
+    assert "stopped" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as excinfo:
+        call_command("rcoord_redis", "status", "--dir", data_dir)
+    assert excinfo.value.code == 3
+
+
+def test_rcoord_redis_command_needs_a_directory() -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="EMBEDDED_REDIS_DIR"):
+        call_command("rcoord_redis", "status")

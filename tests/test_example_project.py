@@ -1,0 +1,90 @@
+"""The example project as a user runs it: manage.py in a subprocess, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def example_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    env.update(DJANGO_SETTINGS_MODULE="example_project.settings", EXAMPLE_STATE_DIR=str(state_dir))
+    env.update(extra)
+    return env
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, response.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_check_is_clean_with_redis_url(tmp_path: Path, redis_url: str) -> None:
+    result = manage("check", env=example_env(tmp_path, REDIS_URL=redis_url))
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+    # With REDIS_URL set, no embedded server was started.
+    assert not (tmp_path / "redis").exists()
+
+
+def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> None:
+    env = example_env(tmp_path)
+    port = free_port()
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "rundemo", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        status, page = wait_for_page(f"http://127.0.0.1:{port}/")
+        assert status == 200
+        assert re.search(r"Redis \d+\.\d+\.\d+ on ", page), page
+        assert "(embedded)" in page
+        assert (tmp_path / "redis" / "appendonly.aof").exists() or (
+            tmp_path / "redis" / "appendonlydir"
+        ).exists()
+    finally:
+        demo.send_signal(signal.SIGINT)
+        output, _ = demo.communicate(timeout=30)
+        stopped = manage("rcoord_redis", "stop", env=env)
+    assert demo.returncode == 0, output
+    assert "stopped" in stopped.stdout, stopped.stderr
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)

@@ -1,0 +1,319 @@
+"""Distributed locks with timeouts, fencing tokens, wake-on-release waiting and renewal.
+
+Redis in Action 6.2 done right:
+
+- acquiring is one script (``lock_acquire.lua``): ``SET NX PX`` and, in the same
+  step, ``INCR`` of a per-name counter, returned as the fencing token;
+- releasing and extending are compare-the-identifier-then-act scripts, so a
+  holder whose TTL ran out can never delete or extend the next holder's lock;
+- waiters do not poll: a release pushes one wake-up token onto a per-lock list
+  that waiters ``BLPOP``; a waiter never blocks longer than the holder's
+  remaining TTL, so a holder that died is replaced as soon as its lock expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
+from django_rcoord.keys import KeySpace
+from django_rcoord.scripts import run_script
+
+__all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
+
+logger = logging.getLogger(__name__)
+
+# The shortest BLPOP a waiter issues (BLPOP 0 would block forever).
+_MIN_BLOCK = 0.01
+
+
+class Lock:
+    """A lock on ``name``, held for at most ``timeout`` seconds unless extended.
+
+    One ``Lock`` object stands for one holder: its identifier lives on the
+    object (not in a thread-local), so it can be acquired in one thread or task
+    and released in another. It is not re-entrant.
+
+    ``wait`` is how long ``acquire()`` and ``with lock:`` wait by default.
+    ``auto_renew=True`` keeps the TTL from running out while the lock is held,
+    from a background thread; ``on_lost`` is called (from that thread) if a
+    renewal finds the lock gone.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float = 10,
+        wait: float = 10,
+        auto_renew: bool = False,
+        on_lost: Callable[[Lock], None] | None = None,
+        client: Any = None,
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        if wait < 0:
+            raise ValueError("wait must be zero or a positive number of seconds")
+        self.name = name
+        self.timeout = timeout
+        self.wait = wait
+        self.auto_renew = auto_renew
+        self.on_lost = on_lost
+        self._client = client
+        space = KeySpace("lock", name)
+        self._owner_key = space.key("owner")
+        self._fence_key = space.key("fence")
+        self._signal_key = space.key("signal")
+        self.identifier: str | None = None
+        self.token: int | None = None
+        self._lost = False
+        self._renewer: _Renewer | None = None
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    @property
+    def _ttl_ms(self) -> int:
+        return max(1, int(self.timeout * 1000))
+
+    # -- acquiring -----------------------------------------------------------
+    def _try_acquire(self, client: Any, identifier: str) -> int:
+        """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms."""
+        return int(
+            run_script(
+                "lock_acquire",
+                client,
+                keys=[self._owner_key, self._fence_key],
+                args=[identifier, self._ttl_ms],
+            )
+        )
+
+    def acquire(self, wait: float | None = None) -> bool:
+        """Take the lock, waiting up to ``wait`` seconds (default: the lock's ``wait``).
+
+        Returns True when taken (``token`` then holds its fencing token), False
+        when ``wait`` ran out.
+        """
+        if self.identifier is not None:
+            raise RcoordError(f"Lock {self.name!r} is already held by this Lock object.")
+        wait = self.wait if wait is None else wait
+        client = self.client
+        identifier = uuid.uuid4().hex
+        deadline = time.monotonic() + wait
+        block_cap = _socket_timeout_cap(client)
+        while True:
+            result = self._try_acquire(client, identifier)
+            if result > 0:
+                self._granted(identifier, result)
+                return True
+            remaining_wait = deadline - time.monotonic()
+            if remaining_wait <= 0:
+                return False
+            holder_ttl = -result / 1000 if result < 0 else remaining_wait
+            block = max(_MIN_BLOCK, min(remaining_wait, holder_ttl, block_cap))
+            client.blpop([self._signal_key], timeout=block)
+
+    def _granted(self, identifier: str, token: int) -> None:
+        self.identifier = identifier
+        self.token = token
+        self._lost = False
+        if self.auto_renew:
+            self._renewer = _Renewer(self)
+            self._renewer.start()
+
+    # -- holding -----------------------------------------------------------
+    def owned(self) -> bool:
+        """True while this object holds the lock (asks Redis)."""
+        if self.identifier is None or self._lost:
+            return False
+        held = self.client.get(self._owner_key)
+        return held in (self.identifier, self.identifier.encode())
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Reset the TTL to ``seconds`` from now (default: the lock's ``timeout``).
+
+        Raises ``LockLost`` when the lock is no longer held by this object.
+        """
+        if self.identifier is None or self._lost:
+            raise LockLost(f"Lock {self.name!r} is not held by this Lock object.")
+        ttl_ms = self._ttl_ms if seconds is None else max(1, int(seconds * 1000))
+        if not self._extend_identifier(self.client, self.identifier, ttl_ms):
+            self._mark_lost()
+            raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
+
+    def _extend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
+        return bool(
+            run_script("lock_extend", client, keys=[self._owner_key], args=[identifier, ttl_ms])
+        )
+
+    def _mark_lost(self) -> None:
+        self._lost = True
+
+    # -- releasing ---------------------------------------------------------
+    def release(self) -> None:
+        """Release the lock and wake one waiter.
+
+        Raises ``LockLost`` when the lock was no longer held by this object (its
+        TTL ran out); the current holder's lock is left alone.
+        """
+        identifier = self.identifier
+        if identifier is None:
+            raise LockLost(f"Lock {self.name!r} is not held by this Lock object.")
+        self._stop_renewing()
+        self.identifier = None
+        if not self._release_identifier(self.client, identifier):
+            raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
+
+    def _release_identifier(self, client: Any, identifier: str) -> bool:
+        return bool(
+            run_script(
+                "lock_release",
+                client,
+                keys=[self._owner_key, self._signal_key],
+                args=[identifier, self._ttl_ms],
+            )
+        )
+
+    def _stop_renewing(self) -> None:
+        if self._renewer is not None:
+            self._renewer.stop()
+            self._renewer = None
+
+    # -- context managers --------------------------------------------------
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise LockTimeout(f"Could not acquire lock {self.name!r} within {self.wait}s.")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockLost:
+            if exc_type is None:
+                raise
+            # Do not hide the body's own exception behind this one.
+            logger.warning("Lock %r was lost before the block that held it raised", self.name)
+
+    async def aacquire(self, wait: float | None = None) -> bool:
+        """``acquire`` for async code: waits in a worker thread, never on the event loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, self.acquire, wait)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The worker thread may still get the lock after we stopped waiting:
+            # give it back as soon as it does.
+            future.add_done_callback(self._release_if_acquired_late)
+            raise
+
+    def _release_if_acquired_late(self, future: asyncio.Future[bool]) -> None:
+        if not future.cancelled() and future.exception() is None and future.result():
+            try:
+                self.release()
+            except (LockLost, OSError) as exc:
+                logger.warning("Could not give back lock %r after a cancel: %s", self.name, exc)
+
+    async def arelease(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.release)
+
+    async def aextend(self, seconds: float | None = None) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.extend, seconds)
+
+    async def aowned(self) -> bool:
+        return await asyncio.get_running_loop().run_in_executor(None, self.owned)
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise LockTimeout(f"Could not acquire lock {self.name!r} within {self.wait}s.")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.__exit__, exc_type, exc, traceback
+        )
+
+    def __repr__(self) -> str:
+        state = f"held, token {self.token}" if self.identifier else "not held"
+        return f"<Lock {self.name!r} ({state})>"
+
+
+class _Renewer(threading.Thread):
+    """Extends a held lock every third of its TTL until stopped or lost."""
+
+    def __init__(self, lock: Lock) -> None:
+        super().__init__(name=f"rcoord-lock-renew:{lock.name}", daemon=True)
+        self.lock = lock
+        self.identifier = lock.identifier
+        self.client = lock.client
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self is not threading.current_thread():
+            self.join()
+
+    def run(self) -> None:
+        lock = self.lock
+        interval = lock.timeout / 3
+        while not self._stopped.wait(interval):
+            try:
+                still_held = lock._extend_identifier(self.client, self.identifier, lock._ttl_ms)
+            except Exception:  # a Redis hiccup: try again next round, the TTL still runs
+                logger.exception("Renewing lock %r failed; retrying", lock.name)
+                continue
+            if not still_held:
+                lock._mark_lost()
+                logger.warning("Lock %r was lost while held (auto_renew)", lock.name)
+                if lock.on_lost is not None:
+                    try:
+                        lock.on_lost(lock)
+                    except Exception:
+                        logger.exception("on_lost callback of lock %r failed", lock.name)
+                return
+
+
+def _socket_timeout_cap(client: Any) -> float:
+    """How long one BLPOP may block without tripping the client's socket timeout."""
+    pool = getattr(client, "connection_pool", None)
+    socket_timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    if not socket_timeout:
+        return math.inf
+    return max(_MIN_BLOCK, socket_timeout - 0.25)
+
+
+# -- the book's functions ------------------------------------------------------
+def acquire_lock(
+    lockname: str, acquire_timeout: float = 10, lock_timeout: float = 10, *, client: Any = None
+) -> str | None:
+    """Redis in Action's ``acquire_lock_with_timeout``: the identifier, or None.
+
+    There is no lock without a timeout here: a holder that dies would leave it
+    held forever.
+    """
+    lock = Lock(lockname, timeout=lock_timeout, wait=acquire_timeout, client=client)
+    return lock.identifier if lock.acquire() else None
+
+
+def release_lock(lockname: str, identifier: str, *, client: Any = None) -> bool:
+    """Redis in Action's ``release_lock``: True when released, False when no longer held."""
+    return Lock(lockname, client=client)._release_identifier(resolve_client(client), identifier)

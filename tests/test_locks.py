@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import threading
+import time
+
+import pytest
+
+from django_rcoord.connection import get_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, release_lock
+from tests.procs import run_in_processes, start_process
+
+COUNTER = "test:counter"
+TOKENS = "test:tokens"
+
+
+def owner_key(name: str) -> str:
+    return KeySpace("lock", name).key("owner")
+
+
+# -- code run in child processes -------------------------------------------------
+def increment_under_lock(name: str, rounds: int, timeout: float, hold: float, renew: bool) -> int:
+    """A non-atomic read-modify-write, made safe only by the lock. Returns sections run."""
+    client = get_client()
+    done = 0
+    for _ in range(rounds):
+        with Lock(name, timeout=timeout, wait=60, auto_renew=renew) as lock:
+            value = int(client.get(COUNTER) or 0)
+            if hold:
+                time.sleep(hold)
+            client.set(COUNTER, value + 1)
+            client.rpush(TOKENS, lock.token)
+        done += 1
+    return done
+
+
+def hold_lock_then_release(name: str, hold: float) -> None:
+    lock = Lock(name, timeout=30, wait=0)
+    assert lock.acquire()
+    get_client().set("test:holder-ready", 1)
+    time.sleep(hold)
+    get_client().set("test:released-at", repr(time.time()))
+    lock.release()
+
+
+def hold_lock_forever(name: str, timeout: float) -> None:
+    lock = Lock(name, timeout=timeout, wait=0)
+    assert lock.acquire()
+    get_client().set("test:holder-ready", 1)
+    time.sleep(3600)
+
+
+def wait_until(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# -- mutual exclusion with real processes ------------------------------------------
+def test_eight_processes_lose_no_update() -> None:
+    done = run_in_processes(increment_under_lock, [("counter", 300, 10, 0, False)] * 8)
+    assert done == [300] * 8
+    client = get_client()
+    assert int(client.get(COUNTER)) == 2400
+    tokens = [int(token) for token in client.lrange(TOKENS, 0, -1)]
+    # Tokens recorded inside the critical sections, in the order they ran: strictly increasing.
+    assert tokens == sorted(set(tokens)) and len(tokens) == 2400
+
+
+def test_auto_renew_keeps_a_lock_held_longer_than_its_ttl() -> None:
+    # Each hold (0.12 s) outlasts the TTL (0.1 s): only renewal keeps the updates safe.
+    done = run_in_processes(increment_under_lock, [("renewed", 8, 0.1, 0.12, True)] * 8)
+    assert done == [8] * 8
+    assert int(get_client().get(COUNTER)) == 64
+
+
+def test_without_renewal_the_same_holds_outlive_the_lock() -> None:
+    """The control for the test above: without renewal the TTL runs out mid-hold,
+    and the holder learns it when it releases."""
+    with pytest.raises(LockLost):
+        run_in_processes(increment_under_lock, [("unrenewed", 4, 0.05, 0.12, False)] * 4)
+
+
+# -- timeouts, loss, fencing -----------------------------------------------------------
+def test_expired_holder_gets_lock_lost_and_new_holder_survives() -> None:
+    first = Lock("expiring", timeout=0.1, wait=0)
+    assert first.acquire()
+    time.sleep(0.2)
+    second = Lock("expiring", timeout=10, wait=0)
+    assert second.acquire()
+    with pytest.raises(LockLost):
+        first.release()
+    with pytest.raises(LockLost):
+        first.extend()
+    assert second.owned()
+    assert get_client().get(owner_key("expiring")).decode() == second.identifier
+    assert second.token > first.token
+    second.release()
+    assert not second.owned()
+
+
+def test_fencing_tokens_strictly_increase_across_grants() -> None:
+    tokens = []
+    for _ in range(20):
+        with Lock("fenced", wait=0) as lock:
+            tokens.append(lock.token)
+    assert tokens == list(range(tokens[0], tokens[0] + 20))
+
+
+def test_extend_resets_the_ttl() -> None:
+    lock = Lock("extend", timeout=1, wait=0)
+    assert lock.acquire()
+    lock.extend(30)
+    assert get_client().pttl(owner_key("extend")) > 25_000
+    lock.extend()
+    assert 0 < get_client().pttl(owner_key("extend")) <= 1000
+    lock.release()
+
+
+def test_busy_lock_is_not_acquired_and_context_manager_raises() -> None:
+    holder = Lock("busy", wait=0)
+    assert holder.acquire()
+    assert Lock("busy", wait=0).acquire() is False
+    started = time.monotonic()
+    with pytest.raises(LockTimeout):
+        with Lock("busy", wait=0.3):
+            pass
+    assert time.monotonic() - started >= 0.3
+    holder.release()
+
+
+def test_lock_object_is_not_reentrant() -> None:
+    lock = Lock("once", wait=0)
+    assert lock.acquire()
+    with pytest.raises(Exception, match="already held"):
+        lock.acquire()
+    lock.release()
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+def test_body_exception_releases_the_lock() -> None:
+    with pytest.raises(ZeroDivisionError):
+        with Lock("raises", wait=0):
+            1 / 0
+    assert get_client().exists(owner_key("raises")) == 0
+
+
+def test_on_lost_callback_and_owned_after_a_steal() -> None:
+    lost = threading.Event()
+    lock = Lock("stolen", timeout=0.3, wait=0, auto_renew=True, on_lost=lambda _: lost.set())
+    assert lock.acquire()
+    get_client().set(owner_key("stolen"), "someone-else")
+    assert lost.wait(2)
+    assert lock.owned() is False
+    with pytest.raises(LockLost):
+        lock.extend()
+    with pytest.raises(LockLost):
+        lock.release()
+    assert get_client().get(owner_key("stolen")) == b"someone-else"
+
+
+# -- waiting: woken by the release, or by the TTL of a dead holder ---------------------
+def test_waiter_is_woken_by_release_not_by_the_ttl() -> None:
+    handoffs = []
+    for _ in range(5):
+        get_client().delete("test:holder-ready", "test:released-at")
+        holder = start_process(hold_lock_then_release, "handoff", 0.3)
+        wait_until(lambda: get_client().exists("test:holder-ready"))
+        lock = Lock("handoff", timeout=30, wait=20)
+        assert lock.acquire()
+        acquired_at = time.time()
+        holder.join(10)
+        released_at = float(get_client().get("test:released-at"))
+        handoffs.append(acquired_at - released_at)
+        lock.release()
+    # The holder's TTL is 30 s; being woken by the release takes milliseconds.
+    print(
+        f"\nrelease -> next holder hand-off: median {statistics.median(handoffs) * 1000:.2f} ms, "
+        f"max {max(handoffs) * 1000:.2f} ms"
+    )
+    assert max(handoffs) < 5
+
+
+def test_dead_holder_is_replaced_when_its_ttl_runs_out() -> None:
+    holder = start_process(hold_lock_forever, "dead-holder", 1.0)
+    try:
+        wait_until(lambda: get_client().exists("test:holder-ready"))
+        os.kill(holder.pid, signal.SIGKILL)
+        started = time.monotonic()
+        lock = Lock("dead-holder", timeout=5, wait=20)
+        assert lock.acquire()
+        assert time.monotonic() - started < 10  # the TTL (1 s), not the wait (20 s)
+        lock.release()
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_waiters_do_not_poll_redis() -> None:
+    holder = Lock("quiet", timeout=30, wait=0)
+    assert holder.acquire()
+    client = get_client()
+    before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    waiter = Lock("quiet", timeout=30, wait=1.0)
+    assert waiter.acquire() is False
+    after = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    # One attempt, one BLPOP until the wait ran out, one last attempt.
+    assert after - before <= 3
+    holder.release()
+
+
+# -- scripts ---------------------------------------------------------------------------
+def test_scripts_survive_a_script_cache_flush() -> None:
+    with Lock("flush", wait=0) as lock:
+        assert lock.token
+    get_client().script_flush()
+    with Lock("flush", wait=0) as lock:
+        assert lock.owned()
+
+
+# -- async ------------------------------------------------------------------------------
+async def test_async_with_does_not_block_the_event_loop() -> None:
+    holder = Lock("async", timeout=10, wait=0)
+    assert await holder.aacquire()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    async def release_later() -> None:
+        await asyncio.sleep(0.3)
+        await holder.arelease()
+
+    tick_task = asyncio.create_task(ticker())
+    releaser = asyncio.create_task(release_later())
+    async with Lock("async", timeout=10, wait=5) as lock:
+        assert await lock.aowned()
+        assert lock.token > holder.token
+    await releaser
+    tick_task.cancel()
+    assert ticks >= 10  # the loop kept running while the lock was awaited
+
+
+async def test_async_timeout_and_cancel_give_the_lock_back() -> None:
+    holder = Lock("async-busy", timeout=10, wait=0)
+    assert await holder.aacquire()
+    with pytest.raises(LockTimeout):
+        async with Lock("async-busy", wait=0.1):
+            pass
+    waiter = Lock("async-busy", timeout=10, wait=5)
+    task = asyncio.create_task(waiter.aacquire())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    await holder.arelease()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The cancelled waiter's thread may still take the lock; it gives it back.
+    third = Lock("async-busy", timeout=10, wait=5)
+    assert await third.aacquire()
+    await third.arelease()
+
+
+# -- the book's functions -----------------------------------------------------------------
+def test_book_functions() -> None:
+    identifier = acquire_lock("market", acquire_timeout=0, lock_timeout=5)
+    assert identifier
+    assert acquire_lock("market", acquire_timeout=0.1) is None
+    assert 0 < get_client().pttl(owner_key("market")) <= 5000
+    assert release_lock("market", "not-the-holder") is False
+    assert release_lock("market", identifier) is True
+    assert release_lock("market", identifier) is False

@@ -75,6 +75,8 @@ class Lock:
         self._signal_key = space.key("signal")
         self.identifier: str | None = None
         self.token: int | None = None
+        #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
+        self.holder_ttl: float | None = None
         self._lost = False
         self._renewer: _Renewer | None = None
 
@@ -116,10 +118,11 @@ class Lock:
             if result > 0:
                 self._granted(identifier, result)
                 return True
+            self.holder_ttl = -result / 1000 if result < 0 else None
             remaining_wait = deadline - time.monotonic()
             if remaining_wait <= 0:
                 return False
-            holder_ttl = -result / 1000 if result < 0 else remaining_wait
+            holder_ttl = remaining_wait if self.holder_ttl is None else self.holder_ttl
             block = max(_MIN_BLOCK, min(remaining_wait, holder_ttl, block_cap))
             client.blpop([self._signal_key], timeout=block)
 

@@ -1,3 +1,16 @@
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path
+
+from tests import views
+
+urlpatterns = [
+    path("purchase/<int:item_id>/", views.purchase, name="purchase"),
+    path("profile/", views.profile, name="profile"),
+    path("misconfigured/<int:item_id>/", views.misconfigured),
+    path("custom-busy/<int:item_id>/", views.custom_busy),
+    path("async-purchase/<int:item_id>/", views.async_purchase),
+    path("note/<str:slug>/", views.note),
+    path("cbv/<int:item_id>/", views.PurchaseView.as_view()),
+    path("async-cbv/<int:item_id>/", views.AsyncPurchaseView.as_view()),
+]

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from django_rcoord.locks import Lock
+from tests.views import lock_is_held
+
+
+@pytest.fixture
+def held_item_1():
+    lock = Lock("purchase:1", timeout=7, wait=0)
+    assert lock.acquire()
+    yield lock
+    lock.release()
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_view_runs_holding_the_lock_and_frees_it(client, url: str) -> None:
+    response = client.get(url)
+    assert response.status_code == 200
+    assert response.json() == {"item": 1, "held": True}
+    assert not lock_is_held("purchase:1")
+
+
+@pytest.mark.parametrize("url", ["/cbv/1/", "/async-cbv/1/"])
+def test_class_based_views(client, url: str, held_item_1: Lock) -> None:
+    assert client.post(url).status_code == 409
+    assert client.post(url.replace("/1/", "/2/")).json() == {"item": 2, "held": True}
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_busy_gives_409_with_retry_after_and_json(client, url: str, held_item_1: Lock) -> None:
+    response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 409
+    assert 1 <= int(response["Retry-After"]) <= 7
+    assert response.json()["error"] == "locked"
+    html = client.get(url, HTTP_ACCEPT="text/html")
+    assert html.status_code == 409
+    assert html["Content-Type"].startswith("text/html")
+    assert held_item_1.owned()
+
+
+@pytest.mark.parametrize("url", ["/purchase/2/", "/async-purchase/2/"])
+def test_different_keys_do_not_block_each_other(client, url: str, held_item_1: Lock) -> None:
+    assert client.get(url).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/?fail=1", "/async-purchase/1/?fail=1"])
+def test_lock_is_freed_when_the_view_raises(client, url: str) -> None:
+    with pytest.raises(RuntimeError):
+        client.get(url)
+    assert not lock_is_held("purchase:1")
+    assert client.get(url.split("?")[0]).status_code == 200
+
+
+async def test_async_view_with_async_client(async_client, held_item_1: Lock) -> None:
+    assert (await async_client.get("/async-purchase/1/")).status_code == 409
+    assert (await async_client.get("/async-purchase/3/")).status_code == 200
+
+
+def test_missing_url_kwarg_is_improperly_configured(client) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"purchase:\{missing\}.*misconfigured"):
+        client.get("/misconfigured/1/")
+
+
+def test_callable_key_and_on_busy(client, held_item_1: Lock) -> None:
+    response = client.get("/custom-busy/1/")
+    assert (response.status_code, response.content) == (423, b"later")
+    assert client.get("/custom-busy/2/").status_code == 200
+
+
+def test_url_text_cannot_escape_the_lock_namespace(client) -> None:
+    lock = Lock("note:a}{b", wait=0)
+    assert lock.acquire()
+    assert client.get("/note/a%7D%7Bb/").status_code == 409
+    assert client.get("/note/a%7D%7Bc/").json() == {"held": True}
+    lock.release()
+
+
+def test_overlong_url_value_is_a_400(client) -> None:
+    response = client.get("/note/" + "x" * 300 + "/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"] == "bad_lock_key"
+
+
+@pytest.mark.django_db
+def test_user_attribute_in_key(client, django_user_model) -> None:
+    user = django_user_model.objects.create_user("ada", password="pw")
+    client.force_login(user)
+    lock = Lock(f"profile:{user.pk}", wait=0)
+    assert lock.acquire()
+    assert client.get("/profile/").status_code == 409
+    lock.release()
+    assert client.get("/profile/").json() == {"held": True}

@@ -62,7 +62,8 @@ def locked(
     ``user`` (``request.user``), e.g. ``"purchase:{item_id}"`` or
     ``"profile:{user.pk}"``, or a callable ``(request, *args, **kwargs) -> str``.
     The lock lives ``timeout`` seconds at most and is released when the view
-    returns or raises. When busy, the response is ``on_busy(request)`` or a 409
+    returns or raises; the view finds it (and its fencing token) as
+    ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
     with ``Retry-After`` (JSON for JSON clients). Works on sync and async
     views, and on class-based views through ``method_decorator``.
     """
@@ -105,6 +106,7 @@ def locked(
                     return lock
                 if not await lock.aacquire():
                     return busy(request, lock)
+                request.rcoord_lock = lock  # type: ignore[attr-defined]
                 try:
                     return await view(request, *args, **kwargs)
                 finally:
@@ -122,6 +124,7 @@ def locked(
                 return lock
             if not lock.acquire():
                 return busy(request, lock)
+            request.rcoord_lock = lock  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)
             finally:

@@ -18,14 +18,24 @@ from redis.commands.core import Script
 
 
 @functools.cache
-def get_script(name: str) -> Script:
-    """Return the ``Script`` for ``lua/<name>.lua``, reading the file on first use."""
-    source = resources.files("django_rcoord").joinpath("lua", f"{name}.lua").read_bytes()
+def get_script(name: str, package: str = "django_rcoord") -> Script:
+    """Return the ``Script`` for ``<package>/lua/<name>.lua``, reading the file on first use.
+
+    Projects keep their own scripts the same way (``package="myapp"``).
+    """
+    source = resources.files(package).joinpath("lua", f"{name}.lua").read_bytes()
     # Given bytes, Script needs no client to compute its SHA1, so one object
     # serves every client (Redis, RedisCluster, pipelines) of the process.
     return Script(None, source)
 
 
-def run_script(name: str, client: Any, keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
-    """Run script ``name`` on ``client`` with ``keys`` and ``args`` (one round trip)."""
-    return get_script(name)(keys=keys, args=args, client=client)
+def run_script(
+    name: str,
+    client: Any,
+    keys: Sequence[str] = (),
+    args: Sequence[Any] = (),
+    *,
+    package: str = "django_rcoord",
+) -> Any:
+    """Run script ``name`` of ``package`` on ``client`` with ``keys`` and ``args`` (one round trip)."""
+    return get_script(name, package)(keys=keys, args=args, client=client)

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from example_project import views
+from example_project import market_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("market/", market_views.market_home, name="market"),
+    path("market/list/", market_views.list_item, name="market-list"),
+    path("market/buy/<str:member>/", market_views.buy_item, name="market-buy"),
     path("admin/", admin.site.urls),
 ]

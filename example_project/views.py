@@ -8,7 +8,13 @@ from redis.exceptions import RedisError
 from django_rcoord.connection import get_client
 
 #: The demos of the example project, linked from the home page as they land.
-DEMOS: list[tuple[str, str, str]] = []
+DEMOS: list[tuple[str, str, str]] = [
+    (
+        "market",
+        "Marketplace",
+        "list and buy items; each purchase holds a per-item lock with a fencing token",
+    ),
+]
 
 
 def home(request: HttpRequest) -> HttpResponse:

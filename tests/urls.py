@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
 
 from tests import views
 
@@ -13,4 +13,5 @@ urlpatterns = [
     path("note/<str:slug>/", views.note),
     path("cbv/<int:item_id>/", views.PurchaseView.as_view()),
     path("async-cbv/<int:item_id>/", views.AsyncPurchaseView.as_view()),
+    path("example/", include("example_project.urls")),
 ]

@@ -19,7 +19,13 @@ def lock_is_held(name: str) -> bool:
 def purchase(request: HttpRequest, item_id: int) -> HttpResponse:
     if request.GET.get("fail"):
         raise RuntimeError("the purchase failed")
-    return JsonResponse({"item": item_id, "held": lock_is_held(f"purchase:{item_id}")})
+    return JsonResponse(
+        {
+            "item": item_id,
+            "held": lock_is_held(f"purchase:{item_id}"),
+            "token": request.rcoord_lock.token,
+        }
+    )
 
 
 @locked("profile:{user.pk}")

@@ -30,6 +30,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
         Path(settings.STATE_DIR).mkdir(exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("seed_demo", verbosity=0)
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", "--noreload", addrport],

@@ -1,0 +1,85 @@
+"""Marketplace pages: list an item, buy one. Buying holds a per-item lock (``@locked``)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from django_rcoord.decorators import locked
+from example_project.market import Market
+
+STARTING_FUNDS = 1000
+STARTER_ITEMS = ("teapot", "lantern", "compass")
+
+market = Market("main")
+
+
+def _ensure_trader(username: str) -> None:
+    """Give a user who has never traded some funds and a few things to sell."""
+    if not market.client.exists(market.user_key(username)):
+        market.create_user(username, STARTING_FUNDS)
+        for label in STARTER_ITEMS:
+            market.new_item(username, label)
+
+
+@login_required
+def market_home(request: HttpRequest) -> HttpResponse:
+    username = request.user.get_username()
+    _ensure_trader(username)
+    context = {
+        "funds": market.funds(username),
+        "inventory": market.inventory(username),
+        "listings": market.listings(),
+    }
+    return render(request, "example/market.html", context)
+
+
+@require_POST
+@login_required
+def list_item(request: HttpRequest) -> HttpResponse:
+    username = request.user.get_username()
+    item_id = request.POST.get("item", "")
+    try:
+        price = int(request.POST.get("price", ""))
+    except ValueError:
+        price = 0
+    if not 1 <= price <= 1_000_000:
+        messages.error(request, "The price must be a whole number from 1 to 1,000,000.")
+    elif market.list_item(item_id, username, price):
+        messages.success(request, f"{item_id} is on the market for {price}.")
+    else:
+        messages.error(request, f"{item_id} is not in your inventory.")
+    return redirect("market")
+
+
+def _busy(request: HttpRequest) -> HttpResponse:
+    messages.warning(request, "Someone else is buying that item right now; try again.")
+    return redirect("market")
+
+
+@require_POST
+@login_required
+@locked("market:main:item:{member}", timeout=10, wait=2, on_busy=_busy)
+def buy_item(request: HttpRequest, member: str) -> HttpResponse:
+    item_id, _, seller = member.partition(".")
+    buyer = request.user.get_username()
+    if seller == buyer:
+        messages.error(request, "That is your own item.")
+        return redirect("market")
+    _ensure_trader(buyer)
+    # The write checks this lock's fencing token, so a purchase whose lock
+    # expired mid-way cannot overwrite the next holder's decision.
+    result = market.purchase_under_lock(request.rcoord_lock, buyer, item_id, seller)
+    if result.bought:
+        messages.success(request, f"You bought {item_id} from {seller}.")
+    else:
+        explanations = {
+            "gone": "That item is no longer on the market.",
+            "funds": "You cannot afford that item.",
+            "stale lock": "Your purchase took too long and was cancelled; try again.",
+        }
+        messages.error(request, explanations[result.reason])
+    return redirect("market")

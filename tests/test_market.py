@@ -1,0 +1,160 @@
+"""The example marketplace: the book's purchase three ways, its pages, and its benchmark command."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from django_rcoord.locks import Lock
+from example_project.market import Market
+from tests.procs import run_in_processes
+from tests.test_example_project import example_env, manage
+
+
+@pytest.fixture
+def market() -> Market:
+    market = Market("test")
+    market.create_user("seller", 0)
+    market.create_user("buyer", 100)
+    return market
+
+
+def listed_item(market: Market, price: int = 30) -> str:
+    item = market.new_item("seller", "lamp")
+    assert market.list_item(item, "seller", price)
+    return item
+
+
+@pytest.mark.parametrize("method", ["watch", "market-lock", "item-lock"])
+def test_purchase_moves_item_and_funds(market: Market, method: str) -> None:
+    item = listed_item(market)
+    if method == "watch":
+        result = market.purchase_with_watch("buyer", item, "seller")
+    else:
+        result = market.purchase_with_lock(
+            "buyer", item, "seller", fine_grained=method == "item-lock"
+        )
+    assert result.bought
+    assert (market.funds("buyer"), market.funds("seller")) == (70, 30)
+    assert market.inventory("buyer") == [item]
+    assert market.listings() == []
+    again = market.purchase_with_lock("buyer", item, "seller")
+    assert (again.bought, again.reason) == (False, "gone")
+
+
+def test_purchase_refuses_without_funds(market: Market) -> None:
+    item = listed_item(market, price=500)
+    assert market.purchase_with_lock("buyer", item, "seller").reason == "funds"
+    assert market.purchase_with_watch("buyer", item, "seller").reason == "funds"
+    assert market.funds("buyer") == 100
+
+
+def test_a_buyer_whose_lock_expired_cannot_write(market: Market) -> None:
+    item = listed_item(market)
+    name = market.lock_name(item, "seller", fine_grained=True)
+    slow = Lock(name, timeout=0.1, wait=0)
+    assert slow.acquire()
+    price, _ = market.quote("buyer", item, "seller")
+    time.sleep(0.2)  # the slow buyer stalls after deciding; its lock expires
+    market.create_user("fast", 100)
+    fast = Lock(name, wait=0)
+    assert fast.acquire()
+    assert market.purchase_under_lock(fast, "fast", item, "seller").bought
+    fast.release()
+    late = market.complete_purchase(slow, "buyer", item, "seller", price)
+    assert (late.bought, late.reason) == (False, "stale lock")
+    assert market.funds("buyer") == 100
+    assert market.inventory("fast") == [item]
+
+
+def buy_everything(market_name: str, buyer: str, method: str) -> int:
+    market = Market(market_name)
+    bought = 0
+    for _ in range(200):
+        rows = market.listings(limit=5)
+        if not rows:
+            break
+        item_id, seller, _ = rows[0]
+        if method == "watch":
+            result = market.purchase_with_watch(buyer, item_id, seller)
+        else:
+            result = market.purchase_with_lock(buyer, item_id, seller)
+        bought += result.bought
+    return bought
+
+
+@pytest.mark.parametrize("method", ["watch", "item-lock"])
+def test_racing_buyer_processes_sell_each_item_once(method: str) -> None:
+    market = Market("race")
+    market.create_user("seller", 0)
+    for index in range(4):
+        market.create_user(f"buyer-{index}", 10_000)
+    items = [market.new_item("seller") for _ in range(60)]
+    for item in items:
+        assert market.list_item(item, "seller", 10)
+    counts = run_in_processes(
+        buy_everything, [("race", f"buyer-{index}", method) for index in range(4)]
+    )
+    assert sum(counts) == 60
+    owned = [item for index in range(4) for item in market.inventory(f"buyer-{index}")]
+    assert sorted(owned) == sorted(items)
+    assert market.funds("seller") == 600
+    assert sum(market.funds(f"buyer-{index}") for index in range(4)) == 40_000 - 600
+
+
+@pytest.mark.django_db
+def test_market_pages_list_and_buy_with_the_item_lock(client, django_user_model) -> None:
+    alice = django_user_model.objects.create_user("alice", password="pw")
+    bob = django_user_model.objects.create_user("bob", password="pw")
+    client.force_login(alice)
+    page = client.get("/example/market/")
+    assert page.status_code == 200
+    teapot = next(item for item in page.context["inventory"] if item.startswith("teapot"))
+    client.post("/example/market/list/", {"item": teapot, "price": "25"})
+    assert Market("main").listings() == [(teapot, "alice", 25)]
+
+    client.force_login(bob)
+    member = f"{teapot}.alice"
+    held = Lock(f"market:main:item:{member}", wait=0)
+    assert held.acquire()
+    busy = client.post(f"/example/market/buy/{member}/", follow=True)
+    assert "Someone else is buying" in busy.content.decode()
+    held.release()
+    bought = client.post(f"/example/market/buy/{member}/", follow=True)
+    assert f"You bought {teapot}" in bought.content.decode()
+    assert teapot in bought.context["inventory"]
+    assert bought.context["funds"] == 975
+    assert Market("main").funds("alice") == 1025
+    # GET is refused; an anonymous user is sent to sign in.
+    assert client.get(f"/example/market/buy/{member}/").status_code == 405
+    client.logout()
+    assert client.post(f"/example/market/buy/{member}/").status_code == 302
+
+
+def test_market_bench_command_prints_the_table(tmp_path: Path, redis_url: str) -> None:
+    output = tmp_path / "bench.json"
+    result = manage(
+        "market_bench",
+        "--duration",
+        "0.5",
+        "--configs",
+        "1L1B",
+        "--methods",
+        "watch",
+        "item-lock",
+        "--json",
+        str(output),
+        env=example_env(tmp_path, REDIS_URL=redis_url),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "item-lock    1L1B" in result.stdout
+    rows = json.loads(output.read_text())
+    assert [(row["method"], row["listers"], row["buyers"]) for row in rows] == [
+        ("watch", 1, 1),
+        ("item-lock", 1, 1),
+    ]
+    assert all(row["listed"] > 0 and row["bought"] > 0 for row in rows)
+    assert rows[1]["retries"] == 0

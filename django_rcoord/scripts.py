@@ -37,5 +37,5 @@ def run_script(
     *,
     package: str = "django_rcoord",
 ) -> Any:
-    """Run script ``name`` of ``package`` on ``client`` with ``keys`` and ``args`` (one round trip)."""
+    """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
     return get_script(name, package)(keys=keys, args=args, client=client)

@@ -13,9 +13,7 @@ Redis in Action 6.2 done right:
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
 import threading
 import time
 import uuid
@@ -27,13 +25,11 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
+from django_rcoord.waiting import run_in_thread, wait_for_signal
 
 __all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
 
 logger = logging.getLogger(__name__)
-
-# The shortest BLPOP a waiter issues (BLPOP 0 would block forever).
-_MIN_BLOCK = 0.01
 
 
 class Lock:
@@ -112,7 +108,6 @@ class Lock:
         client = self.client
         identifier = uuid.uuid4().hex
         deadline = time.monotonic() + wait
-        block_cap = _socket_timeout_cap(client)
         while True:
             result = self._try_acquire(client, identifier)
             if result > 0:
@@ -123,8 +118,7 @@ class Lock:
             if remaining_wait <= 0:
                 return False
             holder_ttl = remaining_wait if self.holder_ttl is None else self.holder_ttl
-            block = max(_MIN_BLOCK, min(remaining_wait, holder_ttl, block_cap))
-            client.blpop([self._signal_key], timeout=block)
+            wait_for_signal(client, self._signal_key, min(remaining_wait, holder_ttl))
 
     def _granted(self, identifier: str, token: int) -> None:
         self.identifier = identifier
@@ -214,31 +208,20 @@ class Lock:
 
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire`` for async code: waits in a worker thread, never on the event loop."""
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, self.acquire, wait)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The worker thread may still get the lock after we stopped waiting:
-            # give it back as soon as it does.
-            future.add_done_callback(self._release_if_acquired_late)
-            raise
+        return await run_in_thread(self.acquire, wait, undo=self._release_if_acquired_late)
 
-    def _release_if_acquired_late(self, future: asyncio.Future[bool]) -> None:
-        if not future.cancelled() and future.exception() is None and future.result():
-            try:
-                self.release()
-            except (LockLost, OSError) as exc:
-                logger.warning("Could not give back lock %r after a cancel: %s", self.name, exc)
+    def _release_if_acquired_late(self, acquired: bool) -> None:
+        if acquired:
+            self.release()
 
     async def arelease(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.release)
+        await run_in_thread(self.release)
 
     async def aextend(self, seconds: float | None = None) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.extend, seconds)
+        await run_in_thread(self.extend, seconds)
 
     async def aowned(self) -> bool:
-        return await asyncio.get_running_loop().run_in_executor(None, self.owned)
+        return await run_in_thread(self.owned)
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -251,9 +234,7 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await asyncio.get_running_loop().run_in_executor(
-            None, self.__exit__, exc_type, exc, traceback
-        )
+        await run_in_thread(self.__exit__, exc_type, exc, traceback)
 
     def __repr__(self) -> str:
         state = f"held, token {self.token}" if self.identifier else "not held"
@@ -293,15 +274,6 @@ class _Renewer(threading.Thread):
                     except Exception:
                         logger.exception("on_lost callback of lock %r failed", lock.name)
                 return
-
-
-def _socket_timeout_cap(client: Any) -> float:
-    """How long one BLPOP may block without tripping the client's socket timeout."""
-    pool = getattr(client, "connection_pool", None)
-    socket_timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
-    if not socket_timeout:
-        return math.inf
-    return max(_MIN_BLOCK, socket_timeout - 0.25)
 
 
 # -- the book's functions ------------------------------------------------------

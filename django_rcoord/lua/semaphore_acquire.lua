@@ -1,0 +1,58 @@
+-- Take a semaphore permit, by the Redis server's clock, in one step.
+-- KEYS[1]  holders ZSET (identifier -> lease expiry, ms of server time)
+-- KEYS[2]  waiters ZSET (identifier -> ticket: the order callers started waiting in)
+-- KEYS[3]  waiter leases ZSET (identifier -> expiry of the waiter's place in line, ms)
+-- KEYS[4]  ticket counter STRING
+-- KEYS[5]  signal LIST (wake-up tokens for blocked waiters)
+-- ARGV[1]  identifier   ARGV[2] limit   ARGV[3] permit lease, ms
+-- ARGV[4]  fair: 1 = first come, first served among waiters; 0 = whoever asks when a permit is free
+-- ARGV[5]  queue: 1 = take (or keep) a place in line when no permit is free; 0 = do not wait
+-- ARGV[6]  waiter lease, ms (a waiter that stops asking loses its place after this)
+-- ARGV[7]  woken: 1 when the caller consumed a wake-up token before this call
+-- Returns  {1} when the permit is granted;
+--          {0, ms} when not, ms = time until the earliest holder's lease ends (-1: none).
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local identifier, limit = ARGV[1], tonumber(ARGV[2])
+local fair, queue = ARGV[4] == '1', ARGV[5] == '1'
+
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+if #gone > 0 then
+    redis.call('ZREM', KEYS[2], unpack(gone))
+    redis.call('ZREM', KEYS[3], unpack(gone))
+end
+
+local free = limit - redis.call('ZCARD', KEYS[1])
+local ahead = 0
+if fair then
+    local rank = redis.call('ZRANK', KEYS[2], identifier)
+    ahead = rank or redis.call('ZCARD', KEYS[2])
+end
+
+if free > ahead then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), identifier)
+    redis.call('ZREM', KEYS[2], identifier)
+    redis.call('ZREM', KEYS[3], identifier)
+    return {1}
+end
+
+if queue then
+    if fair and not redis.call('ZSCORE', KEYS[2], identifier) then
+        redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), identifier)
+    end
+    if fair then
+        redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), identifier)
+    end
+end
+-- A wake-up token this caller took was meant for a waiter ahead of it: pass it on.
+if ARGV[7] == '1' and free > 0 then
+    redis.call('RPUSH', KEYS[5], 1)
+    redis.call('PEXPIRE', KEYS[5], ARGV[6])
+end
+
+local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if #earliest == 0 then
+    return {0, -1}
+end
+return {0, tonumber(earliest[2]) - now}

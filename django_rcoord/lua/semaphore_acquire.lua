@@ -37,16 +37,16 @@ if free > ahead then
     return {1}
 end
 
+-- Waiters of both kinds are counted, so that releases wake only when someone waits;
+-- only a fair semaphore makes them take turns.
 if queue then
-    if fair and not redis.call('ZSCORE', KEYS[2], identifier) then
+    if not redis.call('ZSCORE', KEYS[2], identifier) then
         redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), identifier)
     end
-    if fair then
-        redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), identifier)
-    end
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), identifier)
 end
 -- A wake-up token this caller took was meant for a waiter ahead of it: pass it on.
-if ARGV[7] == '1' and free > 0 then
+if ARGV[7] == '1' and free > 0 and redis.call('ZCARD', KEYS[2]) > 1 then
     redis.call('RPUSH', KEYS[5], 1)
     redis.call('PEXPIRE', KEYS[5], ARGV[6])
 end

@@ -1,0 +1,341 @@
+"""Counting and fair semaphores: one script per operation, decided by the Redis server's clock.
+
+Redis in Action 6.3 done right. Each holder has an identifier and a lease of
+``timeout`` seconds. ``acquire``, ``release`` and ``refresh`` are each one
+script (one round trip) that first drops holders whose lease has ended, using
+``TIME`` on the server: clients' clocks never matter, and no lock or
+ZINTERSTORE is needed for correctness.
+
+Fair semaphores (the default) serve waiters first come, first served: a caller
+that has to wait takes a ticket, and a permit goes to a waiter only when no
+earlier ticket is still waiting. ``fair=False`` is the book's simpler
+semaphore: whoever asks when a permit is free gets it.
+
+Waiting does not poll: a release pushes wake-up tokens on a per-semaphore list
+that waiters ``BLPOP``. A waiter keeps its place in line by asking again at
+least every ``WAITER_LEASE / 2`` seconds; one that stops (its process died)
+loses its place after ``WAITER_LEASE``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import uuid
+from types import TracebackType
+from typing import Any
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.exceptions import SemaphoreTimeout
+from django_rcoord.keys import KeySpace
+from django_rcoord.scripts import run_script
+from django_rcoord.waiting import run_in_thread, wait_for_signal
+
+__all__ = [
+    "Semaphore",
+    "SemaphoreTimeout",
+    "acquire_fair_semaphore",
+    "acquire_semaphore",
+    "acquire_semaphore_with_lock",
+    "refresh_fair_semaphore",
+    "release_fair_semaphore",
+    "release_semaphore",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a waiter keeps its place in line without asking again.
+WAITER_LEASE = 2.0
+
+# Identifiers taken by ``with semaphore:`` in this thread / task, per semaphore.
+_entered: contextvars.ContextVar[tuple[tuple[int, str], ...]] = contextvars.ContextVar(
+    "rcoord_semaphore_entered", default=()
+)
+
+
+class Semaphore:
+    """At most ``limit`` holders of ``name`` at once, each for ``timeout`` seconds unless refreshed.
+
+    One ``Semaphore`` object can be shared by threads and tasks: permits are
+    identified by the string ``acquire()`` returns. ``wait`` is how long
+    ``with semaphore:`` waits for a permit.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        *,
+        timeout: float = 10,
+        fair: bool = True,
+        wait: float = 0,
+        client: Any = None,
+    ) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError("limit must be a positive integer")
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        if wait < 0:
+            raise ValueError("wait must be zero or a positive number of seconds")
+        self.name = name
+        self.limit = limit
+        self.timeout = timeout
+        self.fair = fair
+        self.wait = wait
+        self._client = client
+        space = KeySpace("semaphore", name)
+        self._holders_key = space.key("holders")
+        self._waiters_key = space.key("waiters")
+        self._waiter_leases_key = space.key("waiter-leases")
+        self._tickets_key = space.key("tickets")
+        self._signal_key = space.key("signal")
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, int(self.timeout * 1000))
+
+    # -- the three operations -------------------------------------------------
+    def acquire(self, wait: float = 0) -> str | None:
+        """A permit's identifier, or None when none was free within ``wait`` seconds."""
+        client = self.client
+        identifier = uuid.uuid4().hex
+        deadline = time.monotonic() + wait
+        woken = False
+        while True:
+            remaining = deadline - time.monotonic()
+            result = run_script(
+                "semaphore_acquire",
+                client,
+                keys=[
+                    self._holders_key,
+                    self._waiters_key,
+                    self._waiter_leases_key,
+                    self._tickets_key,
+                    self._signal_key,
+                ],
+                args=[
+                    identifier,
+                    self.limit,
+                    self._lease_ms,
+                    int(self.fair),
+                    int(remaining > 0),
+                    int(WAITER_LEASE * 1000),
+                    int(woken),
+                ],
+            )
+            if result[0] == 1:
+                return identifier
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if wait > 0:
+                    self._leave_line(client, identifier)
+                return None
+            next_expiry = result[1] / 1000 if result[1] >= 0 else remaining
+            # Ask again before the place in line lapses, or when a holder's lease ends.
+            block = min(remaining, WAITER_LEASE / 2, max(next_expiry, 0))
+            woken = wait_for_signal(client, self._signal_key, block)
+
+    def release(self, identifier: str) -> bool:
+        """Give back a permit; False when it was not held (its lease had ended)."""
+        return self._release(self.client, identifier)
+
+    def _release(self, client: Any, identifier: str) -> bool:
+        return bool(
+            run_script(
+                "semaphore_release",
+                client,
+                keys=[
+                    self._holders_key,
+                    self._waiters_key,
+                    self._waiter_leases_key,
+                    self._signal_key,
+                ],
+                args=[identifier, int(WAITER_LEASE * 1000)],
+            )
+        )
+
+    # A waiter that gives up leaves the line the same way a holder leaves.
+    _leave_line = _release
+
+    def refresh(self, identifier: str) -> bool:
+        """Restart a held permit's lease; False (and nothing re-added) when it had ended."""
+        return bool(
+            run_script(
+                "semaphore_refresh",
+                self.client,
+                keys=[self._holders_key],
+                args=[identifier, self._lease_ms],
+            )
+        )
+
+    def holders(self) -> int:
+        """How many permits are held now (expired leases not counted)."""
+        client = self.client
+        now_seconds, now_micros = client.time()
+        now_ms = now_seconds * 1000 + now_micros // 1000
+        return int(client.zcount(self._holders_key, f"({now_ms}", "+inf"))
+
+    # -- context managers -------------------------------------------------------
+    def __enter__(self) -> str:
+        identifier = self.acquire(self.wait)
+        if identifier is None:
+            raise SemaphoreTimeout(
+                f"No permit of semaphore {self.name!r} (limit {self.limit}) within {self.wait}s."
+            )
+        self._push_entered(identifier)
+        return identifier
+
+    def _push_entered(self, identifier: str) -> None:
+        _entered.set((*_entered.get(), (id(self), identifier)))
+
+    def _pop_entered(self) -> str:
+        entered = _entered.get()
+        for position in range(len(entered) - 1, -1, -1):
+            if entered[position][0] == id(self):
+                _entered.set(entered[:position] + entered[position + 1 :])
+                return entered[position][1]
+        raise RuntimeError("Semaphore exited without a matching enter")
+
+    def _release_entered(self, identifier: str, exc_type: type[BaseException] | None) -> None:
+        if not self.release(identifier) and exc_type is None:
+            logger.warning("Permit of semaphore %r had expired before release", self.name)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._release_entered(self._pop_entered(), exc_type)
+
+    async def aacquire(self, wait: float = 0) -> str | None:
+        """``acquire`` for async code: waits in a worker thread, never on the event loop."""
+        return await run_in_thread(self.acquire, wait, undo=self._release_if_acquired_late)
+
+    def _release_if_acquired_late(self, identifier: str | None) -> None:
+        if identifier is not None:
+            self.release(identifier)
+
+    async def arelease(self, identifier: str) -> bool:
+        return await run_in_thread(self.release, identifier)
+
+    async def arefresh(self, identifier: str) -> bool:
+        return await run_in_thread(self.refresh, identifier)
+
+    async def __aenter__(self) -> str:
+        identifier = await self.aacquire(self.wait)
+        if identifier is None:
+            raise SemaphoreTimeout(
+                f"No permit of semaphore {self.name!r} (limit {self.limit}) within {self.wait}s."
+            )
+        self._push_entered(identifier)
+        return identifier
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # The identifier is found in this task's context; the release runs in a thread.
+        await run_in_thread(self._release_entered, self._pop_entered(), exc_type)
+
+    def __repr__(self) -> str:
+        kind = "fair" if self.fair else "counting"
+        return f"<Semaphore {self.name!r} ({kind}, limit {self.limit}, timeout {self.timeout}s)>"
+
+
+class PermitKeeper:
+    """Refreshes held permits from one daemon thread until they are handed back.
+
+    ``keep(semaphore, identifier)`` starts refreshing every ``timeout / 3``;
+    ``drop(semaphore, identifier)`` stops. Used for requests that may outlive
+    a permit's lease (the concurrency-limit middleware).
+    """
+
+    def __init__(self) -> None:
+        self._permits: dict[tuple[int, str], tuple[Semaphore, float]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def keep(self, semaphore: Semaphore, identifier: str) -> None:
+        with self._lock:
+            due = time.monotonic() + semaphore.timeout / 3
+            self._permits[(id(semaphore), identifier)] = (semaphore, due)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="rcoord-permit-keeper", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+
+    def drop(self, semaphore: Semaphore, identifier: str) -> None:
+        with self._lock:
+            self._permits.pop((id(semaphore), identifier), None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                due = [
+                    (key, semaphore) for key, (semaphore, at) in self._permits.items() if at <= now
+                ]
+                for key, semaphore in due:
+                    self._permits[key] = (semaphore, now + semaphore.timeout / 3)
+                if not due:
+                    next_due = min((at for _, at in self._permits.values()), default=now + 60)
+                    self._changed.wait(max(0.0, next_due - now))
+                    continue
+            for (_, identifier), semaphore in due:
+                try:
+                    if not semaphore.refresh(identifier):
+                        logger.warning("Permit of semaphore %r lapsed while held", semaphore.name)
+                        self.drop(semaphore, identifier)
+                except Exception:  # a Redis hiccup: the next round tries again
+                    logger.exception("Refreshing a permit of semaphore %r failed", semaphore.name)
+
+
+# -- the book's functions, without its `conn` argument --------------------------
+def acquire_semaphore(
+    semname: str, limit: int, timeout: float = 10, *, client: Any = None
+) -> str | None:
+    """6.3.1's counting semaphore: an identifier, or None."""
+    return Semaphore(semname, limit, timeout=timeout, fair=False, client=client).acquire()
+
+
+def release_semaphore(semname: str, identifier: str, *, client: Any = None) -> bool:
+    """Release a permit of ``acquire_semaphore``: True when it was still held."""
+    return Semaphore(semname, 1, fair=False, client=client).release(identifier)
+
+
+def acquire_fair_semaphore(
+    semname: str, limit: int, timeout: float = 10, *, client: Any = None
+) -> str | None:
+    """6.3.2's fair semaphore: an identifier, or None."""
+    return Semaphore(semname, limit, timeout=timeout, client=client).acquire()
+
+
+def release_fair_semaphore(semname: str, identifier: str, *, client: Any = None) -> bool:
+    """Release a permit of ``acquire_fair_semaphore``: True when it was still held."""
+    return Semaphore(semname, 1, client=client).release(identifier)
+
+
+def refresh_fair_semaphore(
+    semname: str, identifier: str, timeout: float = 10, *, client: Any = None
+) -> bool:
+    """6.3.3: restart a permit's lease; False when it had already lapsed."""
+    return Semaphore(semname, 1, timeout=timeout, client=client).refresh(identifier)
+
+
+def acquire_semaphore_with_lock(
+    semname: str, limit: int, timeout: float = 10, *, client: Any = None
+) -> str | None:
+    """6.3.5's semaphore guarded by a lock. One script is already atomic, so no lock is taken."""
+    return acquire_fair_semaphore(semname, limit, timeout, client=client)

@@ -1,0 +1,276 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from django_rcoord.connection import get_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.semaphores import (
+    Semaphore,
+    SemaphoreTimeout,
+    acquire_fair_semaphore,
+    acquire_semaphore,
+    acquire_semaphore_with_lock,
+    refresh_fair_semaphore,
+    release_fair_semaphore,
+    release_semaphore,
+)
+from tests.procs import run_in_processes, start_process
+
+INSIDE = "test:inside"
+VIOLATIONS = "test:violations"
+
+
+def holders_key(name: str) -> str:
+    return KeySpace("semaphore", name).key("holders")
+
+
+def wait_until(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# -- code run in child processes -------------------------------------------------
+def contend(name: str, limit: int, seconds: float, fair: bool, clock_shift: float) -> int:
+    """Take permits in a loop for `seconds`; count holders from inside. Returns permits had."""
+    if clock_shift:
+        # This process's wall clock is hours off; the semaphore must not care.
+        real_time = time.time
+        time.time = lambda: real_time() + clock_shift  # type: ignore[assignment]
+    client = get_client()
+    semaphore = Semaphore(name, limit, timeout=5, fair=fair)
+    had = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        identifier = semaphore.acquire(wait=2)
+        if identifier is None:
+            continue
+        inside = client.incr(INSIDE)
+        if inside > limit:
+            client.rpush(VIOLATIONS, inside)
+        time.sleep(0.003)
+        client.decr(INSIDE)
+        assert semaphore.release(identifier)
+        had += 1
+    return had
+
+
+def probe(name: str, seconds: float) -> int:
+    """A separate process sampling how many hold the semaphore; returns the maximum seen."""
+    client = get_client()
+    semaphore = Semaphore(name, 1)
+    most = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        most = max(most, int(client.get(INSIDE) or 0), semaphore.holders())
+    return most
+
+
+def hold_and_die(name: str, limit: int) -> None:
+    Semaphore(name, limit, timeout=1).acquire()
+    get_client().set("test:holding", 1)
+    time.sleep(3600)
+
+
+def wait_in_line(name: str, label: str) -> None:
+    semaphore = Semaphore(name, 1, timeout=10)
+    identifier = semaphore.acquire(wait=30)
+    assert identifier is not None
+    get_client().rpush("test:order", label)
+    time.sleep(0.05)
+    semaphore.release(identifier)
+
+
+def waiters(name: str) -> int:
+    return get_client().zcard(KeySpace("semaphore", name).key("waiters"))
+
+
+# -- the limit holds under real contention ------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "counting"])
+def test_sixteen_processes_never_exceed_the_limit_even_with_skewed_clocks(fair: bool) -> None:
+    seconds = 10
+    jobs = [("x", 3, seconds, fair, 0.0 if i % 2 else 3 * 3600.0) for i in range(16)]
+    results = run_in_processes(
+        run_role,
+        [("contend", job) for job in jobs] + [("probe", ("x", seconds))],
+    )
+    permits, most_seen = results[:-1], results[-1]
+    client = get_client()
+    assert client.llen(VIOLATIONS) == 0
+    assert most_seen <= 3
+    assert all(had > 0 for had in permits), permits  # shifted clocks starve no one
+    assert client.zcard(holders_key("x")) == 0
+    print(
+        f"\n{'fair' if fair else 'counting'}: {sum(permits)} permits in {seconds}s, "
+        f"per process {min(permits)}..{max(permits)}, most holders seen {most_seen}"
+    )
+
+
+def run_role(role: str, args: tuple) -> int:
+    return {"contend": contend, "probe": probe}[role](*args)
+
+
+# -- leases, refresh, release ------------------------------------------------------------
+def test_dead_holders_stop_counting_after_their_timeout() -> None:
+    holder = start_process(hold_and_die, "leased", 1)
+    try:
+        wait_until(lambda: get_client().exists("test:holding"))
+        os.kill(holder.pid, signal.SIGKILL)
+        semaphore = Semaphore("leased", 1)
+        assert semaphore.acquire() is None
+        started = time.monotonic()
+        assert semaphore.acquire(wait=10) is not None
+        assert time.monotonic() - started < 5
+    finally:
+        holder.kill()
+        holder.join()
+
+
+def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None:
+    semaphore = Semaphore("refresh", 1, timeout=0.2)
+    identifier = semaphore.acquire()
+    assert semaphore.refresh(identifier) is True
+    time.sleep(0.3)
+    assert semaphore.refresh(identifier) is False
+    assert get_client().zscore(holders_key("refresh"), identifier) is None
+    assert semaphore.release(identifier) is False
+    assert semaphore.acquire() is not None
+
+
+def test_refresh_keeps_a_holder_past_its_timeout() -> None:
+    semaphore = Semaphore("kept", 1, timeout=0.3)
+    identifier = semaphore.acquire()
+    for _ in range(4):
+        time.sleep(0.15)
+        assert semaphore.refresh(identifier)
+    assert semaphore.acquire() is None
+    assert semaphore.release(identifier)
+
+
+def test_limit_and_release() -> None:
+    semaphore = Semaphore("three", 3)
+    permits = [semaphore.acquire() for _ in range(3)]
+    assert all(permits) and len(set(permits)) == 3
+    assert semaphore.acquire() is None
+    assert semaphore.holders() == 3
+    assert semaphore.release(permits[0]) is True
+    assert semaphore.release(permits[0]) is False
+    assert semaphore.acquire() is not None
+
+
+# -- fairness and waiting ------------------------------------------------------------------
+def test_waiters_are_served_first_come_first_served() -> None:
+    holder = Semaphore("line", 1, timeout=10)
+    held = holder.acquire()
+    processes = []
+    for index, label in enumerate(["first", "second", "third", "fourth"]):
+        processes.append(start_process(wait_in_line, "line", label))
+        wait_until(lambda count=index + 1: waiters("line") == count)
+    assert holder.release(held)
+    for process in processes:
+        process.join(30)
+    assert [label.decode() for label in get_client().lrange("test:order", 0, -1)] == [
+        "first",
+        "second",
+        "third",
+        "fourth",
+    ]
+
+
+def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
+    holder = Semaphore("no-jumping", 1, timeout=10)
+    held = holder.acquire()
+    waiter = start_process(wait_in_line, "no-jumping", "waiter")
+    try:
+        wait_until(lambda: waiters("no-jumping") == 1)
+        holder.release(held)
+        # Whether or not the waiter has taken the freed permit yet, a newcomer gets
+        # none: either it is taken, or the waiter is ahead in line.
+        assert Semaphore("no-jumping", 1).acquire() is None
+        waiter.join(30)
+        assert get_client().lrange("test:order", 0, -1) == [b"waiter"]
+    finally:
+        waiter.kill()
+
+
+def test_waiter_is_woken_by_release() -> None:
+    semaphore = Semaphore("woken", 1, timeout=30)
+    held = semaphore.acquire()
+    waiter = start_process(wait_in_line, "woken", "w")
+    wait_until(lambda: waiters("woken") == 1)
+    released_at = time.monotonic()
+    semaphore.release(held)
+    wait_until(lambda: get_client().llen("test:order") == 1)
+    # The holder's lease is 30 s and the waiter re-asks every second at most; the
+    # release itself wakes it.
+    assert time.monotonic() - released_at < 0.9
+    waiter.join(10)
+
+
+def test_a_waiter_that_died_loses_its_place() -> None:
+    holder = Semaphore("dead-waiter", 1, timeout=10)
+    held = holder.acquire()
+    doomed = start_process(wait_in_line, "dead-waiter", "doomed")
+    wait_until(lambda: waiters("dead-waiter") == 1)
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.join()
+    holder.release(held)
+    started = time.monotonic()
+    assert Semaphore("dead-waiter", 1).acquire(wait=10) is not None
+    assert time.monotonic() - started < 5  # the dead waiter's place lapses (2 s)
+
+
+def test_giving_up_leaves_the_line() -> None:
+    holder = Semaphore("impatient", 1, timeout=10)
+    held = holder.acquire()
+    assert Semaphore("impatient", 1).acquire(wait=0.2) is None
+    assert waiters("impatient") == 0
+    holder.release(held)
+
+
+def test_context_manager() -> None:
+    semaphore = Semaphore("with", 1, wait=0.1)
+    with semaphore as identifier:
+        assert get_client().zscore(holders_key("with"), identifier) is not None
+        with pytest.raises(SemaphoreTimeout):
+            with semaphore:
+                pass
+    assert semaphore.holders() == 0
+    with pytest.raises(ZeroDivisionError):
+        with semaphore:
+            raise ZeroDivisionError
+    assert semaphore.holders() == 0
+
+
+async def test_async_context_manager_and_waiting() -> None:
+    semaphore = Semaphore("async", 2, wait=5)
+    held = await semaphore.aacquire()
+
+    async def use() -> str:
+        async with semaphore as identifier:
+            await asyncio.sleep(0.05)
+            return identifier
+
+    results = await asyncio.gather(use(), use(), use())
+    assert len(set(results)) == 3
+    assert await semaphore.arelease(held)
+    assert semaphore.holders() == 0
+
+
+# -- the book's functions ----------------------------------------------------------------------
+def test_book_functions() -> None:
+    counting = acquire_semaphore("book", 1, timeout=5)
+    assert counting and acquire_semaphore("book", 1) is None
+    assert release_semaphore("book", counting)
+    fair = acquire_fair_semaphore("book-fair", 1)
+    assert fair and acquire_semaphore_with_lock("book-fair", 1) is None
+    assert refresh_fair_semaphore("book-fair", fair)
+    assert release_fair_semaphore("book-fair", fair)
+    assert not refresh_fair_semaphore("book-fair", fair)

@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     # Data directory of the embedded redis-server used by `manage.py rcoord_redis`
     # (development only; None means no embedded server is configured).
     "EMBEDDED_REDIS_DIR": None,
+    # Rules of ConcurrencyLimitMiddleware (see README, "Concurrency limits").
+    "CONCURRENCY_LIMITS": [],
 }
 
 
@@ -60,6 +62,10 @@ class RcoordSettings:
     def EMBEDDED_REDIS_DIR(self) -> str | None:
         value = get("EMBEDDED_REDIS_DIR")
         return None if value is None else str(value)
+
+    @property
+    def CONCURRENCY_LIMITS(self) -> list[dict[str, Any]]:
+        return get("CONCURRENCY_LIMITS")
 
 
 conf = RcoordSettings()

@@ -1,4 +1,4 @@
-"""View decorators: ``@locked``."""
+"""View decorators: ``@locked`` and ``@rate_limited``."""
 
 from __future__ import annotations
 
@@ -14,14 +14,18 @@ from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.exceptions import InvalidName, LockLost
 from django_rcoord.locks import Lock
+from django_rcoord.ratelimit import hit
 from django_rcoord.responses import error_response
+from django_rcoord.waiting import run_in_thread
 
 logger = logging.getLogger(__name__)
 
 KeyTemplate = str | Callable[..., str]
 
 
-def _key_function(key: KeyTemplate, view: Callable[..., Any]) -> Callable[..., str]:
+def _key_function(
+    key: KeyTemplate, view: Callable[..., Any], decorator: str = "@locked"
+) -> Callable[..., str]:
     """Turn ``key`` into ``f(request, args, kwargs) -> name``."""
     view_name = f"{view.__module__}.{getattr(view, '__qualname__', view)}"
     if callable(key):
@@ -31,18 +35,18 @@ def _key_function(key: KeyTemplate, view: Callable[..., Any]) -> Callable[..., s
 
         return from_callable
     if not isinstance(key, str) or not key:
-        raise ImproperlyConfigured(f"@locked on {view_name}: key must be a str or a callable.")
+        raise ImproperlyConfigured(f"{decorator} on {view_name}: key must be a str or a callable.")
     try:
         list(string.Formatter().parse(key))
     except ValueError as exc:
-        raise ImproperlyConfigured(f"@locked key {key!r} on {view_name}: {exc}") from exc
+        raise ImproperlyConfigured(f"{decorator} key {key!r} on {view_name}: {exc}") from exc
 
     def from_template(request: HttpRequest, args: tuple, kwargs: dict) -> str:
         try:
             return key.format(*args, **{"user": getattr(request, "user", None), **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:
             raise ImproperlyConfigured(
-                f"@locked key {key!r} on view {view_name} names {exc}, which the view does not "
+                f"{decorator} key {key!r} on view {view_name} names {exc}, which the view does not "
                 f"get (URL kwargs: {sorted(kwargs)}; 'user' is request.user)."
             ) from exc
 
@@ -132,6 +136,59 @@ def locked(
                     lock.release()
                 except LockLost:
                     report_loss(lock)
+
+        return wrapper
+
+    return decorator
+
+
+def rate_limited(
+    key: KeyTemplate, *, limit: int, seconds: float
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Allow ``limit`` calls of the view per ``seconds`` for each value of ``key``; then 429.
+
+    ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, or a
+    callable). The window starts at its first call (``ratelimit.allow_n``). Over
+    the limit, the response is 429 with ``Retry-After`` (the seconds until the
+    window ends), JSON for JSON clients. Sync, async and class-based views.
+    """
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
+    if not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
+
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+        name_for = _key_function(key, view, "@rate_limited")
+
+        def refusal(request: HttpRequest, args: tuple, kwargs: dict) -> HttpResponse | None:
+            try:
+                name = name_for(request, args, kwargs)
+                result = hit(name, limit, seconds)
+            except InvalidName as exc:
+                return error_response(request, 400, "bad_rate_limit_key", str(exc))
+            if result.allowed:
+                return None
+            return error_response(
+                request,
+                429,
+                "rate_limited",
+                f"Too many requests: {limit} per {seconds:g} seconds.",
+                retry_after=result.retry_after,
+            )
+
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                refused = await run_in_thread(refusal, request, args, kwargs)
+                return refused if refused is not None else await view(request, *args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            refused = refusal(request, args, kwargs)
+            return refused if refused is not None else view(request, *args, **kwargs)
 
         return wrapper
 

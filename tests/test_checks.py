@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
@@ -13,6 +14,8 @@ SHARDED = {
     "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
 }
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+RULE = {"name": "api", "path": "^/api/", "limit": 5, "timeout": 30}
+MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
 
 
 def ids(**settings) -> list[str]:
@@ -44,6 +47,28 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
         ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),
         ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": {"name": "x"}}}, ["rcoord.E008"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "colour": 1}]}}, ["rcoord.E008"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [RULE, RULE]}}, ["rcoord.E008"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "name": ""}]}}, ["rcoord.E008"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "path": None}]}}, ["rcoord.E009"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "path": "(unclosed"}]}}, ["rcoord.E009"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "url_names": "home"}]}}, ["rcoord.E009"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "limit": 0}]}}, ["rcoord.E010"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "timeout": "5"}]}}, ["rcoord.E010"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "wait": -1}]}}, ["rcoord.E010"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "scope": "planet"}]}}, ["rcoord.E010"]),
+        ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "fail_open": "yes"}]}}, ["rcoord.E010"]),
+        (
+            {
+                "RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "scope": "user"}]},
+                "MIDDLEWARE": [
+                    MIDDLEWARE,
+                    "django.contrib.auth.middleware.AuthenticationMiddleware",
+                ],
+            },
+            ["rcoord.E011"],
+        ),
     ],
 )
 def test_each_check_id(settings: dict, expected: list[str]) -> None:
@@ -73,3 +98,14 @@ def test_every_error_has_a_hint() -> None:
         messages = check_settings()
     assert len(messages) == 3
     assert all(message.hint for message in messages)
+
+
+def test_rules_without_the_middleware_are_a_warning() -> None:
+    with override_settings(RCOORD={"CONCURRENCY_LIMITS": [RULE]}):
+        (message,) = check_settings()
+    assert message.id == "rcoord.W001"
+    with override_settings(
+        RCOORD={"CONCURRENCY_LIMITS": [{**RULE, "scope": "user"}]},
+        MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE],
+    ):
+        assert check_settings() == []

@@ -13,5 +13,11 @@ urlpatterns = [
     path("note/<str:slug>/", views.note),
     path("cbv/<int:item_id>/", views.PurchaseView.as_view()),
     path("async-cbv/<int:item_id>/", views.AsyncPurchaseView.as_view()),
+    path("download/", views.download),
+    path("greet/<str:name>/", views.async_greet),
+    path("limited/slow/", views.slow, name="slow"),
+    path("limited/slow-async/", views.slow_async, name="slow-async"),
+    path("limited/streaming/", views.streaming),
+    path("unlimited/", views.unlimited, name="unlimited"),
     path("example/", include("example_project.urls")),
 ]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+import asyncio
+import threading
+import time
+
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_rcoord.connection import get_client
-from django_rcoord.decorators import locked
+from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.keys import KeySpace
 
 
@@ -68,3 +72,48 @@ class AsyncPurchaseView(View):
     @method_decorator(locked("purchase:{item_id}"))
     async def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
         return JsonResponse({"item": item_id, "held": lock_is_held(f"purchase:{item_id}")})
+
+
+# -- rate limits ------------------------------------------------------------------
+@rate_limited("download:{user.pk}", limit=2, seconds=60)
+def download(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("file")
+
+
+@rate_limited(lambda request, name: f"greet:{name}", limit=1, seconds=60)
+async def async_greet(request: HttpRequest, name: str) -> HttpResponse:
+    return HttpResponse(f"hello {name}")
+
+
+# -- concurrency limits ---------------------------------------------------------------
+gate = threading.Event()
+inside = threading.Semaphore(0)
+async_gate: asyncio.Event | None = None
+
+
+def slow(request: HttpRequest) -> HttpResponse:
+    """Blocks until the test opens the gate (or sleeps ?sleep= seconds)."""
+    if "sleep" in request.GET:
+        time.sleep(float(request.GET["sleep"]))
+    else:
+        inside.release()
+        gate.wait(30)
+    if request.GET.get("fail"):
+        raise RuntimeError("the view failed")
+    return HttpResponse("done")
+
+
+async def slow_async(request: HttpRequest) -> HttpResponse:
+    if async_gate is not None:
+        await async_gate.wait()
+    if request.GET.get("fail"):
+        raise RuntimeError("the view failed")
+    return HttpResponse("done")
+
+
+def streaming(request: HttpRequest) -> StreamingHttpResponse:
+    return StreamingHttpResponse(f"chunk {index}\n" for index in range(3))
+
+
+def unlimited(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("free")

@@ -1,0 +1,303 @@
+"""``ConcurrencyLimitMiddleware``: at most N requests at once, per rule, across every process.
+
+Rules come from ``RCOORD["CONCURRENCY_LIMITS"]``. A request covered by a rule
+takes a permit of a fair ``Semaphore`` before the view runs and holds it until
+the response is finished (for a streaming response, until its last chunk or
+until the server closes it), refreshed while it runs. A request that gets no
+permit within the rule's ``wait`` gets a 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.urls import Resolver404, resolve
+
+from django_rcoord.conf import conf
+from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
+from django_rcoord.responses import error_response
+from django_rcoord.semaphores import PermitKeeper, Semaphore
+from django_rcoord.waiting import run_in_thread
+
+logger = logging.getLogger(__name__)
+
+RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "fail_open"}
+SCOPES = ("global", "user", "ip")
+
+# Errors that mean "Redis cannot be asked now": the rule's fail_open decides.
+UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionNotConfigured)
+
+_keeper = PermitKeeper()
+
+
+@dataclass(frozen=True)
+class ConcurrencyRule:
+    name: str
+    path: re.Pattern[str] | None
+    url_names: frozenset[str]
+    limit: int
+    timeout: float
+    wait: float
+    scope: str
+    fail_open: bool
+
+    def covers(self, request: HttpRequest, view_names: Sequence[str]) -> bool:
+        if self.path is not None and self.path.search(request.path_info):
+            return True
+        return any(name in self.url_names for name in view_names)
+
+    def semaphore_for(self, request: HttpRequest) -> Semaphore:
+        if self.scope == "global":
+            name = self.name
+        elif (
+            self.scope == "user"
+            and getattr(request, "user", None) is not None
+            and (request.user.is_authenticated)
+        ):
+            name = f"{self.name}:user:{request.user.pk}"
+        else:  # "ip", and anonymous users of a "user" rule
+            name = f"{self.name}:ip:{request.META.get('REMOTE_ADDR') or 'unknown'}"
+        return Semaphore(name, self.limit, timeout=self.timeout)
+
+
+def rule_problems(raw: object) -> list[tuple[str, str]]:
+    """(check id, message) for each problem of a CONCURRENCY_LIMITS value; [] when valid."""
+    if not isinstance(raw, (list, tuple)):
+        return [
+            ("rcoord.E008", f"CONCURRENCY_LIMITS must be a list of dicts, not {type(raw).__name__}")
+        ]
+    problems: list[tuple[str, str]] = []
+    names: set[str] = set()
+    for index, rule in enumerate(raw):
+        where = f"CONCURRENCY_LIMITS[{index}]"
+        if not isinstance(rule, dict):
+            problems.append(("rcoord.E008", f"{where} must be a dict, not {type(rule).__name__}"))
+            continue
+        unknown = sorted(set(rule) - RULE_KEYS)
+        if unknown:
+            problems.append(("rcoord.E008", f"{where} has unknown keys {unknown}"))
+        name = rule.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(("rcoord.E008", f"{where} needs a 'name' (a non-empty str)"))
+        elif name in names:
+            problems.append(("rcoord.E008", f"{where}: the name {name!r} is used twice"))
+        else:
+            names.add(name)
+            try:
+                Semaphore(name, 1)
+            except InvalidName as exc:
+                problems.append(("rcoord.E008", f"{where}: the name is not usable: {exc}"))
+        path, url_names = rule.get("path"), rule.get("url_names")
+        if path is None and url_names is None:
+            problems.append(("rcoord.E009", f"{where} needs 'path' (a regex) or 'url_names'"))
+        if path is not None:
+            try:
+                re.compile(path)
+            except (re.error, TypeError) as exc:
+                problems.append(("rcoord.E009", f"{where}: 'path' is not a valid regex: {exc}"))
+        if url_names is not None and (
+            not isinstance(url_names, (list, tuple))
+            or not all(isinstance(item, str) and item for item in url_names)
+        ):
+            problems.append(("rcoord.E009", f"{where}: 'url_names' must be a list of URL names"))
+        limit = rule.get("limit")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            problems.append(("rcoord.E010", f"{where}: 'limit' must be a positive int"))
+        if not _is_number(rule.get("timeout")) or not rule["timeout"] > 0:
+            problems.append(("rcoord.E010", f"{where}: 'timeout' must be a positive number"))
+        if not _is_number(rule.get("wait", 0)) or rule.get("wait", 0) < 0:
+            problems.append(("rcoord.E010", f"{where}: 'wait' must be a number >= 0"))
+        if rule.get("scope", "global") not in SCOPES:
+            problems.append(("rcoord.E010", f"{where}: 'scope' must be one of {SCOPES}"))
+        if not isinstance(rule.get("fail_open", True), bool):
+            problems.append(("rcoord.E010", f"{where}: 'fail_open' must be True or False"))
+    return problems
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:
+    """Compile CONCURRENCY_LIMITS (already validated by the system checks)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    problems = rule_problems(raw)
+    if problems:
+        raise ImproperlyConfigured("; ".join(f"{message} ({id_})" for id_, message in problems))
+    return tuple(
+        ConcurrencyRule(
+            name=rule["name"],
+            path=re.compile(rule["path"]) if rule.get("path") is not None else None,
+            url_names=frozenset(rule.get("url_names") or ()),
+            limit=rule["limit"],
+            timeout=float(rule["timeout"]),
+            wait=float(rule.get("wait", 0)),
+            scope=rule.get("scope", "global"),
+            fail_open=rule.get("fail_open", True),
+        )
+        for rule in raw
+    )
+
+
+_REFUSED = object()
+
+
+class ConcurrencyLimitMiddleware:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+        self._raw_rules: Any = None
+        self._rules: tuple[ConcurrencyRule, ...] = ()
+
+    # -- which rules -----------------------------------------------------------
+    def rules(self) -> tuple[ConcurrencyRule, ...]:
+        raw = conf.CONCURRENCY_LIMITS
+        if raw is not self._raw_rules:  # settings changed (override_settings)
+            self._rules = load_rules(raw)
+            self._raw_rules = raw
+        return self._rules
+
+    def matching_rules(self, request: HttpRequest) -> list[ConcurrencyRule]:
+        rules = self.rules()
+        if not rules:
+            return []
+        view_names: Sequence[str] = ()
+        if any(rule.url_names for rule in rules):
+            try:
+                match = resolve(request.path_info)
+                view_names = (match.view_name, match.url_name or "")
+            except Resolver404:
+                pass
+        return [rule for rule in rules if rule.covers(request, view_names)]
+
+    # -- permits ---------------------------------------------------------------
+    def _acquire(
+        self, rule: ConcurrencyRule, request: HttpRequest
+    ) -> tuple[Semaphore, str] | object | None:
+        """A held permit; _REFUSED; or None when Redis is down and the rule fails open."""
+        try:
+            semaphore = rule.semaphore_for(request)
+            identifier = semaphore.acquire(wait=rule.wait)
+        except UNAVAILABLE as exc:
+            if rule.fail_open:
+                logger.error(
+                    "Concurrency limit %r not applied: Redis unavailable: %s", rule.name, exc
+                )
+                return None
+            logger.error(
+                "Concurrency limit %r refused a request: Redis unavailable: %s", rule.name, exc
+            )
+            return _REFUSED
+        if identifier is None:
+            return _REFUSED
+        _keeper.keep(semaphore, identifier)
+        return semaphore, identifier
+
+    def _acquire_all(
+        self, request: HttpRequest, rules: list[ConcurrencyRule]
+    ) -> list[tuple[Semaphore, str]] | HttpResponse:
+        permits: list[tuple[Semaphore, str]] = []
+        for rule in rules:
+            outcome = self._acquire(rule, request)
+            if outcome is _REFUSED:
+                _release(permits)
+                return error_response(
+                    request,
+                    503,
+                    "too_busy",
+                    "Too many requests are being served right now; try again shortly.",
+                    retry_after=1,
+                )
+            if outcome is not None:
+                permits.append(outcome)  # type: ignore[arg-type]
+        return permits
+
+    # -- the request -----------------------------------------------------------
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        rules = self.matching_rules(request)
+        if not rules:
+            return self.get_response(request)
+        permits = self._acquire_all(request, rules)
+        if isinstance(permits, HttpResponse):
+            return permits
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            _release(permits)
+            raise
+        return _hold_until_finished(response, permits)
+
+    async def __acall__(self, request: HttpRequest) -> Any:
+        rules = self.matching_rules(request)
+        if not rules:
+            return await self.get_response(request)
+        permits = await run_in_thread(self._acquire_all, request, rules, undo=_release_if_permits)
+        if isinstance(permits, HttpResponse):
+            return permits
+        try:
+            response = await self.get_response(request)
+        except BaseException:
+            await run_in_thread(_release, permits)
+            raise
+        if isinstance(response, StreamingHttpResponse):
+            return _hold_until_finished(response, permits)
+        await run_in_thread(_release, permits)
+        return response
+
+
+def _release(permits: list[tuple[Semaphore, str]]) -> None:
+    for semaphore, identifier in permits:
+        _keeper.drop(semaphore, identifier)
+        try:
+            semaphore.release(identifier)
+        except UNAVAILABLE as exc:  # the lease ends it anyway
+            logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
+
+
+def _release_if_permits(outcome: Any) -> None:
+    if isinstance(outcome, list):
+        _release(outcome)
+
+
+def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) -> Any:
+    """Release now, or, for a streaming response, when its body has been sent (or closed)."""
+    if not isinstance(response, StreamingHttpResponse):
+        _release(permits)
+        return response
+    if response.is_async:
+        content: AsyncIterator[Any] = response.streaming_content  # type: ignore[assignment]
+
+        async def release_after_async() -> AsyncIterator[Any]:
+            try:
+                async for chunk in content:
+                    yield chunk
+            finally:
+                await run_in_thread(_release, permits)
+
+        response.streaming_content = release_after_async()
+    else:
+        sync_content: Iterator[Any] = response.streaming_content  # type: ignore[assignment]
+
+        def release_after() -> Iterator[Any]:
+            try:
+                yield from sync_content
+            finally:
+                _release(permits)
+
+        response.streaming_content = release_after()
+    return response

@@ -1,0 +1,207 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client, override_settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.semaphores import Semaphore
+from tests import views
+
+MIDDLEWARE = [*settings.MIDDLEWARE, "django_rcoord.middleware.ConcurrencyLimitMiddleware"]
+
+
+def limits(*rules: dict, **extra_rcoord) -> override_settings:
+    return override_settings(
+        MIDDLEWARE=MIDDLEWARE, RCOORD={"CONCURRENCY_LIMITS": list(rules), **extra_rcoord}
+    )
+
+
+SLOW = {"name": "slow", "url_names": ["slow", "slow-async"], "limit": 2, "timeout": 10}
+
+
+@pytest.fixture(autouse=True)
+def _reset_gates():
+    views.gate.clear()
+    while views.inside.acquire(blocking=False):
+        pass
+    yield
+    views.gate.set()
+    views.async_gate = None
+
+
+def in_thread(path: str, results: list, **headers) -> threading.Thread:
+    def run() -> None:
+        results.append(Client(raise_request_exception=False).get(path, **headers))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@limits(SLOW)
+def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
+    results: list = []
+    threads = [in_thread("/limited/slow/", results) for _ in range(2)]
+    for _ in range(2):
+        assert views.inside.acquire(timeout=10)
+    refused = client.get("/limited/slow/", HTTP_ACCEPT="application/json")
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == "1"
+    assert refused.json()["error"] == "too_busy"
+    page = client.get("/limited/slow/", HTTP_ACCEPT="text/html")
+    assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert client.get("/unlimited/").status_code == 200  # not covered by the rule
+    views.gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert [response.status_code for response in results] == [200, 200]
+    assert Semaphore("slow", 2).holders() == 0
+
+
+@limits(SLOW)
+async def test_async_the_request_over_the_limit_gets_503(async_client) -> None:
+    views.async_gate = asyncio.Event()
+    first = asyncio.create_task(async_client.get("/limited/slow-async/"))
+    second = asyncio.create_task(async_client.get("/limited/slow-async/"))
+    semaphore = Semaphore("slow", 2)
+    deadline = time.monotonic() + 10
+    while semaphore.holders() < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    refused = await async_client.get("/limited/slow-async/")
+    assert refused.status_code == 503 and refused["Retry-After"] == "1"
+    views.async_gate.set()
+    assert [(await first).status_code, (await second).status_code] == [200, 200]
+    assert semaphore.holders() == 0
+
+
+@limits({"name": "all", "path": r"^/limited/", "limit": 5, "timeout": 10})
+def test_a_thousand_requests_ten_percent_failing_leave_no_permit_held() -> None:
+    client = Client(raise_request_exception=False)
+    statuses = [
+        client.get(
+            "/limited/slow/", {"sleep": 0, "fail": "1" if index % 10 == 0 else ""}
+        ).status_code
+        for index in range(1000)
+    ]
+    assert statuses.count(500) == 100 and statuses.count(200) == 900
+    assert Semaphore("all", 5).holders() == 0
+
+
+@limits({"name": "all", "path": r"^/limited/", "limit": 5, "timeout": 10})
+async def test_async_failures_leave_no_permit_held(async_client) -> None:
+    async_client.raise_request_exception = False
+    statuses = []
+    for batch in range(40):  # batches of 5 concurrent requests: each fits the limit
+        responses = await asyncio.gather(
+            *(
+                async_client.get(
+                    "/limited/slow-async/", {"fail": "1" if (batch * 5 + i) % 10 == 0 else ""}
+                )
+                for i in range(5)
+            )
+        )
+        statuses += [response.status_code for response in responses]
+    assert statuses.count(500) == 20 and statuses.count(200) == 180
+    assert Semaphore("all", 5).holders() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+@limits({**SLOW, "limit": 1, "scope": "user"})
+def test_user_scope_keeps_users_apart(django_user_model) -> None:
+    ada = django_user_model.objects.create_user("ada", password="pw")
+    bob = django_user_model.objects.create_user("bob", password="pw")
+    ada_client, bob_client = Client(), Client()
+    ada_client.force_login(ada)
+    bob_client.force_login(bob)
+    results: list = []
+    session = ada_client.cookies["sessionid"].value
+    thread = in_thread("/limited/slow/", results, HTTP_COOKIE=f"sessionid={session}")
+    assert views.inside.acquire(timeout=10)
+    assert ada_client.get("/limited/slow/").status_code == 503
+    refused_anonymous = Client().get("/limited/slow/?sleep=0")
+    assert refused_anonymous.status_code == 200  # anonymous users are limited by IP
+    assert bob_client.get("/limited/slow/", {"sleep": 0}).status_code == 200
+    views.gate.set()
+    thread.join(10)
+    assert results[0].status_code == 200
+
+
+@limits({"name": "ips", "path": "^/limited/", "limit": 1, "timeout": 10, "scope": "ip"})
+def test_ip_scope() -> None:
+    results: list = []
+    thread = in_thread("/limited/slow/", results, REMOTE_ADDR="10.0.0.1")
+    assert views.inside.acquire(timeout=10)
+    assert Client(REMOTE_ADDR="10.0.0.1").get("/limited/slow/").status_code == 503
+    assert Client(REMOTE_ADDR="10.0.0.2").get("/limited/slow/?sleep=0").status_code == 200
+    views.gate.set()
+    thread.join(10)
+
+
+@limits({"name": "stream", "path": "^/limited/streaming/", "limit": 1, "timeout": 10})
+def test_streaming_response_holds_its_permit_until_the_body_is_sent(client) -> None:
+    response = client.get("/limited/streaming/")
+    semaphore = Semaphore("stream", 1)
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b"chunk 0\n"
+    assert semaphore.holders() == 1
+    assert client.get("/limited/streaming/").status_code == 503
+    assert list(chunks) == [b"chunk 1\n", b"chunk 2\n"]
+    assert semaphore.holders() == 0  # released with the last chunk
+
+
+@limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 0.3})
+def test_a_request_longer_than_the_lease_keeps_its_permit() -> None:
+    results: list = []
+    thread = in_thread("/limited/slow/?sleep=1.2", results)
+    time.sleep(0.8)  # well past the 0.3 s lease: only refreshing keeps the permit
+    assert Client().get("/limited/slow/?sleep=0").status_code == 503
+    thread.join(10)
+    assert results[0].status_code == 200
+    assert Client().get("/limited/slow/?sleep=0").status_code == 200
+
+
+@pytest.fixture
+def stopped_redis_alias(tmp_path: Path):
+    server = EmbeddedRedis(tmp_path / "down").start()
+    server.stop()
+    caches = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": server.url,
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)}},
+        },
+    }
+    with override_settings(CACHES=caches):
+        yield "down"
+
+
+@pytest.mark.parametrize(("fail_open", "status"), [(True, 200), (False, 503)])
+def test_fail_open_with_a_stopped_redis(
+    stopped_redis_alias: str, fail_open: bool, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
+    with limits(rule, CONNECTION=stopped_redis_alias), caplog.at_level(logging.ERROR):
+        response = Client().get("/limited/slow/?sleep=0")
+    assert response.status_code == status
+    assert "Redis unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+async def test_async_fail_open_with_a_stopped_redis(
+    stopped_redis_alias: str, fail_open: bool, async_client
+) -> None:
+    rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
+    with limits(rule, CONNECTION=stopped_redis_alias):
+        response = await async_client.get("/limited/slow-async/")
+    assert response.status_code == (200 if fail_open else 503)

@@ -51,3 +51,74 @@ def release_lock(conn: redis.Redis, lockname: str, identifier: str) -> bool:
             except redis.exceptions.WatchError:
                 pass
     return False
+
+
+def acquire_lock(conn: redis.Redis, lockname: str, acquire_timeout: float = 10) -> str | None:
+    """6.2.3: SETNX in a loop with a 1 ms sleep, no TTL (the book's first lock)."""
+    identifier = str(uuid.uuid4())
+    end = time.time() + acquire_timeout
+    while time.time() < end:
+        if conn.setnx("lock:" + lockname, identifier):
+            return identifier
+        time.sleep(0.001)
+    return None
+
+
+def acquire_semaphore(conn: redis.Redis, semname: str, limit: int, timeout: float = 10):
+    """6.3.1: the counting semaphore (client clock; two round trips when it fails)."""
+    identifier = str(uuid.uuid4())
+    now = time.time()
+    pipeline = conn.pipeline(True)
+    pipeline.zremrangebyscore(semname, "-inf", now - timeout)
+    pipeline.zadd(semname, {identifier: now})
+    pipeline.zrank(semname, identifier)
+    if pipeline.execute()[-1] < limit:
+        return identifier
+    conn.zrem(semname, identifier)
+    return None
+
+
+def release_semaphore(conn: redis.Redis, semname: str, identifier: str) -> bool:
+    return bool(conn.zrem(semname, identifier))
+
+
+def acquire_fair_semaphore(conn: redis.Redis, semname: str, limit: int, timeout: float = 10):
+    """6.3.2: the fair semaphore: two MULTI/EXEC round trips (three when it fails),
+    one of them an O(N) ZINTERSTORE; fair only if client clocks agree."""
+    identifier = str(uuid.uuid4())
+    czset = semname + ":owner"
+    ctr = semname + ":counter"
+    now = time.time()
+    pipeline = conn.pipeline(True)
+    pipeline.zremrangebyscore(semname, "-inf", now - timeout)
+    pipeline.zinterstore(czset, {czset: 1, semname: 0})
+    pipeline.incr(ctr)
+    counter = pipeline.execute()[-1]
+    pipeline.zadd(semname, {identifier: now})
+    pipeline.zadd(czset, {identifier: counter})
+    pipeline.zrank(czset, identifier)
+    if pipeline.execute()[-1] < limit:
+        return identifier
+    pipeline.zrem(semname, identifier)
+    pipeline.zrem(czset, identifier)
+    pipeline.execute()
+    return None
+
+
+def release_fair_semaphore(conn: redis.Redis, semname: str, identifier: str) -> bool:
+    """6.3.2: ZREM from both sets in one MULTI/EXEC."""
+    pipeline = conn.pipeline(True)
+    pipeline.zrem(semname, identifier)
+    pipeline.zrem(semname + ":owner", identifier)
+    return bool(pipeline.execute()[0])
+
+
+def acquire_semaphore_with_lock(conn: redis.Redis, semname: str, limit: int, timeout: float = 10):
+    """6.3.5: the fair semaphore taken under the book's lock (to close its race)."""
+    identifier = acquire_lock(conn, semname, acquire_timeout=0.01)
+    if identifier:
+        try:
+            return acquire_fair_semaphore(conn, semname, limit, timeout)
+        finally:
+            release_lock(conn, semname, identifier)
+    return None

@@ -93,7 +93,7 @@ def main() -> None:
             rows.append(
                 measure(
                     "dramatiq ConcurrentRateLimiter",
-                    "2",
+                    "6 (WATCH)",
                     dramatiq_cycle,
                     count=count,
                     repeats=repeats,

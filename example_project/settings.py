@@ -39,6 +39,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_rcoord.middleware.ConcurrencyLimitMiddleware",
 ]
 
 ROOT_URLCONF = "example_project.urls"
@@ -86,6 +87,9 @@ RCOORD = {
     "CONNECTION": "default",
     "KEY_PREFIX": "rcoord",
     "EMBEDDED_REDIS_DIR": EMBEDDED_REDIS_DIR,
+    "CONCURRENCY_LIMITS": [
+        {"name": "slow-report", "url_names": ["slow-report"], "limit": 2, "timeout": 10},
+    ],
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"

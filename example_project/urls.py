@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from example_project import market_views, views
+from example_project import coordination_views, market_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,5 +13,7 @@ urlpatterns = [
     path("market/", market_views.market_home, name="market"),
     path("market/list/", market_views.list_item, name="market-list"),
     path("market/buy/<str:member>/", market_views.buy_item, name="market-buy"),
+    path("verification-code/", coordination_views.verification_code, name="verification-code"),
+    path("slow-report/", coordination_views.slow_report, name="slow-report"),
     path("admin/", admin.site.urls),
 ]

@@ -14,6 +14,16 @@ DEMOS: list[tuple[str, str, str]] = [
         "Marketplace",
         "list and buy items; each purchase holds a per-item lock with a fencing token",
     ),
+    (
+        "verification-code",
+        "Send me a verification code",
+        "one code a minute per user, with an atomic rate-limit counter",
+    ),
+    (
+        "slow-report",
+        "Slow report",
+        "at most two at once across all processes (ConcurrencyLimitMiddleware, a fair semaphore)",
+    ),
 ]
 
 

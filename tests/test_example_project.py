@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -53,6 +55,14 @@ def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:
             time.sleep(0.2)
 
 
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def test_check_is_clean_with_redis_url(tmp_path: Path, redis_url: str) -> None:
     result = manage("check", env=example_env(tmp_path, REDIS_URL=redis_url))
     assert result.returncode == 0, result.stderr
@@ -80,6 +90,12 @@ def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> N
         assert (tmp_path / "redis" / "appendonly.aof").exists() or (
             tmp_path / "redis" / "appendonlydir"
         ).exists()
+        # The example's concurrency limit: two slow reports at once; a third gets a 503.
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            statuses = sorted(
+                pool.map(lambda _: http_status(f"http://127.0.0.1:{port}/slow-report/"), range(3))
+            )
+        assert statuses == [200, 200, 503]
     finally:
         demo.send_signal(signal.SIGINT)
         output, _ = demo.communicate(timeout=30)

@@ -87,3 +87,17 @@ async def test_rate_limited_async_view(async_client) -> None:
     refused = await async_client.get("/greet/ada/")
     assert refused.status_code == 429 and refused["Retry-After"]
     assert (await async_client.get("/greet/bob/")).status_code == 200
+
+
+@pytest.mark.django_db
+def test_verification_code_page_sends_one_code_a_minute(
+    client, django_user_model, mailoutbox
+) -> None:
+    user = django_user_model.objects.create_user("ada", email="ada@example.com", password="pw")
+    client.force_login(user)
+    assert client.get("/example/verification-code/").status_code == 200
+    first = client.post("/example/verification-code/")
+    assert first.status_code == 200 and "on its way" in first.content.decode()
+    second = client.post("/example/verification-code/")
+    assert second.status_code == 429 and "One code a minute" in second.content.decode()
+    assert len(mailoutbox) == 1 and mailoutbox[0].to == ["ada@example.com"]

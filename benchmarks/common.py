@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import platform
 import socket
 import statistics
@@ -9,6 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import django
 import redis
@@ -88,3 +91,32 @@ def print_table(title: str, rows: list[Measurement], baseline: Measurement) -> N
             f"{row.name:<34} {row.round_trips:>12} {row.median:>15,.0f} "
             f"{row.spread:>7.0%} {row.median / baseline.median:>8.2f}x"
         )
+
+
+def two_pings(client: redis.Redis, *, count: int, repeats: int) -> Measurement:
+    """The floor for a two-round-trip operation, measured beside it."""
+
+    def ping_twice() -> None:
+        client.ping()
+        client.ping()
+
+    return measure("2 x PING (the floor)", "2", ping_twice, count=count, repeats=repeats)
+
+
+def run_benchmark(description: str, scenario: Callable[[Any, int, int], None]) -> None:
+    """Parse --count/--repeats, start Redis, configure Django, run ``scenario(client, count,
+    repeats)``, stop Redis."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--count", type=int, default=3000, help="operations per repeat")
+    parser.add_argument("--repeats", type=int, default=5)
+    options = parser.parse_args()
+    server = start_redis()
+    try:
+        configure_django(server.url)
+        from django_rcoord.connection import get_client
+
+        client = get_client()
+        print(f"{datetime.date.today()}: {describe_machine(client)}")
+        scenario(client, options.count, options.repeats)
+    finally:
+        server.stop()

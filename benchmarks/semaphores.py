@@ -5,106 +5,80 @@ python -m benchmarks.semaphores [--count N] [--repeats R]
 
 from __future__ import annotations
 
-import argparse
-import datetime
-
 from benchmarks import book
-from benchmarks.common import configure_django, describe_machine, measure, print_table, start_redis
+from benchmarks.common import measure, print_table, run_benchmark, two_pings
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=3000, help="cycles per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
-    options = parser.parse_args()
+def scenario(client, count: int, repeats: int) -> None:
+    from django_rcoord.semaphores import Semaphore
 
-    server = start_redis()
-    try:
-        configure_django(server.url)
-        from django_rcoord.connection import get_client
-        from django_rcoord.semaphores import Semaphore
+    fair = Semaphore("bench-fair", 5, client=client)
+    counting = Semaphore("bench-counting", 5, fair=False, client=client)
 
-        client = get_client()
-        print(f"{datetime.date.today()}: {describe_machine(client)}")
-        count, repeats = options.count, options.repeats
+    def fair_cycle() -> None:
+        fair.release(fair.acquire())
 
-        def two_pings() -> None:
-            client.ping()
-            client.ping()
+    def counting_cycle() -> None:
+        counting.release(counting.acquire())
 
-        fair = Semaphore("bench-fair", 5, client=client)
-        counting = Semaphore("bench-counting", 5, fair=False, client=client)
-
-        def fair_cycle() -> None:
-            fair.release(fair.acquire())
-
-        def counting_cycle() -> None:
-            counting.release(counting.acquire())
-
-        def book_fair_cycle() -> None:
-            book.release_fair_semaphore(
-                client, "book-fair", book.acquire_fair_semaphore(client, "book-fair", 5)
-            )
-
-        def book_with_lock_cycle() -> None:
-            book.release_fair_semaphore(
-                client, "book-lock", book.acquire_semaphore_with_lock(client, "book-lock", 5)
-            )
-
-        def book_counting_cycle() -> None:
-            book.release_semaphore(
-                client, "book-counting", book.acquire_semaphore(client, "book-counting", 5)
-            )
-
-        rows = [
-            measure("2 x PING (the floor)", "2", two_pings, count=count, repeats=repeats),
-            measure("django-rcoord fair Semaphore", "2", fair_cycle, count=count, repeats=repeats),
-            measure(
-                "django-rcoord counting Semaphore",
-                "2",
-                counting_cycle,
-                count=count,
-                repeats=repeats,
-            ),
-            measure("book: fair semaphore", "3", book_fair_cycle, count=count, repeats=repeats),
-            measure(
-                "book: fair semaphore with lock",
-                "1+2+1 + 3",
-                book_with_lock_cycle,
-                count=count,
-                repeats=repeats,
-            ),
-            measure(
-                "book: counting semaphore", "2", book_counting_cycle, count=count, repeats=repeats
-            ),
-        ]
-        try:
-            from dramatiq.rate_limits import ConcurrentRateLimiter
-            from dramatiq.rate_limits.backends import RedisBackend
-        except ImportError:
-            print("(dramatiq not installed: pip install 'django-rcoord[bench]')")
-        else:
-            limiter = ConcurrentRateLimiter(RedisBackend(client=client), "bench", limit=5)
-
-            def dramatiq_cycle() -> None:
-                with limiter.acquire(raise_on_failure=False):
-                    pass
-
-            rows.append(
-                measure(
-                    "dramatiq ConcurrentRateLimiter",
-                    "6 (WATCH)",
-                    dramatiq_cycle,
-                    count=count,
-                    repeats=repeats,
-                )
-            )
-        print_table(
-            f"Uncontended acquire+release cycles, limit 5, {repeats} x {count}", rows, rows[0]
+    def book_fair_cycle() -> None:
+        book.release_fair_semaphore(
+            client, "book-fair", book.acquire_fair_semaphore(client, "book-fair", 5)
         )
-    finally:
-        server.stop()
+
+    def book_with_lock_cycle() -> None:
+        book.release_fair_semaphore(
+            client, "book-lock", book.acquire_semaphore_with_lock(client, "book-lock", 5)
+        )
+
+    def book_counting_cycle() -> None:
+        book.release_semaphore(
+            client, "book-counting", book.acquire_semaphore(client, "book-counting", 5)
+        )
+
+    rows = [
+        two_pings(client, count=count, repeats=repeats),
+        measure("django-rcoord fair Semaphore", "2", fair_cycle, count=count, repeats=repeats),
+        measure(
+            "django-rcoord counting Semaphore",
+            "2",
+            counting_cycle,
+            count=count,
+            repeats=repeats,
+        ),
+        measure("book: fair semaphore", "3", book_fair_cycle, count=count, repeats=repeats),
+        measure(
+            "book: fair semaphore with lock",
+            "1+2+1 + 3",
+            book_with_lock_cycle,
+            count=count,
+            repeats=repeats,
+        ),
+        measure("book: counting semaphore", "2", book_counting_cycle, count=count, repeats=repeats),
+    ]
+    try:
+        from dramatiq.rate_limits import ConcurrentRateLimiter
+        from dramatiq.rate_limits.backends import RedisBackend
+    except ImportError:
+        print("(dramatiq not installed: pip install 'django-rcoord[bench]')")
+    else:
+        limiter = ConcurrentRateLimiter(RedisBackend(client=client), "bench", limit=5)
+
+        def dramatiq_cycle() -> None:
+            with limiter.acquire(raise_on_failure=False):
+                pass
+
+        rows.append(
+            measure(
+                "dramatiq ConcurrentRateLimiter",
+                "6 (WATCH)",
+                dramatiq_cycle,
+                count=count,
+                repeats=repeats,
+            )
+        )
+    print_table(f"Uncontended acquire+release cycles, limit 5, {repeats} x {count}", rows, rows[0])
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(__doc__.splitlines()[0], scenario)

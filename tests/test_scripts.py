@@ -1,0 +1,63 @@
+"""The Lua scripts: documented, cluster-safe, loaded once and reloaded after a flush."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import pytest
+
+from django_rcoord.scripts import get_script, run_script
+
+SCRIPTS = [
+    (package, entry.name.removesuffix(".lua"))
+    for package in ("django_rcoord", "example_project")
+    for entry in resources.files(package).joinpath("lua").iterdir()
+    if entry.name.endswith(".lua")
+]
+
+
+def source(package: str, name: str) -> str:
+    return resources.files(package).joinpath("lua", f"{name}.lua").read_text()
+
+
+def test_scripts_are_found() -> None:
+    names = {name for _, name in SCRIPTS}
+    assert {"lock_acquire", "semaphore_acquire", "ratelimit_hit", "market_purchase"} <= names
+
+
+@pytest.mark.parametrize(("package", "name"), SCRIPTS)
+def test_each_script_has_a_header_naming_keys_args_and_return(package: str, name: str) -> None:
+    header = [line for line in source(package, name).splitlines() if line.startswith("--")]
+    text = "\n".join(header)
+    assert "KEYS[1]" in text and "Returns" in text, name
+
+
+@pytest.mark.parametrize(("package", "name"), SCRIPTS)
+def test_scripts_touch_keys_only_through_keys(package: str, name: str) -> None:
+    """A key built inside a script could sit in another cluster slot."""
+    code = "\n".join(
+        line for line in source(package, name).splitlines() if not line.lstrip().startswith("--")
+    )
+    for call in re.finditer(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
+        command, first = call.groups()
+        if command.upper() == "TIME":
+            continue
+        assert first.startswith("KEYS["), f"{name}: {call.group(0)}"
+
+
+def test_one_script_object_per_name_and_reload_after_flush(redis_client) -> None:
+    assert get_script("ratelimit_hit") is get_script("ratelimit_hit")
+    key = "rcoord:test:{x}:window"
+    assert run_script("ratelimit_hit", redis_client, keys=[key], args=[1000])[0] == 1
+    redis_client.script_flush()
+    assert run_script("ratelimit_hit", redis_client, keys=[key], args=[1000])[0] == 2
+
+
+def test_scripts_run_in_a_pipeline(redis_client) -> None:
+    redis_client.script_flush()
+    with redis_client.pipeline() as pipe:
+        run_script("ratelimit_hit", pipe, keys=["rcoord:test:{p}:window"], args=[1000])
+        run_script("ratelimit_hit", pipe, keys=["rcoord:test:{p}:window"], args=[1000])
+        results = pipe.execute()
+    assert [hits for hits, _ in results] == [1, 2]

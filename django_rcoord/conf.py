@@ -23,6 +23,14 @@ DEFAULTS: dict[str, Any] = {
     "EMBEDDED_REDIS_DIR": None,
     # Rules of ConcurrencyLimitMiddleware (see README, "Concurrency limits").
     "CONCURRENCY_LIMITS": [],
+    # Seconds a worker holds a task before it counts as dead (renewed while it runs).
+    "TASK_LEASE": 60,
+    # Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
+    # TASK_RETRY_BACKOFF_MAX.
+    "TASK_RETRY_BACKOFF": 1.0,
+    "TASK_RETRY_BACKOFF_MAX": 600.0,
+    # Queues `manage.py run_email_worker` watches by default, highest priority first.
+    "EMAIL_QUEUES": ["email"],
 }
 
 
@@ -66,6 +74,22 @@ class RcoordSettings:
     @property
     def CONCURRENCY_LIMITS(self) -> list[dict[str, Any]]:
         return get("CONCURRENCY_LIMITS")
+
+    @property
+    def TASK_LEASE(self) -> float:
+        return get("TASK_LEASE")
+
+    @property
+    def TASK_RETRY_BACKOFF(self) -> float:
+        return get("TASK_RETRY_BACKOFF")
+
+    @property
+    def TASK_RETRY_BACKOFF_MAX(self) -> float:
+        return get("TASK_RETRY_BACKOFF_MAX")
+
+    @property
+    def EMAIL_QUEUES(self) -> list[str]:
+        return get("EMAIL_QUEUES")
 
 
 conf = RcoordSettings()

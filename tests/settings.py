@@ -19,6 +19,7 @@ INSTALLED_APPS = [
     "django_rcoord",
     # The example project's pages are tested too (mounted under /example/).
     "example_project",
+    "tests",  # for tests/tasks.py, discovered by workers
 ]
 
 MIDDLEWARE = [
@@ -59,7 +60,12 @@ CACHES = {
     }
 }
 
-RCOORD = {"CONNECTION": "default"}
+RCOORD = {
+    "CONNECTION": "default",
+    # Short leases and backoff keep the queue tests quick.
+    "TASK_LEASE": float(os.environ.get("RCOORD_TEST_TASK_LEASE", "60")),
+    "TASK_RETRY_BACKOFF": 0.05,
+}
 
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

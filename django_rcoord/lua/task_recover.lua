@@ -1,0 +1,35 @@
+-- Put back tasks whose lease ran out (their worker died) at the front of their queue, and
+-- move delayed tasks that are due to the back of it. By the server's clock.
+-- KEYS[1]  owners HASH   KEYS[2] ready LIST   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
+-- KEYS[5]  wake LIST of the group
+-- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
+-- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none)}
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local batch = tonumber(ARGV[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
+for i = #expired, 1, -1 do
+    redis.call('LPUSH', KEYS[2], expired[i])
+end
+if #expired > 0 then
+    redis.call('ZREM', KEYS[3], unpack(expired))
+    redis.call('HDEL', KEYS[1], unpack(expired))
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, batch)
+if #due > 0 then
+    redis.call('RPUSH', KEYS[2], unpack(due))
+    redis.call('ZREM', KEYS[4], unpack(due))
+end
+local moved = #expired + #due
+if moved > 0 then
+    for _ = 1, math.min(moved, 64) do
+        redis.call('RPUSH', KEYS[5], 1)
+    end
+    redis.call('LTRIM', KEYS[5], -64, -1)
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+end
+local next_due = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+if #next_due == 0 then
+    return {#expired, #due, -1}
+end
+return {#expired, #due, tonumber(next_due[2]) - now}

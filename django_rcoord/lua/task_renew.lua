@@ -1,0 +1,11 @@
+-- Extend the lease of a task this worker still holds.
+-- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of its queue
+-- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] lease, ms, counted from now
+-- Returns  1 when renewed, 0 when the worker no longer holds the task.
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] or not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+    return 0
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
+return 1

@@ -1,0 +1,22 @@
+-- Move every dead letter of a queue back to the end of the queue, with fresh retries.
+-- KEYS[1]  dead LIST   KEYS[2] ready LIST   KEYS[3] failures HASH   KEYS[4] errors HASH
+-- KEYS[5]  wake LIST of the group
+-- ARGV[1]  wake-up token lifetime, ms
+-- Returns  how many tasks were requeued.
+local moved = 0
+while true do
+    local ids = redis.call('LRANGE', KEYS[1], 0, 999)
+    if #ids == 0 then
+        break
+    end
+    redis.call('RPUSH', KEYS[2], unpack(ids))
+    redis.call('HDEL', KEYS[3], unpack(ids))
+    redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('LTRIM', KEYS[1], #ids, -1)
+    moved = moved + #ids
+end
+if moved > 0 then
+    redis.call('RPUSH', KEYS[5], 1)
+    redis.call('PEXPIRE', KEYS[5], ARGV[1])
+end
+return moved

@@ -1,0 +1,323 @@
+"""The consuming side of the task queues: a worker loop that loses nothing.
+
+A ``Worker`` watches queues of one group in priority order. It takes a task in
+one script (moving it into the queue's in-flight set under a lease), runs it
+while a thread renews the lease, then finishes it and takes the next one in
+one more script. Idle, it blocks on the group's wake-up list (no polling) and,
+at most once a second, puts back tasks whose lease ran out and promotes due
+retries. Bad messages become dead letters; the worker itself never crashes on
+one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from django.db import close_old_connections
+
+from django_rcoord.conf import conf
+from django_rcoord.connection import resolve_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.queues import (
+    PermanentFailure,
+    QueueKeys,
+    autodiscover_tasks,
+    decode_message,
+    get_task,
+    same_group,
+)
+from django_rcoord.scripts import run_script
+from django_rcoord.waiting import Repeater, wait_for_signal
+
+logger = logging.getLogger(__name__)
+
+#: Longest an idle worker blocks before it looks for expired leases and due retries.
+IDLE_CHECK = 1.0
+#: Seconds a worker's heartbeat lives without renewal.
+HEARTBEAT_TTL = 15
+RECOVER_BATCH = 500
+
+
+@dataclass
+class Job:
+    id: str
+    body: bytes
+    queue: QueueKeys
+    failures: int  # failed attempts before this one
+
+
+class Worker:
+    """Runs tasks from ``queues`` (highest priority first) until ``stop()``.
+
+    ``burst=True`` stops when the queues are empty; ``max_tasks`` stops after
+    that many tasks. ``lease`` defaults to ``RCOORD["TASK_LEASE"]``.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        lease: float | None = None,
+        burst: bool = False,
+        max_tasks: int | None = None,
+        client: Any = None,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.queues = same_group(list(queues))
+        self.lease = float(conf.TASK_LEASE if lease is None else lease)
+        self.burst = burst
+        self.max_tasks = max_tasks
+        self._client = client
+        self.stopping = stop_event or threading.Event()
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.processed = 0
+        first = self.queues[0]
+        self._group_keys = [first.messages, first.owners, first.failures]
+        self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
+        space = KeySpace("queue", first.group)
+        self._workers_key = space.key("workers")
+        self._heartbeat_key = space.key(f"worker:{self.id}")
+        self._next_check = 0.0
+        self._last_heartbeat = 0.0
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, int(self.lease * 1000))
+
+    def stop(self) -> None:
+        """Finish the running task, then return from ``run()``."""
+        self.stopping.set()
+
+    # -- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        """Process tasks until stopped; returns how many were processed."""
+        autodiscover_tasks()
+        logger.info(
+            "worker %s watching %s (lease %ss)",
+            self.id,
+            ", ".join(queue.name for queue in self.queues),
+            self.lease,
+        )
+        backoff = 0.5
+        job: Job | None = None
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self._heartbeat()
+                    if job is None:
+                        self._recover_if_due()
+                        job = self._take()
+                    if job is None:
+                        if self.burst:
+                            self._recover_if_due(force=True)
+                            job = self._take()
+                            if job is None:
+                                break
+                            continue
+                        self._idle()
+                        continue
+                    job = self._process(job)
+                    backoff = 0.5
+                    if self.max_tasks is not None and self.processed >= self.max_tasks:
+                        break
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    # The task in hand (if any) is safe: its lease brings it back.
+                    job = None
+                    logger.error(
+                        "worker %s lost Redis (%s); retrying in %.1fs", self.id, exc, backoff
+                    )
+                    self.stopping.wait(backoff)
+                    backoff = min(backoff * 2, 10.0)
+        finally:
+            if job is not None:
+                self._give_back(job)
+            self._sign_off()
+        logger.info("worker %s stopped after %d tasks", self.id, self.processed)
+        return self.processed
+
+    def _idle(self) -> None:
+        timeout = max(0.01, min(IDLE_CHECK, self._next_check - time.monotonic()))
+        if wait_for_signal(self.client, self._group_wake_key, timeout):
+            return
+        self._recover_if_due(force=True)
+
+    @property
+    def _group_wake_key(self) -> str:
+        return self.queues[0].wake
+
+    def _recover_if_due(self, *, force: bool = False) -> None:
+        """Put back expired leases and promote due retries, for every watched queue."""
+        if not force and time.monotonic() < self._next_check:
+            return
+        next_due = IDLE_CHECK
+        for queue in self.queues:
+            recovered, promoted, due_in_ms = run_script(
+                "task_recover",
+                self.client,
+                keys=[queue.owners, queue.ready, queue.in_flight, queue.delayed, queue.wake],
+                args=[RECOVER_BATCH, 60_000],
+            )
+            if recovered:
+                logger.warning("put back %d task(s) of %s whose worker died", recovered, queue.name)
+            if due_in_ms >= 0:
+                next_due = min(next_due, due_in_ms / 1000)
+        self._next_check = time.monotonic() + next_due
+
+    def _take(self) -> Job | None:
+        result = run_script(
+            "task_take",
+            self.client,
+            keys=[*self._group_keys, *self._take_keys],
+            args=[self.id, self._lease_ms],
+        )
+        return self._job(result)
+
+    def _job(self, result: Any) -> Job | None:
+        if not result:
+            return None
+        task_id, body, queue_index, failures = result
+        return Job(task_id.decode(), body, self.queues[int(queue_index) - 1], int(failures))
+
+    # -- one task --------------------------------------------------------------
+    def _process(self, job: Job) -> Job | None:
+        """Run ``job``, finish it, and return the next job (taken in the same round trip)."""
+        started = time.perf_counter()
+        outcome, error, delay_ms, name = self._execute(job)
+        took_ms = (time.perf_counter() - started) * 1000
+        next_queues = [] if self._should_stop_after_this() else self._take_keys
+        finished, following = self._finish(job, outcome, error, delay_ms, next_queues)
+        self.processed += 1
+        if not finished:
+            outcome = "lease lost (it runs again elsewhere)"
+        logger.info("task %s %s %s in %.1f ms", job.id, name, outcome, took_ms)
+        return self._job(following)
+
+    def _should_stop_after_this(self) -> bool:
+        if self.stopping.is_set():
+            return True
+        return self.max_tasks is not None and self.processed + 1 >= self.max_tasks
+
+    def _execute(self, job: Job) -> tuple[str, str, int, str]:
+        """Run the task: (outcome, error text, retry delay ms, task name)."""
+        message = decode_message(job.body)
+        if message is None or not isinstance(message.get("task"), str):
+            return "dead", "undecodable message (not a JSON object with a task name)", 0, "?"
+        name = message["task"]
+        registered = get_task(name)
+        if registered is None:
+            return "dead", f"unknown task {name!r} (not registered in this worker)", 0, name
+        args, kwargs = message.get("args", []), message.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return "dead", "args must be a JSON list and kwargs a JSON object", 0, name
+        try:
+            registered.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return "dead", f"the task does not accept these arguments: {exc}", 0, name
+        renewer = Repeater(self.lease / 3, lambda: self._renew(job), name=f"lease:{job.id}")
+        renewer.start()
+        close_old_connections()
+        try:
+            registered.function(*args, **kwargs)
+        except PermanentFailure as exc:
+            return "dead", f"PermanentFailure: {exc}", 0, name
+        except Exception:
+            error = traceback.format_exc()
+            if job.failures < registered.max_retries:
+                backoff = min(
+                    conf.TASK_RETRY_BACKOFF * 2**job.failures, conf.TASK_RETRY_BACKOFF_MAX
+                )
+                return "retry", error, int(backoff * 1000), name
+            return "dead", error, 0, name
+        finally:
+            renewer.stop()
+            close_old_connections()
+        return "ack", "", 0, name
+
+    def _renew(self, job: Job, lease_ms: int | None = None) -> bool:
+        return bool(
+            run_script(
+                "task_renew",
+                self.client,
+                keys=[job.queue.owners, job.queue.in_flight],
+                args=[job.id, self.id, lease_ms or self._lease_ms],
+            )
+        )
+
+    def _finish(
+        self, job: Job, outcome: str, error: str, delay_ms: int, next_queues: list[str]
+    ) -> tuple[int, Any]:
+        queue = job.queue
+        keys = [
+            queue.messages,
+            queue.owners,
+            queue.failures,
+            queue.errors,
+            queue.in_flight,
+            queue.delayed,
+            queue.dead,
+            *next_queues,
+        ]
+        args = [job.id, self.id, outcome, error, delay_ms, self._lease_ms]
+        # Keep trying through a Redis outage: until it is recorded, the task's lease
+        # would make it run again.
+        backoff = 0.5
+        deadline = time.monotonic() + self.lease
+        while True:
+            try:
+                finished, following = run_script("task_finish", self.client, keys=keys, args=args)
+                return int(finished), following
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                logger.error("finishing task %s failed (%s); retrying", job.id, exc)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _give_back(self, job: Job) -> None:
+        """A task taken but not run (we are stopping): end its lease now, so it goes back."""
+        try:
+            if self._renew(job, lease_ms=1):
+                time.sleep(0.002)
+                self._recover_if_due(force=True)
+        except (redis.ConnectionError, redis.TimeoutError):
+            logger.warning("could not give back task %s; its lease will", job.id)
+
+    # -- presence (for rcoord_status) -----------------------------------------------
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_heartbeat < HEARTBEAT_TTL / 3:
+            return
+        self._last_heartbeat = now
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(self._workers_key, self.id)
+            pipe.set(
+                self._heartbeat_key,
+                ",".join(queue.name for queue in self.queues),
+                ex=HEARTBEAT_TTL,
+            )
+            pipe.execute()
+
+    def _sign_off(self) -> None:
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.srem(self._workers_key, self.id)
+                pipe.delete(self._heartbeat_key)
+                pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError):
+            pass

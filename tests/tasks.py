@@ -1,0 +1,44 @@
+"""Tasks the queue tests run (discovered by workers: "tests" is an installed app)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django_rcoord.connection import get_client
+from django_rcoord.queues import task
+
+RAN = "test:ran"
+
+
+@task(queue="default")
+def record(marker: str) -> None:
+    """Leave an observable effect: the marker, once per run."""
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def record_slowly(marker: str, seconds: float) -> None:
+    get_client().rpush("test:started", f"{marker}:{os.getpid()}")
+    time.sleep(seconds)
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default", max_retries=3)
+def fail_then_succeed(marker: str, failures: int) -> None:
+    client = get_client()
+    attempt = client.incr(f"test:attempts:{marker}")
+    client.rpush(f"test:attempt-times:{marker}", repr(time.time()))
+    if attempt <= failures:
+        raise RuntimeError(f"attempt {attempt} fails on purpose")
+    client.rpush(RAN, marker)
+
+
+@task(queue="default", max_retries=0)
+def always_fail(marker: str) -> None:
+    raise ValueError(f"{marker} always fails")
+
+
+@task(name="tests.noop", queue="bench")
+def noop() -> None:
+    pass

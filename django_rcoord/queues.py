@@ -33,6 +33,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import resolve_client
+from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
 
@@ -78,7 +79,11 @@ class QueueKeys:
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
-        group, _, queue = name.rpartition("/")
+        if not isinstance(name, str):
+            raise InvalidName(f"a queue name must be a str, not {type(name).__name__}")
+        group, slash, queue = name.rpartition("/")
+        if not queue or (slash and not group):
+            raise InvalidName(f"{name!r} is not a queue name ('queue' or 'group/queue')")
         group = group or DEFAULT_GROUP
         space = KeySpace("queue", group)
         return cls(

@@ -203,6 +203,8 @@ class Worker:
         next_queues = [] if self._should_stop_after_this() else self._take_keys
         finished, following = self._finish(job, outcome, error, delay_ms, next_queues)
         self.processed += 1
+        if outcome == "retry":  # look for it when it is due, not at the next routine check
+            self._next_check = min(self._next_check, time.monotonic() + delay_ms / 1000)
         if not finished:
             outcome = "lease lost (it runs again elsewhere)"
         logger.info("task %s %s %s in %.1f ms", job.id, name, outcome, took_ms)

@@ -20,7 +20,21 @@ from django_rcoord.embedded import EmbeddedRedis
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis | None]:
+    """The throwaway server the suite started, or None when REDIS_URL names one."""
+    if os.environ.get("REDIS_URL"):
+        yield None
+        return
+    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: EmbeddedRedis | None) -> Iterator[str]:
     """The URL of the Redis the suite runs against."""
     url = os.environ.get("REDIS_URL")
     if url:
@@ -36,12 +50,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             )
         yield url
         return
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    yield redis_server.url
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -34,7 +34,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django_rcoord.conf import conf
 from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.scripts import run_script
 
 __all__ = [
@@ -383,3 +383,50 @@ def send_sold_email_via_queue(
 
 def default_email_queues() -> list[str]:
     return list(conf.EMAIL_QUEUES)
+
+
+# -- an overview for operators (rcoord_status) ----------------------------------------
+def known_groups(*, client: Any = None) -> list[str]:
+    """Queue groups that have ever had a task (the default group always)."""
+    client = resolve_client(client)
+    pattern = KeySpace("queue", "x").pattern.replace("{x}", "{*}").removesuffix("*") + "queues"
+    groups = {DEFAULT_GROUP}
+    for key in client.scan_iter(match=pattern, count=1000):
+        text = key.decode()
+        groups.add(decode_name(text[text.index("{") + 1 : text.index("}")]))
+    return sorted(groups)
+
+
+def overview(*, client: Any = None) -> dict[str, Any]:
+    """Every known queue with its counts and oldest ready task, and the live workers."""
+    client = resolve_client(client)
+    now_seconds, now_micros = client.time()
+    now = now_seconds + now_micros / 1e6
+    queues = []
+    workers = []
+    for group in known_groups(client=client):
+        for name in known_queues(group, client=client):
+            keys = QueueKeys.of(name)
+            stats = queue_stats(name, client=client)
+            oldest_id = client.lindex(keys.ready, 0)
+            oldest = decode_message(client.hget(keys.messages, oldest_id)) if oldest_id else None
+            age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
+            queues.append({"name": name, **stats, "oldest_ready_age": age})
+        space = KeySpace("queue", group)
+        running: dict[str, list[str]] = {}
+        for task_id, worker in client.hgetall(space.key("owners")).items():
+            running.setdefault(worker.decode(), []).append(task_id.decode())
+        for member in sorted(client.smembers(space.key("workers"))):
+            worker_id = member.decode()
+            watched = client.get(space.key(f"worker:{worker_id}"))
+            if watched is None:  # its heartbeat ran out: the worker is gone
+                client.srem(space.key("workers"), worker_id)
+                continue
+            current = []
+            for task_id in running.get(worker_id, []):
+                message = decode_message(client.hget(space.key("messages"), task_id)) or {}
+                current.append({"id": task_id, "task": message.get("task")})
+            workers.append(
+                {"id": worker_id, "queues": watched.decode().split(","), "running": current}
+            )
+    return {"queues": queues, "workers": workers}

@@ -318,3 +318,47 @@ def test_chaos_workers_killed_at_random_every_half_second() -> None:
     effects = ran()
     assert set(effects) == {f"c{i}" for i in range(total)}
     print(f"\nchaos: {total} tasks, {kills} workers killed, {len(effects) - total} duplicate runs")
+
+
+def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
+    from django.core.management import call_command
+
+    for index in range(3):
+        tasks.record.delay(f"st{index}")
+    execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
+    worker = Worker(["default"])
+    worker._heartbeat()
+    job = worker._take()
+    call_command("rcoord_status", "--json")
+    state = json.loads(capsys.readouterr().out)
+    queues = {queue["name"]: queue for queue in state["queues"]}
+    assert queues["default"]["ready"] == 2 and queues["default"]["in_flight"] == 1
+    assert queues["default"]["oldest_ready_age"] >= 0
+    assert queues["reports/pdf"]["ready"] == 1
+    (seen,) = state["workers"]
+    assert seen["id"] == worker.id and seen["queues"] == ["default"]
+    assert seen["running"] == [{"id": job.id, "task": "tests.tasks.record"}]
+    call_command("rcoord_status")
+    text = capsys.readouterr().out
+    assert (
+        "default" in text
+        and "reports/pdf" in text
+        and f"running tests.tasks.record {job.id}" in text
+    )
+    worker._sign_off()
+    call_command("rcoord_status", "--json")
+    assert json.loads(capsys.readouterr().out)["workers"] == []
+
+
+def test_max_tasks_and_concurrency_options() -> None:
+    enqueue_many([(tasks.record, (f"x{i}",), {}) for i in range(10)])
+    worker = start_worker("--max-tasks", "3")
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
+    assert len(ran()) == 3 and queue_stats("default")["ready"] == 7
+    threaded = start_worker("--burst", "--concurrency", "3")
+    output, _ = threaded.communicate(timeout=60)
+    assert threaded.returncode == 0, output
+    assert sorted(ran()) == sorted(f"x{i}" for i in range(10))
+    # Three worker loops, each with its own identity, ran in the one process.
+    assert len({line.split()[4] for line in output.splitlines() if "watching" in line}) == 3

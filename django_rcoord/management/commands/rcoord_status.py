@@ -1,0 +1,74 @@
+"""``manage.py rcoord_status [--watch [SECONDS]] [--json]``: queues and workers at a glance."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_rcoord.queues import overview
+
+
+class Command(BaseCommand):
+    help = (
+        "Show every queue (ready, in flight, delayed, dead, age of the oldest ready task) "
+        "and the live workers with the tasks they are running."
+    )
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--watch",
+            nargs="?",
+            type=float,
+            const=2.0,
+            metavar="SECONDS",
+            help="Refresh in place every SECONDS (default 2) until Ctrl-C.",
+        )
+        parser.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+
+    def handle(self, *args: Any, watch: float | None, **options: Any) -> None:
+        try:
+            while True:
+                state = overview()
+                if options["json"]:
+                    self.stdout.write(json.dumps(state))
+                else:
+                    if watch:
+                        self.stdout.write("\x1b[H\x1b[2J", ending="")
+                    self.stdout.write(self.render(state))
+                if not watch:
+                    return
+                time.sleep(watch)
+        except KeyboardInterrupt:
+            return
+        except redis.RedisError as exc:
+            raise CommandError(f"Redis is unreachable: {exc}") from exc
+
+    @staticmethod
+    def render(state: dict[str, Any]) -> str:
+        lines = [
+            f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
+            f"{'oldest ready':>13}"
+        ]
+        for queue in state["queues"]:
+            age = queue["oldest_ready_age"]
+            lines.append(
+                f"{queue['name']:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
+                f"{queue['delayed']:>8} {queue['dead']:>6} "
+                f"{'-' if age is None else f'{age:.1f} s':>13}"
+            )
+        if not state["queues"]:
+            lines.append("(no queue has had a task yet)")
+        lines.append("")
+        lines.append(f"workers: {len(state['workers'])}")
+        for worker in state["workers"]:
+            running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
+            lines.append(
+                f"  {worker['id']}  queues {','.join(worker['queues'])}  "
+                f"{'running ' + running if running else 'idle'}"
+            )
+        return "\n".join(lines)

@@ -35,6 +35,7 @@ class PurchaseResult:
     bought: bool
     retries: int = 0
     reason: str = ""
+    price: int | None = None
 
 
 class Market:
@@ -195,7 +196,7 @@ class Market:
             package="example_project",
         )
         reasons = {1: "", 0: "gone", -1: "funds", -2: "stale lock"}
-        return PurchaseResult(outcome == 1, 0, reasons[outcome])
+        return PurchaseResult(outcome == 1, 0, reasons[outcome], price)
 
     def delete(self) -> int:
         """Delete every key of this market (for benchmark runs)."""

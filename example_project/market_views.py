@@ -9,6 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from django_rcoord.decorators import locked
+from django_rcoord.queues import send_sold_email_via_queue
 from example_project.market import Market
 
 STARTING_FUNDS = 1000
@@ -74,6 +75,8 @@ def buy_item(request: HttpRequest, member: str) -> HttpResponse:
     # expired mid-way cannot overwrite the next holder's decision.
     result = market.purchase_under_lock(request.rcoord_lock, buyer, item_id, seller)
     if result.bought:
+        # The seller's e-mail goes through the queue: `manage.py run_email_worker` sends it.
+        send_sold_email_via_queue(seller, item_id, result.price, buyer)
         messages.success(request, f"You bought {item_id} from {seller}.")
     else:
         explanations = {

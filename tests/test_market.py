@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock
+from django_rcoord.queues import QueueKeys
 from example_project.market import Market
 from tests.procs import run_in_processes
 from tests.test_example_project import example_env, manage
@@ -128,6 +130,10 @@ def test_market_pages_list_and_buy_with_the_item_lock(client, django_user_model)
     assert teapot in bought.context["inventory"]
     assert bought.context["funds"] == 975
     assert Market("main").funds("alice") == 1025
+    # The seller's sold-item e-mail waits in the queue for the email worker.
+    (letter,) = [json.loads(body) for body in get_client().hvals(QueueKeys.of("email").messages)]
+    assert letter["task"] == "rcoord.send_sold_email"
+    assert letter["args"] == ["alice", teapot, 25, "bob"]
     # GET is refused; an anonymous user is sent to sign in.
     assert client.get(f"/example/market/buy/{member}/").status_code == 405
     client.logout()

@@ -34,6 +34,7 @@ class Command(BaseCommand):
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", "--noreload", addrport],
+            "email-worker": [*manage, "run_email_worker"],
         }
         children = {name: subprocess.Popen(command) for name, command in commands.items()}
         self.stdout.write(

@@ -91,6 +91,7 @@ class Worker:
         self._heartbeat_key = space.key(f"worker:{self.id}")
         self._next_check = 0.0
         self._last_heartbeat = 0.0
+        self._running: Job | None = None  # the task whose lease the renewer keeps
 
     @property
     def client(self) -> Any:
@@ -116,6 +117,9 @@ class Worker:
         )
         backoff = 0.5
         job: Job | None = None
+        # One thread per worker renews the running task's lease every third of it.
+        renewer = Repeater(self.lease / 3, self._renew_running, name=f"lease-renewer:{self.id}")
+        renewer.start()
         try:
             while not self.stopping.is_set():
                 try:
@@ -145,6 +149,7 @@ class Worker:
                     self.stopping.wait(backoff)
                     backoff = min(backoff * 2, 10.0)
         finally:
+            renewer.stop()
             if job is not None:
                 self._give_back(job)
             self._sign_off()
@@ -231,8 +236,7 @@ class Worker:
             registered.signature.bind(*args, **kwargs)
         except TypeError as exc:
             return "dead", f"the task does not accept these arguments: {exc}", 0, name
-        renewer = Repeater(self.lease / 3, lambda: self._renew(job), name=f"lease:{job.id}")
-        renewer.start()
+        self._running = job
         close_old_connections()
         try:
             registered.function(*args, **kwargs)
@@ -247,9 +251,14 @@ class Worker:
                 return "retry", error, int(backoff * 1000), name
             return "dead", error, 0, name
         finally:
-            renewer.stop()
+            self._running = None
             close_old_connections()
         return "ack", "", 0, name
+
+    def _renew_running(self) -> None:
+        job = self._running
+        if job is not None and not self._renew(job):
+            logger.warning("task %s: lease lost while running (it will run again)", job.id)
 
     def _renew(self, job: Job, lease_ms: int | None = None) -> bool:
         return bool(

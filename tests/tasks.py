@@ -42,3 +42,13 @@ def always_fail(marker: str) -> None:
 @task(name="tests.noop", queue="bench")
 def noop() -> None:
     pass
+
+
+@task(queue="low")
+def record_low(marker: str) -> None:
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="high")
+def record_high(marker: str) -> None:
+    get_client().rpush(RAN, marker)

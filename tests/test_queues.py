@@ -47,13 +47,15 @@ def wait_until(predicate, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def start_worker(*args: str, lease: float | None = None) -> subprocess.Popen:
+def start_worker(
+    *args: str, lease: float | None = None, queues: tuple[str, ...] = ("default",)
+) -> subprocess.Popen:
     """``manage.py run_email_worker`` in its own process, on the test settings and Redis."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     if lease is not None:
         env["RCOORD_TEST_TASK_LEASE"] = str(lease)
     return subprocess.Popen(
-        [sys.executable, "manage.py", "run_email_worker", "--queues", "default", *args],
+        [sys.executable, "manage.py", "run_email_worker", "--queues", *queues, *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -135,13 +137,13 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
 
 # -- consuming ------------------------------------------------------------------------
 def test_priorities_are_respected() -> None:
-    low = task(name="tests.low", queue="low")(tasks.record.function)
-    high = task(name="tests.high", queue="high")(tasks.record.function)
     for index in range(5):
-        low.delay(f"low{index}")
+        tasks.record_low.delay(f"low{index}")
     for index in range(5):
-        high.delay(f"high{index}")
-    Worker(["high", "low"], burst=True).run()
+        tasks.record_high.delay(f"high{index}")
+    worker = start_worker("--burst", queues=("high", "low"))
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
     assert ran() == [f"high{i}" for i in range(5)] + [f"low{i}" for i in range(5)]
 
 
@@ -184,7 +186,9 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     tasks.record.delay("a", "surplus argument")
     tasks.always_fail.delay("boom")
     tasks.record.delay("fine")
-    Worker(["default"], burst=True).run()
+    worker = start_worker("--burst")
+    output, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 0, output
     assert ran() == ["fine"]
     errors = [letter["error"] for letter in dead_letters("default")]
     assert len(errors) == 4

@@ -72,6 +72,8 @@ class QueueKeys:
     errors: str
     queues: str
     wake: str
+    schedule: str
+    lateness: str
     ready: str
     in_flight: str
     delayed: str
@@ -96,6 +98,8 @@ class QueueKeys:
             errors=space.key("errors"),
             queues=space.key("queues"),
             wake=space.key("wake"),
+            schedule=space.key("schedule"),
+            lateness=space.key("lateness"),
             ready=space.key(f"ready:{queue}"),
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),
@@ -150,7 +154,7 @@ def _enqueue(
     run_script(
         "task_enqueue",
         client,
-        keys=[keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake],
+        keys=[keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
         args=[task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS],
     )
     return task_id
@@ -293,6 +297,36 @@ def autodiscover_tasks() -> None:
             importlib.import_module(module_name)
 
 
+# -- moving tasks whose time has come -------------------------------------------------
+#: Lateness samples (ms, due -> promoted) kept per queue group, for rcoord_status.
+LATENESS_SAMPLES = 1000
+
+
+def recover_and_promote(
+    queue: QueueKeys, *, batch: int = 500, client: Any = None
+) -> tuple[int, int, float | None]:
+    """Put back ``queue``'s tasks whose lease ran out and promote its due delayed tasks.
+
+    One script call (atomic: a task is never lost between the delayed set and
+    the queue, nor promoted twice, whoever else runs this at the same moment).
+    Returns (recovered, promoted, seconds until the next delayed task is due or None).
+    """
+    recovered, promoted, due_in_ms = run_script(
+        "task_recover",
+        resolve_client(client),
+        keys=[
+            queue.owners,
+            queue.ready,
+            queue.in_flight,
+            queue.delayed,
+            queue.wake,
+            queue.lateness,
+        ],
+        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES],
+    )
+    return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
+
+
 # -- inspecting -------------------------------------------------------------------
 def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead."""
@@ -398,12 +432,14 @@ def known_groups(*, client: Any = None) -> list[str]:
 
 
 def overview(*, client: Any = None) -> dict[str, Any]:
-    """Every known queue with its counts and oldest ready task, and the live workers."""
+    """Every known queue (counts, oldest ready task, next due delayed task), the live
+    workers and their tasks, and the lateness of the last 100 promotions per group."""
     client = resolve_client(client)
     now_seconds, now_micros = client.time()
     now = now_seconds + now_micros / 1e6
     queues = []
     workers = []
+    lateness: dict[str, dict[str, int]] = {}
     for group in known_groups(client=client):
         for name in known_queues(group, client=client):
             keys = QueueKeys.of(name)
@@ -411,8 +447,19 @@ def overview(*, client: Any = None) -> dict[str, Any]:
             oldest_id = client.lindex(keys.ready, 0)
             oldest = decode_message(client.hget(keys.messages, oldest_id)) if oldest_id else None
             age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
-            queues.append({"name": name, **stats, "oldest_ready_age": age})
+            first_due = client.zrange(keys.delayed, 0, 0, withscores=True)
+            next_due_in = first_due[0][1] / 1000 - now if first_due else None
+            queues.append(
+                {"name": name, **stats, "oldest_ready_age": age, "next_due_in": next_due_in}
+            )
         space = KeySpace("queue", group)
+        samples = sorted(int(ms) for ms in client.lrange(space.key("lateness"), 0, 99))
+        if samples:
+            lateness[group] = {
+                "samples": len(samples),
+                "median_ms": samples[len(samples) // 2],
+                "max_ms": samples[-1],
+            }
         running: dict[str, list[str]] = {}
         for task_id, worker in client.hgetall(space.key("owners")).items():
             running.setdefault(worker.decode(), []).append(task_id.decode())
@@ -429,4 +476,4 @@ def overview(*, client: Any = None) -> dict[str, Any]:
             workers.append(
                 {"id": worker_id, "queues": watched.decode().split(","), "running": current}
             )
-    return {"queues": queues, "workers": workers}
+    return {"queues": queues, "workers": workers, "promotion_lateness": lateness}

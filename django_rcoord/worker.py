@@ -34,6 +34,7 @@ from django_rcoord.queues import (
     autodiscover_tasks,
     decode_message,
     get_task,
+    recover_and_promote,
     same_group,
 )
 from django_rcoord.scripts import run_script
@@ -172,16 +173,13 @@ class Worker:
             return
         next_due = IDLE_CHECK
         for queue in self.queues:
-            recovered, promoted, due_in_ms = run_script(
-                "task_recover",
-                self.client,
-                keys=[queue.owners, queue.ready, queue.in_flight, queue.delayed, queue.wake],
-                args=[RECOVER_BATCH, 60_000],
+            recovered, _, due_in = recover_and_promote(
+                queue, batch=RECOVER_BATCH, client=self.client
             )
             if recovered:
                 logger.warning("put back %d task(s) of %s whose worker died", recovered, queue.name)
-            if due_in_ms >= 0:
-                next_due = min(next_due, due_in_ms / 1000)
+            if due_in is not None:
+                next_due = min(next_due, due_in)
         self._next_check = time.monotonic() + next_due
 
     def _take(self) -> Job | None:

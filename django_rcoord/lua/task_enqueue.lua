@@ -1,7 +1,8 @@
 -- Store a task message and queue it now, or schedule it for later, by the server's clock.
 -- KEYS[1]  messages HASH (task id -> message JSON)   KEYS[2] ready LIST of the queue (task ids)
 -- KEYS[3]  delayed ZSET of the queue (task id -> due time, ms)
--- KEYS[4]  queues SET of the group (queue names)      KEYS[5] wake LIST of the group
+-- KEYS[4]  queues SET of the group (queue names)      KEYS[5] wake LIST of the group (workers)
+-- KEYS[6]  schedule LIST of the group (wakes delayed-task pollers)
 -- ARGV[1]  task id   ARGV[2] message JSON   ARGV[3] queue name   ARGV[4] delay, ms (0: now)
 -- ARGV[5]  wake-up token lifetime, ms
 -- Returns  1
@@ -12,10 +13,15 @@ if delay > 0 then
     local time = redis.call('TIME')
     local due = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + delay
     redis.call('ZADD', KEYS[3], due, ARGV[1])
+    -- A poller sleeping until a later due time wakes to recompute its sleep.
+    redis.call('RPUSH', KEYS[6], 1)
+    redis.call('LTRIM', KEYS[6], -16, -1)
+    redis.call('PEXPIRE', KEYS[6], ARGV[5])
+    return 1
 else
     redis.call('RPUSH', KEYS[2], ARGV[1])
 end
--- Wake an idle worker: to take the task, or to wait for a nearer due time.
+-- Wake an idle worker to take the task.
 redis.call('RPUSH', KEYS[5], 1)
 redis.call('LTRIM', KEYS[5], -64, -1)
 redis.call('PEXPIRE', KEYS[5], ARGV[5])

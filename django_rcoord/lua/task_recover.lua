@@ -1,8 +1,10 @@
 -- Put back tasks whose lease ran out (their worker died) at the front of their queue, and
--- move delayed tasks that are due to the back of it. By the server's clock.
+-- move delayed tasks that are due to the back of it, recording how late each was moved.
+-- By the server's clock; run by workers when idle and by the delayed-task poller.
 -- KEYS[1]  owners HASH   KEYS[2] ready LIST   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
--- KEYS[5]  wake LIST of the group
+-- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
+-- ARGV[3]  how many lateness samples to keep
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none)}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -15,12 +17,20 @@ if #expired > 0 then
     redis.call('ZREM', KEYS[3], unpack(expired))
     redis.call('HDEL', KEYS[1], unpack(expired))
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, batch)
-if #due > 0 then
-    redis.call('RPUSH', KEYS[2], unpack(due))
-    redis.call('ZREM', KEYS[4], unpack(due))
+local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
+local promoted = #due / 2
+if promoted > 0 then
+    local ids, lateness = {}, {}
+    for i = 1, #due, 2 do
+        ids[#ids + 1] = due[i]
+        lateness[#lateness + 1] = now - tonumber(due[i + 1])
+    end
+    redis.call('RPUSH', KEYS[2], unpack(ids))
+    redis.call('ZREM', KEYS[4], unpack(ids))
+    redis.call('LPUSH', KEYS[6], unpack(lateness))
+    redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
 end
-local moved = #expired + #due
+local moved = #expired + promoted
 if moved > 0 then
     for _ = 1, math.min(moved, 64) do
         redis.call('RPUSH', KEYS[5], 1)
@@ -30,6 +40,6 @@ if moved > 0 then
 end
 local next_due = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 if #next_due == 0 then
-    return {#expired, #due, -1}
+    return {#expired, promoted, -1}
 end
-return {#expired, #due, tonumber(next_due[2]) - now}
+return {#expired, promoted, tonumber(next_due[2]) - now}

@@ -14,8 +14,8 @@ from django_rcoord.queues import overview
 
 class Command(BaseCommand):
     help = (
-        "Show every queue (ready, in flight, delayed, dead, age of the oldest ready task) "
-        "and the live workers with the tasks they are running."
+        "Show every queue (ready, in flight, delayed, dead, age of the oldest ready task, "
+        "next due time), promotion lateness, and the live workers with their tasks."
     )
     requires_system_checks: list[str] = []
 
@@ -52,14 +52,20 @@ class Command(BaseCommand):
     def render(state: dict[str, Any]) -> str:
         lines = [
             f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
-            f"{'oldest ready':>13}"
+            f"{'oldest ready':>13} {'next due in':>12}"
         ]
         for queue in state["queues"]:
-            age = queue["oldest_ready_age"]
+            age, due = queue["oldest_ready_age"], queue["next_due_in"]
             lines.append(
                 f"{queue['name']:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
                 f"{queue['delayed']:>8} {queue['dead']:>6} "
-                f"{'-' if age is None else f'{age:.1f} s':>13}"
+                f"{'-' if age is None else f'{age:.1f} s':>13} "
+                f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"
+            )
+        for group, late in state["promotion_lateness"].items():
+            lines.append(
+                f"promotion lateness ({group}, last {late['samples']}): "
+                f"median {late['median_ms']} ms, max {late['max_ms']} ms"
             )
         if not state["queues"]:
             lines.append("(no queue has had a task yet)")

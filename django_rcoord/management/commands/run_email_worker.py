@@ -40,7 +40,7 @@ class Command(BaseCommand):
         concurrency = options["concurrency"]
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        self._configure_logging(options["verbosity"])
+        configure_logging(options["verbosity"])
         stop = threading.Event()
         try:
             workers = [
@@ -76,10 +76,12 @@ class Command(BaseCommand):
             for thread in threads:
                 thread.join(0.2)
 
-    def _configure_logging(self, verbosity: int) -> None:
-        logger = logging.getLogger("django_rcoord")
-        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
-        if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            logger.addHandler(handler)
+
+def configure_logging(verbosity: int) -> None:
+    """Map --verbosity to django_rcoord's log level; log to stderr if nothing else does."""
+    logger = logging.getLogger("django_rcoord")
+    logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)

@@ -1,0 +1,176 @@
+"""Delayed tasks and the delay queue.
+
+- ``DueTaskPromoter`` (``manage.py poll_delayed``): moves delayed tasks that are
+  due into their queues, one atomic script call per batch, sleeping until the
+  next due time and woken early when a nearer one is scheduled. Many can run at
+  once: a task is promoted exactly once and never lost between the delayed set
+  and its queue. ``poll_queue()`` is one pass (the book's name).
+- ``DelayQueue``: the seed article's queue of data that becomes available a
+  while after it was pushed (``push(data)``, ``pop(num, previous)``).
+
+Scheduling itself is ``<task>.schedule(delay=... | eta=...)`` and
+``execute_later(queue, name, args, delay=...)`` in ``django_rcoord.queues``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+from django.core.serializers.json import DjangoJSONEncoder
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.queues import QueueKeys, known_groups, known_queues, recover_and_promote
+from django_rcoord.scripts import run_script
+from django_rcoord.waiting import wait_for_signal
+
+__all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
+
+logger = logging.getLogger(__name__)
+
+#: How often the list of queues is read again (new queues appear while a poller runs).
+QUEUE_LIST_REFRESH = 10.0
+
+
+class DueTaskPromoter:
+    """Promotes due delayed tasks of every known queue until ``stop()``."""
+
+    def __init__(
+        self,
+        *,
+        interval: float = 1.0,
+        batch: int = 500,
+        client: Any = None,
+        stop_event: threading.Event | None = None,
+    ) -> None:
+        if not interval > 0 or batch < 1:
+            raise ValueError("interval must be > 0 and batch >= 1")
+        self.interval = interval
+        self.batch = batch
+        self._client = client
+        self.stopping = stop_event or threading.Event()
+        self.promoted = 0
+        self._queues: list[QueueKeys] = []
+        self._queues_read_at = -QUEUE_LIST_REFRESH
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def queues(self) -> list[QueueKeys]:
+        if time.monotonic() - self._queues_read_at >= QUEUE_LIST_REFRESH:
+            client = self.client
+            self._queues = [
+                QueueKeys.of(name)
+                for group in known_groups(client=client)
+                for name in known_queues(group, client=client)
+            ]
+            self._queues_read_at = time.monotonic()
+        return self._queues
+
+    def run_once(self) -> tuple[int, float | None]:
+        """One pass over every queue: (tasks promoted, seconds until the next is due)."""
+        promoted_now = 0
+        next_due: float | None = None
+        for queue in self.queues():
+            while True:
+                recovered, promoted, due_in = recover_and_promote(
+                    queue, batch=self.batch, client=self.client
+                )
+                promoted_now += promoted
+                if recovered:
+                    logger.warning(
+                        "put back %d task(s) of %s whose worker died", recovered, queue.name
+                    )
+                if promoted < self.batch:  # a full batch means more may be due now
+                    break
+            if due_in is not None:
+                next_due = due_in if next_due is None else min(next_due, due_in)
+        if promoted_now:
+            logger.info("promoted %d due task(s)", promoted_now)
+        self.promoted += promoted_now
+        return promoted_now, next_due
+
+    def run(self) -> int:
+        """Promote until stopped; returns how many tasks were promoted."""
+        logger.info("poller started (interval %ss, batch %d)", self.interval, self.batch)
+        backoff = 0.5
+        while not self.stopping.is_set():
+            try:
+                _, next_due = self.run_once()
+                sleep = self.interval if next_due is None else min(self.interval, next_due)
+                queues = self.queues()
+                if sleep > 0 and queues:
+                    # Woken early when a task is scheduled sooner than we would look again.
+                    wait_for_signal(self.client, queues[0].schedule, sleep)
+                elif sleep > 0:
+                    self.stopping.wait(sleep)
+                backoff = 0.5
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                logger.error("poller lost Redis (%s); retrying in %.1fs", exc, backoff)
+                self.stopping.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+        logger.info("poller stopped after promoting %d task(s)", self.promoted)
+        return self.promoted
+
+
+def poll_queue(*, client: Any = None) -> int:
+    """The book's poll_queue: one promotion pass over every queue; returns tasks promoted."""
+    return DueTaskPromoter(client=client).run_once()[0]
+
+
+class DelayQueue:
+    """Items that can be popped once they have waited ``previous`` seconds (server time)."""
+
+    def __init__(self, name: str, *, client: Any = None) -> None:
+        self.name = name
+        space = KeySpace("delayqueue", name)
+        self._items_key = space.key("items")
+        self._data_key = space.key("data")
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    def push(self, data: Any) -> str:
+        """Store ``data`` (JSON-serializable) and return its id. One round trip."""
+        try:
+            body = json.dumps(data, cls=DjangoJSONEncoder, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"DelayQueue data must be JSON-serializable: {exc}") from exc
+        item_id = uuid.uuid4().hex
+        run_script(
+            "delayqueue_push",
+            self.client,
+            keys=[self._items_key, self._data_key],
+            args=[item_id, body],
+        )
+        return item_id
+
+    def pop(self, num: int = 5, previous: float = 3) -> list[Any]:
+        """Claim up to ``num`` items pushed at least ``previous`` seconds ago, oldest first.
+
+        Claimed items are deleted in the same step: two consumers never get the same one.
+        """
+        if num < 1 or previous < 0:
+            raise ValueError("num must be >= 1 and previous >= 0")
+        bodies = run_script(
+            "delayqueue_pop",
+            self.client,
+            keys=[self._items_key, self._data_key],
+            args=[num, int(previous * 1000)],
+        )
+        return [json.loads(body) for body in bodies]
+
+    def __len__(self) -> int:
+        return int(self.client.zcard(self._items_key))

@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import time
-import uuid
 from typing import Any
 
 import redis
@@ -35,7 +34,7 @@ __all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
 logger = logging.getLogger(__name__)
 
 #: How often the list of queues is read again (new queues appear while a poller runs).
-QUEUE_LIST_REFRESH = 10.0
+QUEUE_LIST_REFRESH = 5.0
 
 
 class DueTaskPromoter:
@@ -67,7 +66,9 @@ class DueTaskPromoter:
         self.stopping.set()
 
     def queues(self) -> list[QueueKeys]:
-        if time.monotonic() - self._queues_read_at >= QUEUE_LIST_REFRESH:
+        # Read again after a while, and at once while there is none (nothing was ever queued).
+        stale = time.monotonic() - self._queues_read_at >= QUEUE_LIST_REFRESH
+        if stale or not self._queues:
             client = self.client
             self._queues = [
                 QueueKeys.of(name)
@@ -136,6 +137,7 @@ class DelayQueue:
         space = KeySpace("delayqueue", name)
         self._items_key = space.key("items")
         self._data_key = space.key("data")
+        self._sequence_key = space.key("sequence")
         self._client = client
 
     @property
@@ -148,14 +150,13 @@ class DelayQueue:
             body = json.dumps(data, cls=DjangoJSONEncoder, separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"DelayQueue data must be JSON-serializable: {exc}") from exc
-        item_id = uuid.uuid4().hex
-        run_script(
+        item_id = run_script(
             "delayqueue_push",
             self.client,
-            keys=[self._items_key, self._data_key],
-            args=[item_id, body],
+            keys=[self._items_key, self._data_key, self._sequence_key],
+            args=[body],
         )
-        return item_id
+        return item_id.decode()
 
     def pop(self, num: int = 5, previous: float = 3) -> list[Any]:
         """Claim up to ``num`` items pushed at least ``previous`` seconds ago, oldest first.

@@ -52,3 +52,12 @@ def record_low(marker: str) -> None:
 @task(queue="high")
 def record_high(marker: str) -> None:
     get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def record_timing(marker: str, not_before: float) -> None:
+    """Record the run and whether it came before its due time (same machine: same clock)."""
+    client = get_client()
+    client.rpush(RAN, marker)
+    if time.time() < not_before:
+        client.rpush("test:early", marker)

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,14 +55,24 @@ def start_worker(
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     if lease is not None:
         env["RCOORD_TEST_TASK_LEASE"] = str(lease)
-    return subprocess.Popen(
-        [sys.executable, "manage.py", "run_email_worker", "--queues", *queues, *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    return start_logged(
+        [sys.executable, "manage.py", "run_email_worker", "--queues", *queues, *args], env
     )
+
+
+def start_logged(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start ``command`` with its output in a file (a pipe nobody reads would fill up and
+    block it); ``output_of`` waits for it and returns that output."""
+    log = tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False)
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process.log_path = log.name  # type: ignore[attr-defined]
+    log.close()
+    return process
+
+
+def output_of(process: subprocess.Popen, timeout: float = 60) -> str:
+    process.wait(timeout)
+    return Path(process.log_path).read_text()  # type: ignore[attr-defined]
 
 
 def run_in_thread(worker: Worker) -> threading.Thread:
@@ -142,7 +153,7 @@ def test_priorities_are_respected() -> None:
     for index in range(5):
         tasks.record_high.delay(f"high{index}")
     worker = start_worker("--burst", queues=("high", "low"))
-    output, _ = worker.communicate(timeout=60)
+    output = output_of(worker, 60)
     assert worker.returncode == 0, output
     assert ran() == [f"high{i}" for i in range(5)] + [f"low{i}" for i in range(5)]
 
@@ -187,7 +198,7 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     tasks.always_fail.delay("boom")
     tasks.record.delay("fine")
     worker = start_worker("--burst")
-    output, _ = worker.communicate(timeout=60)
+    output = output_of(worker, 60)
     assert worker.returncode == 0, output
     assert ran() == ["fine"]
     errors = [letter["error"] for letter in dead_letters("default")]
@@ -243,7 +254,7 @@ def test_a_thousand_tasks_all_run_with_two_worker_processes() -> None:
     enqueue_many([(tasks.record, (f"t{i}",), {}) for i in range(1000)])
     workers = [start_worker("--burst"), start_worker("--burst")]
     for worker in workers:
-        output, _ = worker.communicate(timeout=120)
+        output = output_of(worker, 120)
         assert worker.returncode == 0, output
     assert sorted(ran()) == sorted(f"t{i}" for i in range(1000))
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
@@ -261,7 +272,7 @@ def test_sigkill_mid_task_loses_nothing() -> None:
         wait_until(lambda: sorted(set(ran())) == [f"k{i}" for i in range(5)], timeout=60)
     finally:
         rescuer.send_signal(signal.SIGTERM)
-        rescuer.wait(30)
+        output_of(rescuer, 30)
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
@@ -270,7 +281,7 @@ def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
     worker = start_worker()
     wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
     worker.send_signal(signal.SIGTERM)
-    output, _ = worker.communicate(timeout=30)
+    output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert ran() == ["s0"]
     assert "task " in output and " ack in " in output  # one log line per task
@@ -290,7 +301,7 @@ def test_redis_restarted_mid_run_loses_no_task(redis_server) -> None:
         wait_until(lambda: set(ran()) >= {f"r{i}" for i in range(300)}, timeout=120)
     finally:
         worker.send_signal(signal.SIGTERM)
-        output, _ = worker.communicate(timeout=30)
+        output = output_of(worker, 30)
     assert worker.returncode == 0, output
     # The outage was noticed, logged and waited out (between tasks or while finishing one).
     assert any(
@@ -357,11 +368,11 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
 def test_max_tasks_and_concurrency_options() -> None:
     enqueue_many([(tasks.record, (f"x{i}",), {}) for i in range(10)])
     worker = start_worker("--max-tasks", "3")
-    output, _ = worker.communicate(timeout=60)
+    output = output_of(worker, 60)
     assert worker.returncode == 0, output
     assert len(ran()) == 3 and queue_stats("default")["ready"] == 7
     threaded = start_worker("--burst", "--concurrency", "3")
-    output, _ = threaded.communicate(timeout=60)
+    output = output_of(threaded, 60)
     assert threaded.returncode == 0, output
     assert sorted(ran()) == sorted(f"x{i}" for i in range(10))
     # Three worker loops, each with its own identity, ran in the one process.

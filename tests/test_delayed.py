@@ -1,0 +1,210 @@
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from django_rcoord.connection import get_client
+from django_rcoord.delayed import DelayQueue, DueTaskPromoter, poll_queue
+from django_rcoord.queues import QueueKeys, enqueue_many, execute_later, queue_stats
+from tests import tasks
+from tests.procs import run_in_processes
+from tests.test_queues import output_of, ran, start_logged, start_worker, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def start_poller(*args: str) -> subprocess.Popen:
+    return start_logged(
+        [sys.executable, "manage.py", "poll_delayed", *args],
+        {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+    )
+
+
+def server_now() -> float:
+    seconds, micros = get_client().time()
+    return seconds + micros / 1e6
+
+
+def schedule_spread(count: int, within: float, prefix: str) -> None:
+    """Schedule ``count`` tasks due evenly within ``within`` seconds from now."""
+    now = server_now()
+    for index in range(count):
+        delay = within * index / count
+        tasks.record_timing.schedule(f"{prefix}{index}", now + delay, delay=delay)
+
+
+def lateness_ms() -> list[int]:
+    return sorted(int(ms) for ms in get_client().lrange(QueueKeys.of("default").lateness, 0, -1))
+
+
+def test_schedule_waits_for_the_servers_clock() -> None:
+    tasks.record.schedule("soon", delay=0.3)
+    keys = QueueKeys.of("default")
+    (due,) = get_client().zrange(keys.delayed, 0, -1, withscores=True)
+    assert abs(due[1] / 1000 - (server_now() + 0.3)) < 0.3
+    assert poll_queue() == 0
+    time.sleep(0.35)
+    assert poll_queue() == 1
+    assert queue_stats("default")["ready"] == 1
+
+
+def test_schedule_with_eta_and_bad_arguments() -> None:
+    import datetime
+
+    eta = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
+    tasks.record.schedule("eta", eta=eta)
+    assert queue_stats("default")["delayed"] == 1
+    with pytest.raises(ValueError):
+        tasks.record.schedule("both", delay=1, eta=eta)
+    with pytest.raises(ValueError):
+        tasks.record.schedule("naive", eta=datetime.datetime.now())
+    execute_later("default", "tests.tasks.record", ["now"], delay=0)
+    assert queue_stats("default")["ready"] == 1
+
+
+def test_two_thousand_due_tasks_two_pollers_and_a_worker_each_run_once_none_early() -> None:
+    worker = start_worker()
+    pollers = [start_poller(), start_poller()]
+    try:
+        time.sleep(2)  # let them start
+        schedule_spread(2000, 1.0, "d")
+        wait_until(lambda: len(ran()) >= 2000, timeout=120)
+        time.sleep(0.5)  # a duplicate would show up now
+    finally:
+        for process in [worker, *pollers]:
+            process.send_signal(signal.SIGTERM)
+        for process in [worker, *pollers]:
+            output = output_of(process, 30)
+            assert process.returncode == 0, output
+    effects = ran()
+    assert len(effects) == 2000 and len(set(effects)) == 2000  # exactly once
+    assert get_client().llen("test:early") == 0  # none early
+    samples = lateness_ms()
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    print(
+        f"\npromotion lateness over {len(samples)} samples: median {statistics.median(samples)} "
+        f"ms, p99 {p99} ms, max {samples[-1]} ms (interval 1000 ms)"
+    )
+
+
+def test_a_poller_killed_mid_run_loses_nothing() -> None:
+    victim = start_poller()
+    time.sleep(2)
+    schedule_spread(2000, 1.5, "k")
+    time.sleep(0.7)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    rescuer = start_poller()
+    try:
+        wait_until(lambda: queue_stats("default")["ready"] == 2000, timeout=60)
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        output_of(rescuer, 30)
+    stats = queue_stats("default")
+    assert stats == {"ready": 2000, "in_flight": 0, "delayed": 0, "dead": 0}
+    ready = get_client().lrange(QueueKeys.of("default").ready, 0, -1)
+    assert len(set(ready)) == 2000  # no task promoted twice
+
+
+def test_poller_wakes_early_for_a_nearer_task() -> None:
+    tasks.record.schedule("far", delay=30)
+    promoter = DueTaskPromoter(interval=20)
+    import threading
+
+    thread = threading.Thread(target=promoter.run, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # it sleeps toward the far task, or the 20 s interval
+    tasks.record.schedule("near", delay=0.2)
+    started = time.monotonic()
+    wait_until(lambda: queue_stats("default")["ready"] == 1, timeout=10)
+    assert time.monotonic() - started < 2
+    promoter.stop()
+    thread.join(25)
+
+
+def test_poll_delayed_once(capsys) -> None:
+    execute_later("default", "tests.tasks.record", ["x"], delay=0.1)
+    time.sleep(0.15)
+    call_command("poll_delayed", "--once")
+    assert "promoted 1 task(s)" in capsys.readouterr().out
+    assert queue_stats("default")["ready"] == 1
+
+
+def test_rcoord_status_shows_due_times_and_lateness(capsys) -> None:
+    import json
+
+    tasks.record.schedule("later", delay=60)
+    execute_later("default", "tests.tasks.record", ["due"], delay=0.05)
+    time.sleep(0.1)
+    poll_queue()
+    call_command("rcoord_status", "--json")
+    state = json.loads(capsys.readouterr().out)
+    (queue,) = state["queues"]
+    assert queue["delayed"] == 1 and 50 < queue["next_due_in"] <= 60
+    assert state["promotion_lateness"]["main"]["samples"] == 1
+
+
+# -- DelayQueue: the seed article's example ---------------------------------------------
+def test_delay_queue_seed_example() -> None:
+    queue = DelayQueue("article")
+    for index in range(20):
+        queue.push({"n": index})
+    assert queue.pop(num=10) == []
+    time.sleep(3.05)
+    first, second = queue.pop(num=10), queue.pop(num=10)
+    assert first == [{"n": i} for i in range(10)]
+    assert second == [{"n": i} for i in range(10, 20)]
+    assert queue.pop(num=10) == [] and len(queue) == 0
+
+
+def test_delay_queue_refuses_data_json_cannot_carry() -> None:
+    with pytest.raises(TypeError, match="JSON"):
+        DelayQueue("bad").push({"when": object()})
+    assert len(DelayQueue("bad")) == 0
+
+
+def drain_delay_queue(name: str) -> list[int]:
+    queue = DelayQueue(name)
+    got: list[int] = []
+    while True:
+        items = queue.pop(num=7, previous=0)
+        if not items:
+            return got
+        got.extend(item["n"] for item in items)
+
+
+def test_two_consumers_never_share_an_item() -> None:
+    queue = DelayQueue("shared")
+    enqueue_count = 2000
+    for index in range(enqueue_count):
+        queue.push({"n": index})
+    first, second = run_in_processes(drain_delay_queue, [("shared",), ("shared",)])
+    assert not set(first) & set(second)
+    assert sorted(first + second) == list(range(enqueue_count))
+    assert first and second  # both consumed, concurrently
+    assert len(queue) == 0
+
+
+def test_the_worker_alone_also_promotes_due_tasks() -> None:
+    execute_later("default", "tests.tasks.record", ["solo"], delay=0.2)
+    worker = start_worker()
+    try:
+        wait_until(lambda: ran() == ["solo"], timeout=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output_of(worker, 30)
+
+
+def test_enqueue_many_of_scheduled_and_plain() -> None:
+    enqueue_many([(tasks.record, ("a",), {})])
+    assert queue_stats("default")["ready"] == 1

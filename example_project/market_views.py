@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from django_rcoord.decorators import locked
-from django_rcoord.queues import send_sold_email_via_queue
+from django_rcoord.queues import execute_later, send_sold_email_via_queue
 from example_project.market import Market
 
 STARTING_FUNDS = 1000
@@ -53,6 +53,26 @@ def list_item(request: HttpRequest) -> HttpResponse:
         messages.success(request, f"{item_id} is on the market for {price}.")
     else:
         messages.error(request, f"{item_id} is not in your inventory.")
+    return redirect("market")
+
+
+@require_POST
+@login_required
+def list_later(request: HttpRequest) -> HttpResponse:
+    """List an item in N seconds: a delayed task, promoted by `manage.py poll_delayed`."""
+    username = request.user.get_username()
+    item_id = request.POST.get("item", "")
+    try:
+        price, seconds = int(request.POST.get("price", "")), int(request.POST.get("seconds", ""))
+    except ValueError:
+        price = seconds = 0
+    if not 1 <= price <= 1_000_000 or not 1 <= seconds <= 3600:
+        messages.error(request, "Give a price from 1 to 1,000,000 and 1 to 3600 seconds.")
+    elif item_id not in market.inventory(username):
+        messages.error(request, f"{item_id} is not in your inventory.")
+    else:
+        execute_later("market", "example.relist_item", [item_id, username, price], delay=seconds)
+        messages.success(request, f"{item_id} goes on the market in {seconds} seconds.")
     return redirect("market")
 
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("market/", market_views.market_home, name="market"),
     path("market/list/", market_views.list_item, name="market-list"),
+    path("market/list-later/", market_views.list_later, name="market-list-later"),
     path("market/buy/<str:member>/", market_views.buy_item, name="market-buy"),
     path("verification-code/", coordination_views.verification_code, name="verification-code"),
     path("slow-report/", coordination_views.slow_report, name="slow-report"),

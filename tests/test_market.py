@@ -164,3 +164,30 @@ def test_market_bench_command_prints_the_table(tmp_path: Path, redis_url: str) -
     ]
     assert all(row["listed"] > 0 and row["bought"] > 0 for row in rows)
     assert rows[1]["retries"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_list_later_schedules_the_relisting_through_execute_later(
+    client, django_user_model
+) -> None:
+    from django_rcoord.delayed import poll_queue
+    from django_rcoord.queues import queue_stats
+    from django_rcoord.worker import Worker
+
+    alice = django_user_model.objects.create_user("alice", password="pw")
+    client.force_login(alice)
+    page = client.get("/example/market/")
+    lantern = next(item for item in page.context["inventory"] if item.startswith("lantern"))
+    client.post("/example/market/list-later/", {"item": lantern, "price": "12", "seconds": "1"})
+    assert queue_stats("market")["delayed"] == 1
+    assert Market("main").listings() == []
+    time.sleep(1.05)
+    assert poll_queue() == 1
+    Worker(["market"], burst=True).run()
+    assert Market("main").listings() == [(lantern, "alice", 12)]
+    refused = client.post(
+        "/example/market/list-later/",
+        {"item": "not-mine", "price": "12", "seconds": "1"},
+        follow=True,
+    )
+    assert "not in your inventory" in refused.content.decode()

@@ -1,8 +1,9 @@
 """``manage.py rundemo``: the whole example project in one terminal, stopped by Ctrl-C.
 
-It migrates the SQLite database, then runs the web server (and, as they land,
-the email worker and the delayed-task poller) as child processes sharing the
-same Redis. When one of them exits, or on Ctrl-C / SIGTERM, all are stopped.
+It migrates the SQLite database, then runs the web server, a worker (the
+sold-item e-mails and the market's relisting tasks) and the delayed-task
+poller as child processes sharing the same Redis. When one of them exits, or
+on Ctrl-C / SIGTERM, all are stopped.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class Command(BaseCommand):
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", "--noreload", addrport],
-            "email-worker": [*manage, "run_email_worker"],
+            "worker": [*manage, "run_email_worker", "--queues", "email", "market"],
+            "poller": [*manage, "poll_delayed"],
         }
         children = {name: subprocess.Popen(command) for name, command in commands.items()}
         self.stdout.write(

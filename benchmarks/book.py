@@ -5,6 +5,7 @@ Kept as close to the book as Python 3 and redis-py allow; where they differ it i
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -122,3 +123,34 @@ def acquire_semaphore_with_lock(conn: redis.Redis, semname: str, limit: int, tim
         finally:
             release_lock(conn, semname, identifier)
     return None
+
+
+def execute_later(conn: redis.Redis, queue: str, name: str, args, delay: float = 0) -> str:
+    """6.4.2: a delayed item is a JSON list scored by its due time (client clock)."""
+    identifier = str(uuid.uuid4())
+    item = json.dumps([identifier, queue, name, args])
+    if delay > 0:
+        conn.zadd("delayed:", {item: time.time() + delay})
+    else:
+        conn.rpush("queue:" + queue, item)
+    return identifier
+
+
+def poll_queue_once(conn: redis.Redis) -> bool:
+    """One turn of 6.4.2's poll_queue loop: move the first due item, under a lock on it.
+
+    The book loops forever and sleeps 10 ms when nothing is due; here a turn
+    returns False instead of sleeping so the benchmark can stop.
+    """
+    item = conn.zrange("delayed:", 0, 0, withscores=True)
+    if not item or item[0][1] > time.time():
+        return False
+    item = item[0][0]
+    identifier, queue, function, args = json.loads(item)
+    locked = acquire_lock(conn, identifier)
+    if not locked:
+        return True
+    if conn.zrem("delayed:", item):
+        conn.rpush("queue:" + queue, item)
+    release_lock(conn, identifier, locked)
+    return True

@@ -33,6 +33,8 @@ __all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
 
 logger = logging.getLogger(__name__)
 
+#: How much earlier than the next due time a poller stops blocking in Redis.
+BLOCKING_SLACK = 0.15
 #: How often the list of queues is read again (new queues appear while a poller runs).
 QUEUE_LIST_REFRESH = 5.0
 
@@ -110,9 +112,11 @@ class DueTaskPromoter:
                 _, next_due = self.run_once()
                 sleep = self.interval if next_due is None else min(self.interval, next_due)
                 queues = self.queues()
-                if sleep > 0 and queues:
+                if sleep > BLOCKING_SLACK + 0.05 and queues:
                     # Woken early when a task is scheduled sooner than we would look again.
-                    wait_for_signal(self.client, queues[0].schedule, sleep)
+                    # Redis ends an idle BLPOP up to ~100 ms late (its timer runs at hz=10),
+                    # so block for a little less and sleep the rest here, precisely.
+                    wait_for_signal(self.client, queues[0].schedule, sleep - BLOCKING_SLACK)
                 elif sleep > 0:
                     self.stopping.wait(sleep)
                 backoff = 0.5

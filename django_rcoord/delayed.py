@@ -116,7 +116,9 @@ class DueTaskPromoter:
                     # Woken early when a task is scheduled sooner than we would look again.
                     # Redis ends an idle BLPOP up to ~100 ms late (its timer runs at hz=10),
                     # so block for a little less and sleep the rest here, precisely.
-                    wait_for_signal(self.client, queues[0].schedule, sleep - BLOCKING_SLACK)
+                    if wait_for_signal(self.client, queues[0].schedule, sleep - BLOCKING_SLACK):
+                        # The task may be in a queue new since the list was read.
+                        self._queues_read_at = -QUEUE_LIST_REFRESH
                 elif sleep > 0:
                     self.stopping.wait(sleep)
                 backoff = 0.5

@@ -128,6 +128,11 @@ def test_poller_wakes_early_for_a_nearer_task() -> None:
     started = time.monotonic()
     wait_until(lambda: queue_stats("default")["ready"] == 1, timeout=10)
     assert time.monotonic() - started < 2
+    # A queue that did not exist when the poller read the list of queues.
+    execute_later("fresh", "tests.tasks.record", ["new queue"], delay=0.2)
+    started = time.monotonic()
+    wait_until(lambda: queue_stats("fresh")["ready"] == 1, timeout=10)
+    assert time.monotonic() - started < 2
     promoter.stop()
     thread.join(25)
 

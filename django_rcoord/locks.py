@@ -14,7 +14,6 @@ Redis in Action 6.2 done right:
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import run_in_thread, wait_for_signal
+from django_rcoord.waiting import Repeater, run_in_thread, wait_for_signal
 
 __all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
 
@@ -74,7 +73,7 @@ class Lock:
         #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
         self.holder_ttl: float | None = None
         self._lost = False
-        self._renewer: _Renewer | None = None
+        self._renewer: Repeater | None = None
 
     @property
     def client(self) -> Any:
@@ -125,8 +124,26 @@ class Lock:
         self.token = token
         self._lost = False
         if self.auto_renew:
-            self._renewer = _Renewer(self)
+            client = self.client
+            self._renewer = Repeater(
+                self.timeout / 3,
+                lambda: self._renew(client, identifier),
+                name=f"rcoord-lock-renew:{self.name}",
+            )
             self._renewer.start()
+
+    def _renew(self, client: Any, identifier: str) -> bool:
+        """One auto-renewal; False (which stops the renewing) once the lock is lost."""
+        if self._extend_identifier(client, identifier, self._ttl_ms):
+            return True
+        self._mark_lost()
+        logger.warning("Lock %r was lost while held (auto_renew)", self.name)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:
+                logger.exception("on_lost callback of lock %r failed", self.name)
+        return False
 
     # -- holding -----------------------------------------------------------
     def owned(self) -> bool:
@@ -239,41 +256,6 @@ class Lock:
     def __repr__(self) -> str:
         state = f"held, token {self.token}" if self.identifier else "not held"
         return f"<Lock {self.name!r} ({state})>"
-
-
-class _Renewer(threading.Thread):
-    """Extends a held lock every third of its TTL until stopped or lost."""
-
-    def __init__(self, lock: Lock) -> None:
-        super().__init__(name=f"rcoord-lock-renew:{lock.name}", daemon=True)
-        self.lock = lock
-        self.identifier = lock.identifier
-        self.client = lock.client
-        self._stopped = threading.Event()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self is not threading.current_thread():
-            self.join()
-
-    def run(self) -> None:
-        lock = self.lock
-        interval = lock.timeout / 3
-        while not self._stopped.wait(interval):
-            try:
-                still_held = lock._extend_identifier(self.client, self.identifier, lock._ttl_ms)
-            except Exception:  # a Redis hiccup: try again next round, the TTL still runs
-                logger.exception("Renewing lock %r failed; retrying", lock.name)
-                continue
-            if not still_held:
-                lock._mark_lost()
-                logger.warning("Lock %r was lost while held (auto_renew)", lock.name)
-                if lock.on_lost is not None:
-                    try:
-                        lock.on_lost(lock)
-                    except Exception:
-                        logger.exception("on_lost callback of lock %r failed", lock.name)
-                return
 
 
 # -- the book's functions ------------------------------------------------------

@@ -85,7 +85,6 @@ class Worker:
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
         first = self.queues[0]
-        self._group_keys = [first.messages, first.owners, first.failures]
         self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
         space = KeySpace("queue", first.group)
         self._workers_key = space.key("workers")
@@ -183,13 +182,24 @@ class Worker:
         self._next_check = time.monotonic() + next_due
 
     def _take(self) -> Job | None:
-        result = run_script(
-            "task_take",
+        # task_finish with no task to finish only takes the next one.
+        first = self.queues[0]
+        _, following = run_script(
+            "task_finish",
             self.client,
-            keys=[*self._group_keys, *self._take_keys],
-            args=[self.id, self._lease_ms],
+            keys=[
+                first.messages,
+                first.owners,
+                first.failures,
+                first.errors,
+                first.in_flight,
+                first.delayed,
+                first.dead,
+                *self._take_keys,
+            ],
+            args=["", self.id, "ack", "", 0, self._lease_ms],
         )
-        return self._job(result)
+        return self._job(following)
 
     def _job(self, result: Any) -> Job | None:
         if not result:

@@ -1,5 +1,6 @@
 -- Finish a task this worker holds (acknowledge, retry later, or dead-letter it), and in the
 -- same step take the next task, so that a busy worker needs one round trip per task.
+-- With an empty task id, only take the next task.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts)   KEYS[4] errors HASH (id -> last error)
 -- KEYS[5]  in-flight ZSET of the finished task's queue   KEYS[6] its delayed ZSET

@@ -1,0 +1,185 @@
+"""Autocomplete: a user's recent contacts, and the members of a guild (Redis in Action 6.1).
+
+Recent contacts are a LIST per user, most recent first, capped at 100; adding
+or moving a contact to the front is one MULTI/EXEC.
+
+Guild members are a sorted set per guild used as a lexicographic index: every
+member is stored as ``<folded name> NUL <name as written>`` with score 0, where
+the folded name is NFKC-normalised and case-folded. A query folds its prefix
+the same way and asks for the range ``[prefix, prefix + 0xFF)`` with
+``ZRANGE ... BYLEX LIMIT``: one read-only round trip, whatever the guild's size
+and whoever else queries or joins meanwhile. No sentinel members, no WATCH, no
+writes (the book's version adds and removes two sentinels per query and only
+knows a-z). "émile", "Émile" and "ÉMILE" all find "Émile"; names in any script,
+with digits, punctuation, braces or emoji work (they are values, not key parts;
+guild names go through the key layer).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import unicodedata
+from typing import Any
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.keys import KeySpace
+
+__all__ = [
+    "MAX_LIMIT",
+    "RECENT_CONTACTS",
+    "add_update_contact",
+    "autocomplete_on_prefix",
+    "autocomplete_page",
+    "fetch_autocomplete_list",
+    "fold",
+    "guild_members",
+    "is_guild_member",
+    "join_guild",
+    "leave_guild",
+    "remove_contact",
+]
+
+#: Contacts kept per user.
+RECENT_CONTACTS = 100
+#: Largest number of suggestions one query returns.
+MAX_LIMIT = 50
+#: Longest member name accepted.
+MAX_MEMBER_LENGTH = 150
+
+_SEPARATOR = "\x00"
+# 0xFF never occurs in UTF-8: every string that starts with a prefix sorts below prefix + 0xFF.
+_AFTER_ALL = b"\xff"
+
+
+def fold(text: str) -> str:
+    """The form names are matched in: NFKC, then case-folded (then NFKC again)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+
+
+def _check_member(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("a member name must be a non-empty str")
+    if len(name) > MAX_MEMBER_LENGTH:
+        raise ValueError(f"a member name must be at most {MAX_MEMBER_LENGTH} characters")
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in name):
+        raise ValueError("a member name must not hold control characters")
+    return name
+
+
+def _entry(name: str) -> bytes:
+    name = _check_member(name)
+    return (fold(name) + _SEPARATOR + name).encode("utf-8")
+
+
+def _display(entry: bytes) -> str:
+    return entry.decode("utf-8").split(_SEPARATOR, 1)[1]
+
+
+def _members_key(guild: str) -> str:
+    return KeySpace("guild", guild).key("members")
+
+
+# -- guild members ---------------------------------------------------------------------
+def join_guild(guild: str, user: str, *, client: Any = None) -> None:
+    """Add ``user`` (a display name) to ``guild``'s index."""
+    resolve_client(client).zadd(_members_key(guild), {_entry(user): 0})
+
+
+def leave_guild(guild: str, user: str, *, client: Any = None) -> None:
+    resolve_client(client).zrem(_members_key(guild), _entry(user))
+
+
+def is_guild_member(guild: str, user: str, *, client: Any = None) -> bool:
+    try:
+        entry = _entry(user)
+    except ValueError:
+        return False
+    return resolve_client(client).zscore(_members_key(guild), entry) is not None
+
+
+def autocomplete_page(
+    guild: str,
+    prefix: str,
+    limit: int = 10,
+    *,
+    after: str | None = None,
+    client: Any = None,
+) -> tuple[list[str], str | None]:
+    """Members of ``guild`` whose folded name starts with the folded ``prefix``, in index order.
+
+    Returns (names, cursor): pass the cursor as ``after`` for the next page (None
+    when there is none). One read-only ``ZRANGE ... BYLEX LIMIT`` round trip.
+    """
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}")
+    folded = fold(prefix).encode("utf-8")
+    low = b"[" + folded
+    if after is not None:
+        position = decode_cursor(after)
+        if not position.startswith(folded):
+            raise ValueError("the cursor does not belong to this query")
+        low = b"(" + position
+    # One more than asked tells whether there is a next page.
+    entries = resolve_client(client).zrange(
+        _members_key(guild), low, b"(" + folded + _AFTER_ALL, bylex=True, offset=0, num=limit + 1
+    )
+    names = [_display(entry) for entry in entries[:limit]]
+    cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
+    return names, cursor
+
+
+def autocomplete_on_prefix(
+    guild: str, prefix: str, limit: int = 10, *, client: Any = None
+) -> list[str]:
+    """The book's autocomplete_on_prefix: the first ``limit`` members matching ``prefix``."""
+    return autocomplete_page(guild, prefix, limit, client=client)[0]
+
+
+def guild_members(guild: str, *, client: Any = None) -> list[str]:
+    """Every member of ``guild`` in index order (for administration; O(N))."""
+    client = resolve_client(client)
+    return [_display(entry) for entry, _ in client.zscan_iter(_members_key(guild), count=1000)]
+
+
+def encode_cursor(entry: bytes) -> str:
+    return base64.urlsafe_b64encode(entry).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> bytes:
+    """The index entry a cursor stands for; ValueError for a malformed cursor."""
+    try:
+        entry = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        entry.decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise ValueError("malformed cursor") from None
+    if _SEPARATOR.encode() not in entry:
+        raise ValueError("malformed cursor")
+    return entry
+
+
+# -- recent contacts -----------------------------------------------------------------------
+def _contacts_key(user: str) -> str:
+    return KeySpace("contacts", user).key("recent")
+
+
+def add_update_contact(user: str, contact: str, *, client: Any = None) -> None:
+    """Put ``contact`` at the front of ``user``'s recent contacts (one MULTI/EXEC)."""
+    key = _contacts_key(user)
+    with resolve_client(client).pipeline(transaction=True) as pipe:
+        pipe.lrem(key, 0, contact)
+        pipe.lpush(key, contact)
+        pipe.ltrim(key, 0, RECENT_CONTACTS - 1)
+        pipe.execute()
+
+
+def remove_contact(user: str, contact: str, *, client: Any = None) -> None:
+    resolve_client(client).lrem(_contacts_key(user), 0, contact)
+
+
+def fetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> list[str]:
+    """``user``'s recent contacts starting with ``prefix`` (any script and case), newest first."""
+    folded = fold(prefix)
+    contacts = resolve_client(client).lrange(_contacts_key(user), 0, -1)
+    names = [contact.decode("utf-8") for contact in contacts]
+    return [name for name in names if fold(name).startswith(folded)]

@@ -62,9 +62,41 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E007",
             )
         )
+    errors.extend(_check_autocomplete(user))
     errors.extend(
         _check_concurrency_limits(user.get("CONCURRENCY_LIMITS", DEFAULTS["CONCURRENCY_LIMITS"]))
     )
+    return errors
+
+
+def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
+    from django_rcoord.autocomplete import MAX_LIMIT
+
+    errors: list[CheckMessage] = []
+    limit = user.get("AUTOCOMPLETE_LIMIT", DEFAULTS["AUTOCOMPLETE_LIMIT"])
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        errors.append(
+            Error(
+                f"settings.RCOORD['AUTOCOMPLETE_LIMIT'] must be an int from 1 to {MAX_LIMIT}, "
+                f"not {limit!r}.",
+                hint="The default is 10.",
+                id="rcoord.E012",
+            )
+        )
+    path = user.get("AUTOCOMPLETE_PERMISSION", DEFAULTS["AUTOCOMPLETE_PERMISSION"])
+    try:
+        permission = import_string(path) if isinstance(path, str) else None
+    except ImportError:
+        permission = None
+    if not callable(permission):
+        errors.append(
+            Error(
+                f"settings.RCOORD['AUTOCOMPLETE_PERMISSION'] {path!r} is not an importable "
+                "callable.",
+                hint="Give the dotted path of a function (request, guild) -> bool.",
+                id="rcoord.E013",
+            )
+        )
     return errors
 
 

@@ -31,6 +31,10 @@ DEFAULTS: dict[str, Any] = {
     "TASK_RETRY_BACKOFF_MAX": 600.0,
     # Queues `manage.py run_email_worker` watches by default, highest priority first.
     "EMAIL_QUEUES": ["email"],
+    # Guild-member autocomplete: suggestions per query, and who may search a guild
+    # (dotted path to a callable (request, guild) -> bool).
+    "AUTOCOMPLETE_LIMIT": 10,
+    "AUTOCOMPLETE_PERMISSION": "django_rcoord.views.default_permission",
 }
 
 
@@ -90,6 +94,14 @@ class RcoordSettings:
     @property
     def EMAIL_QUEUES(self) -> list[str]:
         return get("EMAIL_QUEUES")
+
+    @property
+    def AUTOCOMPLETE_LIMIT(self) -> int:
+        return get("AUTOCOMPLETE_LIMIT")
+
+    @property
+    def AUTOCOMPLETE_PERMISSION(self) -> str:
+        return get("AUTOCOMPLETE_PERMISSION")
 
 
 conf = RcoordSettings()

@@ -47,6 +47,8 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
         ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),
         ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
+        ({"RCOORD": {"AUTOCOMPLETE_LIMIT": 51}}, ["rcoord.E012"]),
+        ({"RCOORD": {"AUTOCOMPLETE_PERMISSION": "tests.factories.nope"}}, ["rcoord.E013"]),
         ({"RCOORD": {"CONCURRENCY_LIMITS": {"name": "x"}}}, ["rcoord.E008"]),
         ({"RCOORD": {"CONCURRENCY_LIMITS": [{**RULE, "colour": 1}]}}, ["rcoord.E008"]),
         ({"RCOORD": {"CONCURRENCY_LIMITS": [RULE, RULE]}}, ["rcoord.E008"]),

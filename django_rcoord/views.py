@@ -1,0 +1,69 @@
+"""JSON views: guild-member autocomplete."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.cache import patch_cache_control
+from django.utils.module_loading import import_string
+from django.views.decorators.http import require_GET
+
+from django_rcoord.autocomplete import MAX_LIMIT, autocomplete_page, is_guild_member
+from django_rcoord.conf import conf
+from django_rcoord.exceptions import InvalidName
+from django_rcoord.keys import encode_name
+
+#: Longest query accepted, in characters.
+MAX_QUERY_LENGTH = 100
+
+
+def default_permission(request: HttpRequest, guild: str) -> bool:
+    """Only an authenticated member of the guild may search it."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return False
+    return is_guild_member(guild, user.get_username())
+
+
+def _bad_request(message: str) -> JsonResponse:
+    return JsonResponse({"error": "bad_request", "detail": message}, status=400)
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    patch_cache_control(response, private=True, max_age=0)
+    return response
+
+
+@require_GET
+def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
+    """``GET ?q=<prefix>&limit=<n>&after=<cursor>`` ->
+    ``{"guild", "query", "results": [...], "next": cursor or null}``."""
+    try:
+        encode_name(guild)
+    except InvalidName as exc:
+        return _private(_bad_request(f"guild: {exc}"))
+    query = request.GET.get("q", "")
+    if len(query) > MAX_QUERY_LENGTH:
+        return _private(_bad_request(f"q must be at most {MAX_QUERY_LENGTH} characters"))
+    if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
+        return _private(_bad_request("q must not hold control characters"))
+    raw_limit = request.GET.get("limit", str(conf.AUTOCOMPLETE_LIMIT))
+    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+        return _private(_bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}"))
+    permission = import_string(conf.AUTOCOMPLETE_PERMISSION)
+    if not permission(request, guild):
+        return _private(
+            JsonResponse(
+                {"error": "forbidden", "detail": "You may not search this guild."}, status=403
+            )
+        )
+    try:
+        results, cursor = autocomplete_page(
+            guild, query, int(raw_limit), after=request.GET.get("after") or None
+        )
+    except ValueError as exc:  # a malformed cursor, or one from another query
+        return _private(_bad_request(f"after: {exc}"))
+    return _private(
+        JsonResponse({"guild": guild, "query": query, "results": results, "next": cursor})
+    )

@@ -40,8 +40,8 @@ def test_a_member_searches_the_guild(client, member) -> None:
     body = response.json()
     assert body == {
         "guild": "knights",
+        "query": "e",
         "results": ["Emma"],
-        "results": ["Emma", "Ezra"],
         "next": body["next"],
     }
     assert body["next"]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
-from example_project import coordination_views, market_views, views
+from example_project import coordination_views, guild_views, market_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -16,5 +16,7 @@ urlpatterns = [
     path("market/buy/<str:member>/", market_views.buy_item, name="market-buy"),
     path("verification-code/", coordination_views.verification_code, name="verification-code"),
     path("slow-report/", coordination_views.slow_report, name="slow-report"),
+    path("guild-mail/", guild_views.guild_mail, name="guild-mail"),
+    path("rcoord/", include("django_rcoord.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -10,6 +10,11 @@ from django_rcoord.connection import get_client
 #: The demos of the example project, linked from the home page as they land.
 DEMOS: list[tuple[str, str, str]] = [
     (
+        "guild-mail",
+        "Mail your guild",
+        "pick a recipient with the accessible guild-member autocomplete",
+    ),
+    (
         "market",
         "Marketplace",
         "list and buy items; each purchase holds a per-item lock with a fencing token",
@@ -39,6 +44,8 @@ def home(request: HttpRequest) -> HttpResponse:
         "demos": DEMOS,
         "redis_ok": redis_ok,
         "redis_status": redis_status,
-        "redis_source": "embedded" if settings.EMBEDDED_REDIS_DIR else "REDIS_URL",
+        "redis_source": "embedded"
+        if getattr(settings, "EMBEDDED_REDIS_DIR", None)
+        else "REDIS_URL",
     }
     return render(request, "example/home.html", context, status=200 if redis_ok else 503)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from django_rcoord.autocomplete import join_guild
 
-URL = "/rcoord/guilds/{}/members/"
+URL = "/example/rcoord/guilds/{}/members/"  # the example project mounts the app
 
 pytestmark = pytest.mark.django_db
 

@@ -20,5 +20,4 @@ urlpatterns = [
     path("limited/streaming/", views.streaming),
     path("unlimited/", views.unlimited, name="unlimited"),
     path("example/", include("example_project.urls")),
-    path("rcoord/", include("django_rcoord.urls")),
 ]

@@ -32,6 +32,7 @@ class Command(BaseCommand):
         Path(settings.STATE_DIR).mkdir(exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo", verbosity=0)
+        call_command("seed_guild", verbosity=0)
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = {
             "web": [*manage, "runserver", "--noreload", addrport],

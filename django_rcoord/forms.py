@@ -1,0 +1,71 @@
+"""Form widget and field for picking a guild member, with accessible autocomplete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
+
+from django_rcoord.autocomplete import is_guild_member
+
+
+class GuildMemberWidget(forms.TextInput):
+    """A text input that suggests members of ``guild`` as you type (WAI-ARIA combobox).
+
+    Plain JavaScript and CSS come through ``Media``; without JavaScript it is a
+    plain text input (the field validates the value on the server).
+    """
+
+    template_name = "django_rcoord/widgets/guild_member.html"
+
+    class Media:
+        css = {"all": ["django_rcoord/autocomplete.css"]}
+        js = ["django_rcoord/autocomplete.js"]
+
+    def __init__(self, guild: str, attrs: dict[str, Any] | None = None, limit: int = 10) -> None:
+        super().__init__(attrs)
+        self.guild = guild
+        self.limit = limit
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        widget_attrs = context["widget"]["attrs"]
+        widget_attrs.update(
+            {
+                "role": "combobox",
+                "aria-autocomplete": "list",
+                "aria-expanded": "false",
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "data-rcoord-autocomplete": reverse("rcoord:guild-members", args=[self.guild]),
+                "data-rcoord-limit": str(self.limit),
+            }
+        )
+        if widget_attrs.get("id"):
+            widget_attrs["aria-controls"] = f"{widget_attrs['id']}-listbox"
+        return context
+
+
+class GuildMemberField(forms.CharField):
+    """A member of ``guild``: the submitted name is checked against the guild's index."""
+
+    default_error_messages = {
+        "not_member": _("%(value)s is not a member of %(guild)s."),
+    }
+
+    def __init__(self, guild: str, **kwargs: Any) -> None:
+        self.guild = guild
+        kwargs.setdefault("widget", GuildMemberWidget(guild=guild))
+        kwargs.setdefault("max_length", 150)
+        super().__init__(**kwargs)
+
+    def validate(self, value: str) -> None:
+        super().validate(value)
+        if value and not is_guild_member(self.guild, value):
+            raise forms.ValidationError(
+                self.error_messages["not_member"],
+                code="not_member",
+                params={"value": value, "guild": self.guild},
+            )

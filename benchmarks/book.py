@@ -5,6 +5,7 @@ Kept as close to the book as Python 3 and redis-py allow; where they differ it i
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import time
@@ -154,3 +155,41 @@ def poll_queue_once(conn: redis.Redis) -> bool:
         conn.rpush("queue:" + queue, item)
     release_lock(conn, identifier, locked)
     return True
+
+
+VALID_CHARACTERS = "`abcdefghijklmnopqrstuvwxyz{"
+
+
+def find_prefix_range(prefix: str) -> tuple[str, str]:
+    """6.1.2: the names just before and after every name starting with ``prefix`` (a-z only)."""
+    posn = bisect.bisect_left(VALID_CHARACTERS, prefix[-1:])
+    suffix = VALID_CHARACTERS[(posn or 1) - 1]
+    return prefix[:-1] + suffix + "{", prefix + "{"
+
+
+def autocomplete_on_prefix(conn: redis.Redis, guild: str, prefix: str) -> list[str]:
+    """6.1.2: add two sentinel members, WATCH, find their ranks, then MULTI/ZREM/ZRANGE/EXEC.
+
+    Up to 10 results; retried on WATCH conflicts, as in the book.
+    """
+    start, end = find_prefix_range(prefix)
+    identifier = str(uuid.uuid4())
+    start += identifier
+    end += identifier
+    zset_name = "members:" + guild
+    conn.zadd(zset_name, {start: 0, end: 0})
+    with conn.pipeline(True) as pipe:
+        while True:
+            try:
+                pipe.watch(zset_name)
+                sindex = pipe.zrank(zset_name, start)
+                eindex = pipe.zrank(zset_name, end)
+                erange = min(sindex + 9, eindex - 2)
+                pipe.multi()
+                pipe.zrem(zset_name, start, end)
+                pipe.zrange(zset_name, sindex, erange)
+                items = pipe.execute()[-1]
+                break
+            except redis.exceptions.WatchError:
+                continue
+    return [item.decode() for item in items if b"{" not in item]

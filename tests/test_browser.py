@@ -108,3 +108,29 @@ def test_type_pick_with_the_keyboard_and_submit(browser, live_server, client, dj
     browser.find_element(By.CSS_SELECTOR, "#guild-mail button[type=submit]").click()
     wait.until(lambda _: "is on its way" in browser.page_source)
     assert "Your message to Emma Rossi is on its way." in browser.page_source
+
+
+def test_two_widgets_on_one_page_keep_apart(browser, live_server, client, django_user_model):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    user = django_user_model.objects.create_user("ada", password="pw")
+    for name in ["ada", "Emma Rossi", "Zoë Silva"]:
+        join_guild("adventurers", name)
+    client.force_login(user)
+    browser.get(live_server.url + "/two-pickers/")
+    browser.add_cookie(
+        {"name": "sessionid", "value": client.cookies["sessionid"].value, "path": "/"}
+    )
+    browser.get(live_server.url + "/two-pickers/")
+    first = browser.find_element(By.ID, "id_first")
+    second = browser.find_element(By.ID, "id_second")
+    assert first.get_attribute("aria-controls") != second.get_attribute("aria-controls")
+    second.send_keys("zo")
+    WebDriverWait(browser, 10).until(lambda _: second.get_attribute("aria-expanded") == "true")
+    listbox = browser.find_element(By.ID, second.get_attribute("aria-controls"))
+    options = listbox.find_elements(By.CSS_SELECTOR, "[role=option]")
+    assert [option.get_attribute("textContent") for option in options] == ["Zoë Silva"]
+    assert first.get_attribute("aria-expanded") == "false"
+    first_listbox = browser.find_element(By.ID, first.get_attribute("aria-controls"))
+    assert first_listbox.find_elements(By.CSS_SELECTOR, "[role=option]") == []

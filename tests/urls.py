@@ -19,5 +19,6 @@ urlpatterns = [
     path("limited/slow-async/", views.slow_async, name="slow-async"),
     path("limited/streaming/", views.streaming),
     path("unlimited/", views.unlimited, name="unlimited"),
+    path("two-pickers/", views.two_pickers),
     path("example/", include("example_project.urls")),
 ]

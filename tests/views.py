@@ -117,3 +117,21 @@ def streaming(request: HttpRequest) -> StreamingHttpResponse:
 
 def unlimited(request: HttpRequest) -> HttpResponse:
     return HttpResponse("free")
+
+
+# -- two autocomplete widgets on one page -----------------------------------------------
+def two_pickers(request: HttpRequest) -> HttpResponse:
+    from django import forms
+    from django.template import engines
+
+    from django_rcoord.forms import GuildMemberField
+
+    class PairForm(forms.Form):
+        first = GuildMemberField(guild="adventurers")
+        second = GuildMemberField(guild="adventurers")
+
+    form = PairForm()
+    page = engines["django"].from_string(
+        "<!doctype html><html><head>{{ form.media }}</head><body>{{ form.as_p }}</body></html>"
+    )
+    return HttpResponse(page.render({"form": form}, request))

@@ -24,7 +24,7 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import Repeater, run_in_thread, wait_for_signal
+from django_rcoord.waiting import Repeater, check_timeout_and_wait, run_in_thread, wait_for_signal
 
 __all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
 
@@ -54,10 +54,7 @@ class Lock:
         on_lost: Callable[[Lock], None] | None = None,
         client: Any = None,
     ) -> None:
-        if not timeout > 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        if wait < 0:
-            raise ValueError("wait must be zero or a positive number of seconds")
+        check_timeout_and_wait(timeout, wait)
         self.name = name
         self.timeout = timeout
         self.wait = wait

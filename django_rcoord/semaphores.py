@@ -31,7 +31,7 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import run_in_thread, wait_for_signal
+from django_rcoord.waiting import check_timeout_and_wait, run_in_thread, wait_for_signal
 
 __all__ = [
     "Semaphore",
@@ -75,10 +75,7 @@ class Semaphore:
     ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError("limit must be a positive integer")
-        if not timeout > 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        if wait < 0:
-            raise ValueError("wait must be zero or a positive number of seconds")
+        check_timeout_and_wait(timeout, wait)
         self.name = name
         self.limit = limit
         self.timeout = timeout

@@ -86,6 +86,17 @@ class Worker:
         self.processed = 0
         first = self.queues[0]
         self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
+        # The finish script's seven leading keys (unused when there is nothing to finish).
+        self._take_only_keys = [
+            first.messages,
+            first.owners,
+            first.failures,
+            first.errors,
+            first.in_flight,
+            first.delayed,
+            first.dead,
+            *self._take_keys,
+        ]
         space = KeySpace("queue", first.group)
         self._workers_key = space.key("workers")
         self._heartbeat_key = space.key(f"worker:{self.id}")
@@ -183,20 +194,10 @@ class Worker:
 
     def _take(self) -> Job | None:
         # task_finish with no task to finish only takes the next one.
-        first = self.queues[0]
         _, following = run_script(
             "task_finish",
             self.client,
-            keys=[
-                first.messages,
-                first.owners,
-                first.failures,
-                first.errors,
-                first.in_flight,
-                first.delayed,
-                first.dead,
-                *self._take_keys,
-            ],
+            keys=self._take_only_keys,
             args=["", self.id, "ack", "", 0, self._lease_ms],
         )
         return self._job(following)

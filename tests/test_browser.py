@@ -45,6 +45,16 @@ def browser():
     driver.quit()
 
 
+def open_signed_in(browser, live_server, client, user, path: str) -> None:
+    """Open ``path`` in the browser with ``user``'s session."""
+    client.force_login(user)
+    browser.get(live_server.url + path)  # a page of the site, so the cookie can be set
+    browser.add_cookie(
+        {"name": "sessionid", "value": client.cookies["sessionid"].value, "path": "/"}
+    )
+    browser.get(live_server.url + path)
+
+
 def test_type_pick_with_the_keyboard_and_submit(browser, live_server, client, django_user_model):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

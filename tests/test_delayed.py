@@ -5,6 +5,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,6 +181,9 @@ def test_delay_queue_refuses_data_json_cannot_carry() -> None:
 
 def drain_delay_queue(name: str) -> list[int]:
     queue = DelayQueue(name)
+    client = get_client()
+    client.incr("test:ready")
+    client.blpop(["test:go"], timeout=60)  # start together with the other consumer
     got: list[int] = []
     while True:
         items = queue.pop(num=7, previous=0)
@@ -193,7 +197,15 @@ def test_two_consumers_never_share_an_item() -> None:
     enqueue_count = 2000
     for index in range(enqueue_count):
         queue.push({"n": index})
+
+    def start_both() -> None:
+        wait_until(lambda: int(get_client().get("test:ready") or 0) == 2, timeout=60)
+        get_client().rpush("test:go", 1, 1)
+
+    starter = threading.Thread(target=start_both, daemon=True)
+    starter.start()
     first, second = run_in_processes(drain_delay_queue, [("shared",), ("shared",)])
+    starter.join(5)
     assert not set(first) & set(second)
     assert sorted(first + second) == list(range(enqueue_count))
     assert first and second  # both consumed, concurrently

@@ -13,6 +13,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.keys import validate_prefix
+from django_rcoord.validation import is_positive_int
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
@@ -74,7 +75,7 @@ def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
 
     errors: list[CheckMessage] = []
     limit = user.get("AUTOCOMPLETE_LIMIT", DEFAULTS["AUTOCOMPLETE_LIMIT"])
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+    if not is_positive_int(limit) or limit > MAX_LIMIT:
         errors.append(
             Error(
                 f"settings.RCOORD['AUTOCOMPLETE_LIMIT'] must be an int from 1 to {MAX_LIMIT}, "

@@ -16,6 +16,7 @@ from django_rcoord.exceptions import InvalidName, LockLost
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import hit
 from django_rcoord.responses import error_response
+from django_rcoord.validation import is_number, is_positive_int
 from django_rcoord.waiting import run_in_thread
 
 logger = logging.getLogger(__name__)
@@ -152,9 +153,9 @@ def rate_limited(
     the limit, the response is 429 with ``Retry-After`` (the seconds until the
     window ends), JSON for JSON clients. Sync, async and class-based views.
     """
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+    if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
-    if not isinstance(seconds, (int, float)) or not seconds > 0:
+    if not is_number(seconds) or not seconds > 0:
         raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:

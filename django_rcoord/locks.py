@@ -24,7 +24,8 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import Repeater, check_timeout_and_wait, run_in_thread, wait_for_signal
+from django_rcoord.validation import check_timeout_and_wait
+from django_rcoord.waiting import Repeater, run_in_thread, wait_for_signal
 
 __all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
 
@@ -201,9 +202,12 @@ class Lock:
             self._renewer = None
 
     # -- context managers --------------------------------------------------
+    def _timeout(self) -> LockTimeout:
+        return LockTimeout(f"Could not acquire lock {self.name!r} within {self.wait}s.")
+
     def __enter__(self) -> Lock:
         if not self.acquire():
-            raise LockTimeout(f"Could not acquire lock {self.name!r} within {self.wait}s.")
+            raise self._timeout()
         return self
 
     def __exit__(
@@ -239,7 +243,7 @@ class Lock:
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
-            raise LockTimeout(f"Could not acquire lock {self.name!r} within {self.wait}s.")
+            raise self._timeout()
         return self
 
     async def __aexit__(

@@ -24,6 +24,7 @@ from django_rcoord.conf import conf
 from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import PermitKeeper, Semaphore
+from django_rcoord.validation import is_number, is_positive_int
 from django_rcoord.waiting import run_in_thread
 
 logger = logging.getLogger(__name__)
@@ -108,21 +109,17 @@ def rule_problems(raw: object) -> list[tuple[str, str]]:
         ):
             problems.append(("rcoord.E009", f"{where}: 'url_names' must be a list of URL names"))
         limit = rule.get("limit")
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        if not is_positive_int(limit):
             problems.append(("rcoord.E010", f"{where}: 'limit' must be a positive int"))
-        if not _is_number(rule.get("timeout")) or not rule["timeout"] > 0:
+        if not is_number(rule.get("timeout")) or not rule["timeout"] > 0:
             problems.append(("rcoord.E010", f"{where}: 'timeout' must be a positive number"))
-        if not _is_number(rule.get("wait", 0)) or rule.get("wait", 0) < 0:
+        if not is_number(rule.get("wait", 0)) or rule.get("wait", 0) < 0:
             problems.append(("rcoord.E010", f"{where}: 'wait' must be a number >= 0"))
         if rule.get("scope", "global") not in SCOPES:
             problems.append(("rcoord.E010", f"{where}: 'scope' must be one of {SCOPES}"))
         if not isinstance(rule.get("fail_open", True), bool):
             problems.append(("rcoord.E010", f"{where}: 'fail_open' must be True or False"))
     return problems
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:

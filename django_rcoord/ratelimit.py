@@ -16,6 +16,7 @@ from typing import Any
 from django_rcoord.connection import resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
+from django_rcoord.validation import is_positive_int
 
 __all__ = ["RateLimitResult", "allow_n", "allow_once", "hit", "reset"]
 
@@ -46,7 +47,7 @@ def allow_once(key: str, seconds: float, *, client: Any = None) -> bool:
 
 def hit(key: str, limit: int, seconds: float, *, client: Any = None) -> RateLimitResult:
     """Count a call with ``key``; allowed while the window holds at most ``limit`` calls."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+    if not is_positive_int(limit):
         raise ValueError("limit must be a positive integer")
     counter = KeySpace("ratelimit", key).key("window")
     hits, remaining_ms = run_script(

@@ -31,7 +31,8 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import check_timeout_and_wait, run_in_thread, wait_for_signal
+from django_rcoord.validation import check_timeout_and_wait, is_positive_int
+from django_rcoord.waiting import run_in_thread, wait_for_signal
 
 __all__ = [
     "Semaphore",
@@ -73,7 +74,7 @@ class Semaphore:
         wait: float = 0,
         client: Any = None,
     ) -> None:
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        if not is_positive_int(limit):
             raise ValueError("limit must be a positive integer")
         check_timeout_and_wait(timeout, wait)
         self.name = name
@@ -180,16 +181,16 @@ class Semaphore:
 
     # -- context managers -------------------------------------------------------
     def __enter__(self) -> str:
-        identifier = self.acquire(self.wait)
+        return self._enter(self.acquire(self.wait))
+
+    def _enter(self, identifier: str | None) -> str:
+        """Remember a permit taken by ``with`` in this thread / task, or raise the timeout."""
         if identifier is None:
             raise SemaphoreTimeout(
                 f"No permit of semaphore {self.name!r} (limit {self.limit}) within {self.wait}s."
             )
-        self._push_entered(identifier)
-        return identifier
-
-    def _push_entered(self, identifier: str) -> None:
         _entered.set((*_entered.get(), (id(self), identifier)))
+        return identifier
 
     def _pop_entered(self) -> str:
         entered = _entered.get()
@@ -226,13 +227,7 @@ class Semaphore:
         return await run_in_thread(self.refresh, identifier)
 
     async def __aenter__(self) -> str:
-        identifier = await self.aacquire(self.wait)
-        if identifier is None:
-            raise SemaphoreTimeout(
-                f"No permit of semaphore {self.name!r} (limit {self.limit}) within {self.wait}s."
-            )
-        self._push_entered(identifier)
-        return identifier
+        return self._enter(await self.aacquire(self.wait))
 
     async def __aexit__(
         self,

@@ -17,14 +17,6 @@ T = TypeVar("T")
 MIN_BLOCK = 0.01
 
 
-def check_timeout_and_wait(timeout: float, wait: float) -> None:
-    """The argument checks shared by locks and semaphores."""
-    if not timeout > 0:
-        raise ValueError("timeout must be a positive number of seconds")
-    if wait < 0:
-        raise ValueError("wait must be zero or a positive number of seconds")
-
-
 def _socket_timeout_cap(client: Any) -> float:
     """How long one BLPOP may block without tripping the client's socket timeout."""
     pool = getattr(client, "connection_pool", None)

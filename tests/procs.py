@@ -1,8 +1,10 @@
-"""Run test code in real, separate processes (spawned, with Django set up as in the tests)."""
+"""Run test code in real, separate processes (spawned, with Django set up as in the tests),
+and wait for what they do."""
 
 from __future__ import annotations
 
 import multiprocessing
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -38,3 +40,11 @@ def start_process(target: Callable[..., Any], *args: Any) -> multiprocessing.Pro
     process = context.Process(target=_call, args=(target, args), daemon=True)
     process.start()
     return process
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -16,8 +16,8 @@ from django_rcoord.connection import get_client
 from django_rcoord.delayed import DelayQueue, DueTaskPromoter, poll_queue
 from django_rcoord.queues import QueueKeys, enqueue_many, execute_later, queue_stats
 from tests import tasks
-from tests.procs import run_in_processes
-from tests.test_queues import output_of, ran, start_logged, start_worker, wait_until
+from tests.procs import run_in_processes, wait_until
+from tests.test_queues import output_of, ran, start_logged, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, release_lock
-from tests.procs import run_in_processes, start_process
+from tests.procs import run_in_processes, start_process, wait_until
 
 COUNTER = "test:counter"
 TOKENS = "test:tokens"
@@ -52,13 +52,6 @@ def hold_lock_forever(name: str, timeout: float) -> None:
     assert lock.acquire()
     get_client().set("test:holder-ready", 1)
     time.sleep(3600)
-
-
-def wait_until(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 # -- mutual exclusion with real processes ------------------------------------------

@@ -30,6 +30,7 @@ from django_rcoord.queues import (
 )
 from django_rcoord.worker import Worker
 from tests import tasks
+from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,13 +40,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def ran() -> list[str]:
     return [marker.decode() for marker in get_client().lrange(tasks.RAN, 0, -1)]
-
-
-def wait_until(predicate, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def start_worker(

@@ -19,7 +19,7 @@ from django_rcoord.semaphores import (
     release_fair_semaphore,
     release_semaphore,
 )
-from tests.procs import run_in_processes, start_process
+from tests.procs import run_in_processes, start_process, wait_until
 
 INSIDE = "test:inside"
 VIOLATIONS = "test:violations"
@@ -27,13 +27,6 @@ VIOLATIONS = "test:violations"
 
 def holders_key(name: str) -> str:
     return KeySpace("semaphore", name).key("holders")
-
-
-def wait_until(predicate, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 # -- code run in child processes -------------------------------------------------

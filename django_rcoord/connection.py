@@ -36,6 +36,28 @@ def resolve_client(client: Any = None) -> Any:
     return get_client() if client is None else client
 
 
+def is_cluster(client: Any) -> bool:
+    """True for a ``redis.cluster.RedisCluster`` (or one of its pipelines)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def slot_pipeline(client: Any, key: str | bytes, *, transaction: bool = True) -> Any:
+    """A pipeline for commands whose keys all share ``key``'s hash slot.
+
+    On a single Redis this is ``client.pipeline(transaction=...)``. On Redis
+    Cluster it is a plain pipeline on the primary that owns the slot, so it
+    can run Lua scripts (EVALSHA is refused in cluster pipelines), WATCH and
+    MULTI/EXEC like on one server. Every key used in it must hash to ``key``'s
+    slot, which the key layout's hash tags guarantee for one primitive.
+    """
+    if is_cluster(client):
+        node = client.get_node_from_key(key)
+        return client.get_redis_connection(node).pipeline(transaction=transaction)
+    return client.pipeline(transaction=transaction)
+
+
 def _client_from_cache(alias: str) -> Any:
     from django.conf import settings
     from django_redis import get_redis_connection

@@ -32,7 +32,7 @@ from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.scripts import run_script
@@ -192,21 +192,30 @@ def enqueue_many(
     queue: str | None = None,
     client: Any = None,
 ) -> list[str]:
-    """Queue many tasks in one round trip: ``calls`` is (task or name, args, kwargs) triples.
+    """Queue many tasks in one round trip per queue group: ``calls`` is (task or name,
+    args, kwargs) triples.
 
-    A name (not a Task) needs ``queue``. Returns the ids in order.
+    A name (not a Task) needs ``queue``. Returns the ids in order. Each group
+    is one pipeline (on Redis Cluster a group is one slot, on one primary).
     """
     client = resolve_client(client)
-    ids = []
-    with client.pipeline(transaction=False) as pipe:
-        for target, args, kwargs in calls:
-            if isinstance(target, Task):
-                ids.append(_enqueue(pipe, target.name, queue or target.queue, args, kwargs, 0))
-            else:
-                if queue is None:
-                    raise ValueError("enqueue_many needs queue= for tasks given by name")
-                ids.append(_enqueue(pipe, target, queue, args, kwargs, 0))
-        pipe.execute()
+    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any]]]] = {}
+    count = 0
+    for count, (target, args, kwargs) in enumerate(calls, 1):
+        if isinstance(target, Task):
+            name, target_queue = target.name, queue or target.queue
+        elif queue is None:
+            raise ValueError("enqueue_many needs queue= for tasks given by name")
+        else:
+            name, target_queue = target, queue
+        group = QueueKeys.of(target_queue).group
+        by_group.setdefault(group, []).append((count - 1, name, target_queue, args, kwargs))
+    ids = [""] * count
+    for entries in by_group.values():
+        with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
+            for index, name, target_queue, args, kwargs in entries:
+                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs, 0)
+            pipe.execute()
     return ids
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import redis
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
 from django_rcoord.scripts import run_script
@@ -92,7 +92,7 @@ class Market:
         """Move ``item_id`` from ``seller``'s inventory to the market, optimistically."""
         inventory = self.inventory_key(seller)
         end = time.monotonic() + timeout
-        with self.client.pipeline() as pipe:
+        with slot_pipeline(self.client, self.market_key) as pipe:
             while time.monotonic() < end:
                 try:
                     pipe.watch(inventory)
@@ -117,7 +117,7 @@ class Market:
         buyer_key = self.user_key(buyer)
         retries = 0
         end = time.monotonic() + timeout
-        with self.client.pipeline() as pipe:
+        with slot_pipeline(self.client, self.market_key) as pipe:
             while time.monotonic() < end:
                 try:
                     pipe.watch(self.market_key, buyer_key)
@@ -168,7 +168,7 @@ class Market:
 
     def quote(self, buyer: str, item_id: str, seller: str) -> tuple[int | None, str]:
         """Read the price and check the buyer's funds: (price, "") or (None, reason)."""
-        with self.client.pipeline(transaction=False) as pipe:
+        with slot_pipeline(self.client, self.market_key, transaction=False) as pipe:
             pipe.zscore(self.market_key, f"{item_id}.{seller}")
             pipe.hget(self.user_key(buyer), "funds")
             price, funds = pipe.execute()

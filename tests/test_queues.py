@@ -20,6 +20,7 @@ from django.db import transaction
 from django_rcoord.connection import get_client
 from django_rcoord.queues import (
     QueueKeys,
+    Task,
     dead_letters,
     enqueue_many,
     execute_later,
@@ -106,6 +107,17 @@ def test_enqueue_many_and_execute_later() -> None:
     Worker(["default"], burst=True).run()
     assert sorted(ran()) == sorted([f"m{i}" for i in range(50)] + ["late"])
     assert other not in ids
+
+
+def test_enqueue_many_across_groups_returns_the_ids_in_call_order(redis_client) -> None:
+    # Tasks of two groups, interleaved: one pipeline per group, ids still in order.
+    other = Task(tasks.record.function, "tests.tasks.record", "reports/pdf", max_retries=0)
+    calls = [((tasks.record if i % 2 else other), (f"m{i}",), {}) for i in range(6)]
+    ids = enqueue_many(calls)
+    for i, task_id in enumerate(ids):
+        keys = QueueKeys.of("default" if i % 2 else "reports/pdf")
+        assert json.loads(redis_client.hget(keys.messages, task_id))["args"] == [f"m{i}"]
+    assert queue_stats("default")["ready"] == 3 and queue_stats("reports/pdf")["ready"] == 3
 
 
 def test_execute_later_with_delay_waits_for_its_time() -> None:

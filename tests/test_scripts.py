@@ -7,6 +7,7 @@ from importlib import resources
 
 import pytest
 
+from django_rcoord.connection import slot_pipeline
 from django_rcoord.scripts import get_script, run_script
 
 SCRIPTS = [
@@ -55,8 +56,8 @@ def test_one_script_object_per_name_and_reload_after_flush(redis_client) -> None
 
 
 def test_scripts_run_in_a_pipeline(redis_client) -> None:
-    redis_client.script_flush()
-    with redis_client.pipeline() as pipe:
+    redis_client.script_flush()  # the pipeline loads the script before it runs
+    with slot_pipeline(redis_client, "rcoord:test:{p}:window") as pipe:
         run_script("ratelimit_hit", pipe, keys=["rcoord:test:{p}:window"], args=[1000])
         run_script("ratelimit_hit", pipe, keys=["rcoord:test:{p}:window"], args=[1000])
         results = pipe.execute()

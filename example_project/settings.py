@@ -2,7 +2,9 @@
 
 Redis: ``REDIS_URL`` from the environment when set; otherwise the embedded
 redis-server in ``.rcoord/redis`` (started on demand, shared by every process
-of the project, stopped by ``manage.py rcoord_redis stop``).
+of the project, stopped by ``manage.py rcoord_redis stop``). With
+``REDIS_CLUSTER_URL`` (any node of a Redis Cluster) every part runs on the
+cluster instead.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ DATABASES = {
 
 # -- Redis -------------------------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL")
-EMBEDDED_REDIS_DIR = None if REDIS_URL else STATE_DIR / "redis"
+REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL")
+EMBEDDED_REDIS_DIR = None if REDIS_URL or REDIS_CLUSTER_URL else STATE_DIR / "redis"
 if EMBEDDED_REDIS_DIR is not None:
     # Only the address is computed here; example_project.apps starts the server.
     REDIS_URL = EmbeddedRedis(EMBEDDED_REDIS_DIR).url
@@ -93,6 +96,14 @@ RCOORD = {
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+
+if REDIS_CLUSTER_URL:
+    # Redis Cluster: django-rcoord gets a RedisCluster from its client factory.
+    # django-redis has no cluster client, so Django's own cache and the
+    # sessions live elsewhere (a local cache and the database here).
+    RCOORD["CLIENT_FACTORY"] = "example_project.redis_cluster.client"
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    SESSION_ENGINE = "django.contrib.sessions.backends.db"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -3,6 +3,11 @@
 A throwaway ``redis-server`` is started for the session (the same binary
 search as the embedded server), unless ``REDIS_URL`` names one; that database
 must then be empty, because every test starts by flushing it.
+
+``RCOORD_TEST_CLUSTER=1`` runs the same suite against Redis Cluster: a
+throwaway 3-master cluster on loopback ports (or, with ``REDIS_URL``, the
+cluster that URL's node belongs to), reached through
+``RCOORD["CLIENT_FACTORY"] = "tests.cluster.client"``.
 """
 
 from __future__ import annotations
@@ -16,16 +21,23 @@ from django.conf import settings
 from django.test.utils import override_settings
 
 from django_rcoord.connection import get_client
-from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
+from tests import cluster
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedRedis | None]:
-    """The throwaway server the suite started, or None when REDIS_URL names one."""
+def redis_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[EmbeddedRedis | EmbeddedCluster | None]:
+    """The throwaway server (or cluster) the suite started, or None when REDIS_URL names one."""
     if os.environ.get("REDIS_URL"):
         yield None
         return
-    server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
+    server: EmbeddedRedis | EmbeddedCluster
+    if cluster.ENABLED:
+        server = EmbeddedCluster(tmp_path_factory.mktemp("redis-cluster"))
+    else:
+        server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
     server.start()
     try:
         yield server
@@ -34,11 +46,11 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedR
 
 
 @pytest.fixture(scope="session")
-def redis_url(redis_server: EmbeddedRedis | None) -> Iterator[str]:
+def redis_url(redis_server: EmbeddedRedis | EmbeddedCluster | None) -> Iterator[str]:
     """The URL of the Redis the suite runs against."""
     url = os.environ.get("REDIS_URL")
     if url:
-        client = redis.Redis.from_url(url)
+        client = cluster.client_for_url(url)
         keys = client.dbsize()
         client.close()
         if keys:

@@ -66,6 +66,9 @@ RCOORD = {
     "TASK_LEASE": float(os.environ.get("RCOORD_TEST_TASK_LEASE", "60")),
     "TASK_RETRY_BACKOFF": 0.05,
 }
+if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
+    # The same suite against a 3-master Redis Cluster (conftest.py starts it).
+    RCOORD["CLIENT_FACTORY"] = "tests.cluster.client"
 
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings as django_settings
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -55,7 +56,10 @@ def test_a_member_searches_the_guild(client, member) -> None:
 def test_the_permission_setting_changes_the_rule(client) -> None:
     join_guild("open", "Ada")
     with override_settings(
-        RCOORD={"AUTOCOMPLETE_PERMISSION": "tests.test_autocomplete_view.allow_everyone"}
+        RCOORD={
+            **django_settings.RCOORD,
+            "AUTOCOMPLETE_PERMISSION": "tests.test_autocomplete_view.allow_everyone",
+        }
     ):
         assert client.get(URL.format("open"), {"q": "a"}).json()["results"] == ["Ada"]
 

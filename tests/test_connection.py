@@ -6,12 +6,12 @@ from django.test import override_settings
 
 from django_rcoord.connection import get_client, resolve_client
 from django_rcoord.exceptions import ConnectionNotConfigured, RcoordError
-from tests import factories
+from tests import cluster, factories
 
 
 def test_default_client_reaches_the_configured_server(redis_url: str) -> None:
     get_client().set("probe", "from get_client")
-    other = redis.Redis.from_url(redis_url)
+    other = cluster.client_for_url(redis_url)
     assert other.get("probe") == b"from get_client"
 
 
@@ -49,6 +49,6 @@ def test_cache_without_raw_client_is_a_clear_error() -> None:
     caches = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     }
-    with override_settings(CACHES=caches):
+    with override_settings(CACHES=caches, RCOORD={"CONNECTION": "default"}):
         with pytest.raises(RcoordError, match="rcoord.E004"):
             get_client()

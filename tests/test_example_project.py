@@ -16,14 +16,25 @@ from pathlib import Path
 
 import pytest
 
+from tests import cluster
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def example_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("REDIS_URL", "REDIS_CLUSTER_URL")
+    }
     env.update(DJANGO_SETTINGS_MODULE="example_project.settings", EXAMPLE_STATE_DIR=str(state_dir))
     env.update(extra)
     return env
+
+
+def redis_setting(url: str) -> dict[str, str]:
+    """The example project's setting for the Redis (or Redis Cluster) the suite uses."""
+    return {"REDIS_CLUSTER_URL" if cluster.ENABLED else "REDIS_URL": url}
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -64,10 +75,10 @@ def http_status(url: str) -> int:
 
 
 def test_check_is_clean_with_redis_url(tmp_path: Path, redis_url: str) -> None:
-    result = manage("check", env=example_env(tmp_path, REDIS_URL=redis_url))
+    result = manage("check", env=example_env(tmp_path, **redis_setting(redis_url)))
     assert result.returncode == 0, result.stderr
     assert "no issues" in result.stdout
-    # With REDIS_URL set, no embedded server was started.
+    # With REDIS_URL (or REDIS_CLUSTER_URL) set, no embedded server was started.
     assert not (tmp_path / "redis").exists()
 
 

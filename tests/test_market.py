@@ -13,7 +13,7 @@ from django_rcoord.locks import Lock
 from django_rcoord.queues import QueueKeys
 from example_project.market import Market
 from tests.procs import run_in_processes
-from tests.test_example_project import example_env, manage
+from tests.test_example_project import example_env, manage, redis_setting
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def test_market_bench_command_prints_the_table(tmp_path: Path, redis_url: str) -
         "item-lock",
         "--json",
         str(output),
-        env=example_env(tmp_path, REDIS_URL=redis_url),
+        env=example_env(tmp_path, **redis_setting(redis_url)),
     )
     assert result.returncode == 0, result.stderr
     assert "item-lock    1L1B" in result.stdout

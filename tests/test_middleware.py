@@ -21,7 +21,8 @@ MIDDLEWARE = [*settings.MIDDLEWARE, "django_rcoord.middleware.ConcurrencyLimitMi
 
 def limits(*rules: dict, **extra_rcoord) -> override_settings:
     return override_settings(
-        MIDDLEWARE=MIDDLEWARE, RCOORD={"CONCURRENCY_LIMITS": list(rules), **extra_rcoord}
+        MIDDLEWARE=MIDDLEWARE,
+        RCOORD={**settings.RCOORD, "CONCURRENCY_LIMITS": list(rules), **extra_rcoord},
     )
 
 
@@ -191,7 +192,10 @@ def test_fail_open_with_a_stopped_redis(
     stopped_redis_alias: str, fail_open: bool, status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
-    with limits(rule, CONNECTION=stopped_redis_alias), caplog.at_level(logging.ERROR):
+    with (
+        limits(rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None),
+        caplog.at_level(logging.ERROR),
+    ):
         response = Client().get("/limited/slow/?sleep=0")
     assert response.status_code == status
     assert "Redis unavailable" in caplog.text
@@ -202,6 +206,6 @@ async def test_async_fail_open_with_a_stopped_redis(
     stopped_redis_alias: str, fail_open: bool, async_client
 ) -> None:
     rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
-    with limits(rule, CONNECTION=stopped_redis_alias):
+    with limits(rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None):
         response = await async_client.get("/limited/slow-async/")
     assert response.status_code == (200 if fail_open else 503)

@@ -1,0 +1,25 @@
+"""The client factory the suite uses when it runs against Redis Cluster.
+
+``RCOORD_TEST_CLUSTER=1`` switches the suite to a 3-master cluster (see
+conftest.py); tests/settings.py then names ``tests.cluster.client`` as
+``RCOORD["CLIENT_FACTORY"]``, the way a project configures a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+
+import redis
+from redis.cluster import RedisCluster
+
+#: True when the suite runs against Redis Cluster.
+ENABLED = os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0")
+
+
+def client() -> RedisCluster:
+    return RedisCluster.from_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=10)
+
+
+def client_for_url(url: str) -> redis.Redis | RedisCluster:
+    """A new client of the kind the suite runs against, for ``url``."""
+    return (RedisCluster if ENABLED else redis.Redis).from_url(url)

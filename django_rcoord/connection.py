@@ -5,12 +5,25 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import redis
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import ConnectionNotConfigured
+
+#: Errors that mean "Redis is out of reach for now" rather than "this call is wrong":
+#: a lost or timed-out connection, and Redis Cluster's own (the cluster is down,
+#: a slot is moving, no node answers). Workers and pollers wait these out;
+#: fail-open middleware lets the request through.
+REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
 
 # Clients built by RCOORD["CLIENT_FACTORY"], one per dotted path: a factory is
 # called once per process so its connection pool is shared by every caller.

@@ -20,10 +20,9 @@ import threading
 import time
 from typing import Any
 
-import redis
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues import QueueKeys, known_groups, known_queues, recover_and_promote
 from django_rcoord.scripts import run_script
@@ -122,7 +121,7 @@ class DueTaskPromoter:
                 elif sleep > 0:
                     self.stopping.wait(sleep)
                 backoff = 0.5
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except REDIS_UNAVAILABLE as exc:
                 logger.error("poller lost Redis (%s); retrying in %.1fs", exc, backoff)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -15,12 +15,12 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
 from django_rcoord.conf import conf
+from django_rcoord.connection import REDIS_UNAVAILABLE
 from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import PermitKeeper, Semaphore
@@ -33,7 +33,7 @@ RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "
 SCOPES = ("global", "user", "ip")
 
 # Errors that mean "Redis cannot be asked now": the rule's fail_open decides.
-UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionNotConfigured)
+UNAVAILABLE = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
 
 _keeper = PermitKeeper()
 

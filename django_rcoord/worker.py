@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues import (
     PermanentFailure,
@@ -151,7 +150,7 @@ class Worker:
                     backoff = 0.5
                     if self.max_tasks is not None and self.processed >= self.max_tasks:
                         break
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                except REDIS_UNAVAILABLE as exc:
                     # The task in hand (if any) is safe: its lease brings it back.
                     job = None
                     logger.error(
@@ -302,7 +301,7 @@ class Worker:
             try:
                 finished, following = run_script("task_finish", self.client, keys=keys, args=args)
                 return int(finished), following
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except REDIS_UNAVAILABLE as exc:
                 if time.monotonic() > deadline:
                     raise
                 logger.error("finishing task %s failed (%s); retrying", job.id, exc)
@@ -315,7 +314,7 @@ class Worker:
             if self._renew(job, lease_ms=1):
                 time.sleep(0.002)
                 self._recover_if_due(force=True)
-        except (redis.ConnectionError, redis.TimeoutError):
+        except REDIS_UNAVAILABLE:
             logger.warning("could not give back task %s; its lease will", job.id)
 
     # -- presence (for rcoord_status) -----------------------------------------------
@@ -339,5 +338,5 @@ class Worker:
                 pipe.srem(self._workers_key, self.id)
                 pipe.delete(self._heartbeat_key)
                 pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError):
+        except REDIS_UNAVAILABLE:
             pass

@@ -13,7 +13,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.keys import validate_prefix
-from django_rcoord.validation import is_positive_int
+from django_rcoord.validation import is_number, is_positive_int
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
@@ -64,6 +64,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             )
         )
     errors.extend(_check_autocomplete(user))
+    errors.extend(_check_lock_replicas(user))
     errors.extend(
         _check_concurrency_limits(user.get("CONCURRENCY_LIMITS", DEFAULTS["CONCURRENCY_LIMITS"]))
     )
@@ -99,6 +100,24 @@ def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+def _check_lock_replicas(user: Mapping[str, Any]) -> list[CheckMessage]:
+    replicas = user.get("LOCK_REPLICAS", DEFAULTS["LOCK_REPLICAS"])
+    timeout = user.get("LOCK_REPLICA_TIMEOUT", DEFAULTS["LOCK_REPLICA_TIMEOUT"])
+    replicas_ok = isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0
+    if replicas_ok and is_number(timeout) and timeout > 0:
+        return []
+    return [
+        Error(
+            "settings.RCOORD['LOCK_REPLICAS'] must be an int of 0 or more and "
+            "RCOORD['LOCK_REPLICA_TIMEOUT'] a positive number of seconds, not "
+            f"{replicas!r} and {timeout!r}.",
+            hint="For example LOCK_REPLICAS 1 and LOCK_REPLICA_TIMEOUT 0.5; 0 replicas "
+            "(the default) does not wait.",
+            id="rcoord.E014",
+        )
+    ]
 
 
 MIDDLEWARE_PATH = "django_rcoord.middleware.ConcurrencyLimitMiddleware"

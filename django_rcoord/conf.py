@@ -35,6 +35,12 @@ DEFAULTS: dict[str, Any] = {
     # (dotted path to a callable (request, guild) -> bool).
     "AUTOCOMPLETE_LIMIT": 10,
     "AUTOCOMPLETE_PERMISSION": "django_rcoord.views.default_permission",
+    # Locks on a primary with replicas: after each grant, WAIT until this many
+    # replicas have it (0: do not wait). A grant they do not acknowledge within
+    # LOCK_REPLICA_TIMEOUT seconds is given back and acquiring raises
+    # LockNotReplicated.
+    "LOCK_REPLICAS": 0,
+    "LOCK_REPLICA_TIMEOUT": 1.0,
 }
 
 
@@ -102,6 +108,14 @@ class RcoordSettings:
     @property
     def AUTOCOMPLETE_PERMISSION(self) -> str:
         return get("AUTOCOMPLETE_PERMISSION")
+
+    @property
+    def LOCK_REPLICAS(self) -> int:
+        return get("LOCK_REPLICAS")
+
+    @property
+    def LOCK_REPLICA_TIMEOUT(self) -> float:
+        return get("LOCK_REPLICA_TIMEOUT")
 
 
 conf = RcoordSettings()

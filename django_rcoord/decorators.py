@@ -12,7 +12,7 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from django_rcoord.exceptions import InvalidName, LockLost
+from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import hit
 from django_rcoord.responses import error_response
@@ -93,6 +93,16 @@ def locked(
                 retry_after=lock.holder_ttl if lock.holder_ttl is not None else timeout,
             )
 
+        def not_replicated(request: HttpRequest, exc: LockNotReplicated) -> HttpResponse:
+            logger.error("@locked view %s: %s", view.__qualname__, exc)
+            return error_response(
+                request,
+                503,
+                "lock_not_replicated",
+                "The lock could not be made durable; try again shortly.",
+                retry_after=1,
+            )
+
         def report_loss(lock: Lock) -> None:
             logger.error(
                 "@locked view %s outlived its lock %r (timeout %ss): another request may "
@@ -109,8 +119,11 @@ def locked(
                 lock = prepare(request, args, kwargs)
                 if isinstance(lock, HttpResponse):
                     return lock
-                if not await lock.aacquire():
-                    return busy(request, lock)
+                try:
+                    if not await lock.aacquire():
+                        return busy(request, lock)
+                except LockNotReplicated as exc:
+                    return not_replicated(request, exc)
                 request.rcoord_lock = lock  # type: ignore[attr-defined]
                 try:
                     return await view(request, *args, **kwargs)
@@ -127,8 +140,11 @@ def locked(
             lock = prepare(request, args, kwargs)
             if isinstance(lock, HttpResponse):
                 return lock
-            if not lock.acquire():
-                return busy(request, lock)
+            try:
+                if not lock.acquire():
+                    return busy(request, lock)
+            except LockNotReplicated as exc:
+                return not_replicated(request, exc)
             request.rcoord_lock = lock  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)

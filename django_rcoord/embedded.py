@@ -263,14 +263,26 @@ class EmbeddedRedis:
             if not self.is_running():
                 return False
             pid = self.pid()
+            deadline = time.monotonic() + timeout
             client = self._client_without_retries()
             try:
-                client.shutdown()
-            except redis.ConnectionError:
-                pass  # the server closed the connection as it went down
+                while True:
+                    try:
+                        client.shutdown()
+                        break
+                    except redis.ConnectionError:
+                        break  # the server closed the connection as it went down
+                    except redis.ResponseError:
+                        # Refused while it writes its first AOF (e.g. a replica that
+                        # has just synced): try again until it is done.
+                        if time.monotonic() > deadline:
+                            raise EmbeddedRedisError(
+                                f"redis-server (pid {pid}) refused to shut down."
+                                f"{self._log_tail()}"
+                            ) from None
+                        time.sleep(0.05)
             finally:
                 client.close()
-            deadline = time.monotonic() + timeout
             while self.is_running() or (pid is not None and _process_alive(pid)):
                 if time.monotonic() > deadline:
                     raise EmbeddedRedisError(
@@ -305,12 +317,17 @@ def _process_alive(pid: int) -> bool:
         return True
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _free_port_pair() -> int:
     """A loopback port that is free, and whose cluster bus port (port + 10000) is free too."""
     for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         if port + 10000 > 65535:
             continue
         with socket.socket() as probe:

@@ -29,3 +29,8 @@ class LockLost(RcoordError):
 
 class SemaphoreTimeout(RcoordError):
     """No semaphore permit could be had within the wait time."""
+
+
+class LockNotReplicated(RcoordError):
+    """A lock was granted, but fewer replicas than ``RCOORD["LOCK_REPLICAS"]``
+    acknowledged it in time; the grant was given back."""

@@ -20,14 +20,22 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from django_rcoord.connection import resolve_client
-from django_rcoord.exceptions import LockLost, LockTimeout, RcoordError
+from django_rcoord.conf import conf
+from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_timeout_and_wait
 from django_rcoord.waiting import Repeater, run_in_thread, wait_for_signal
 
-__all__ = ["Lock", "LockLost", "LockTimeout", "acquire_lock", "release_lock"]
+__all__ = [
+    "Lock",
+    "LockLost",
+    "LockNotReplicated",
+    "LockTimeout",
+    "acquire_lock",
+    "release_lock",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +92,23 @@ class Lock:
     # -- acquiring -----------------------------------------------------------
     def _try_acquire(self, client: Any, identifier: str) -> int:
         """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms."""
-        return int(
-            run_script(
-                "lock_acquire",
-                client,
-                keys=[self._owner_key, self._fence_key],
-                args=[identifier, self._ttl_ms],
+        keys, args = [self._owner_key, self._fence_key], [identifier, self._ttl_ms]
+        replicas = conf.LOCK_REPLICAS
+        if not replicas:
+            return int(run_script("lock_acquire", client, keys=keys, args=args))
+        # WAIT counts the writes of its own connection: send it in the same pipeline.
+        with slot_pipeline(client, self._owner_key, transaction=False) as pipe:
+            run_script("lock_acquire", pipe, keys=keys, args=args)
+            pipe.wait(replicas, max(1, int(conf.LOCK_REPLICA_TIMEOUT * 1000)))
+            result, acknowledged = pipe.execute()
+        result = int(result)
+        if result > 0 and acknowledged < replicas:
+            self._release_identifier(client, identifier)
+            raise LockNotReplicated(
+                f"Lock {self.name!r} was granted but only {acknowledged} of {replicas} "
+                f"replicas acknowledged it within {conf.LOCK_REPLICA_TIMEOUT}s; it was given back."
             )
-        )
+        return result
 
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds (default: the lock's ``wait``).

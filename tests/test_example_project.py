@@ -6,7 +6,6 @@ import concurrent.futures
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from django_rcoord.embedded import free_port
 from tests import cluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,12 +46,6 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:

@@ -8,8 +8,12 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_rcoord.connection import get_client
+from django_rcoord.embedded import EmbeddedRedis, free_port
+from django_rcoord.exceptions import LockNotReplicated
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, release_lock
 from tests.procs import run_in_processes, start_process, wait_until
@@ -271,3 +275,37 @@ def test_book_functions() -> None:
     assert release_lock("market", "not-the-holder") is False
     assert release_lock("market", identifier) is True
     assert release_lock("market", identifier) is False
+
+
+def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path) -> None:
+    primary = EmbeddedRedis(tmp_path / "primary", port=free_port()).start()
+    replica = EmbeddedRedis(
+        tmp_path / "replica",
+        port=free_port(),
+        extra_config={"replicaof": f"127.0.0.1 {primary.port}"},
+    )
+    client = primary.client()
+    owner_key = KeySpace("lock", "durable").key("owner")
+    durable = {**settings.RCOORD, "LOCK_REPLICAS": 1, "LOCK_REPLICA_TIMEOUT": 0.3}
+    try:
+        replica.start()
+        wait_until(lambda: client.info("replication")["connected_slaves"] == 1, timeout=30)
+        with override_settings(RCOORD=durable):
+            lock = Lock("durable", wait=0, client=client)
+            assert lock.acquire()
+            # WAIT returned only once the replica had the grant.
+            assert replica.client().get(owner_key) == lock.identifier.encode()
+            lock.release()
+
+            replica.stop()
+            wait_until(lambda: client.info("replication")["connected_slaves"] == 0, timeout=30)
+            unreplicated = Lock("durable", wait=0, client=client)
+            with pytest.raises(LockNotReplicated, match="0 of 1 replicas"):
+                unreplicated.acquire()
+            assert unreplicated.identifier is None
+            assert client.get(owner_key) is None  # the grant was given back
+        # Without LOCK_REPLICAS nothing waits for the missing replica.
+        assert Lock("durable", wait=0, client=client).acquire()
+    finally:
+        replica.stop()
+        primary.stop()

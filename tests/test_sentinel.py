@@ -1,0 +1,136 @@
+"""Sentinel: the parts reach the primary through django-redis's Sentinel client
+and follow it across a failover (real redis-server processes, one in sentinel mode)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import override_settings
+
+from django_rcoord.connection import get_client
+from django_rcoord.embedded import EmbeddedRedis, find_executable, free_port
+from django_rcoord.locks import Lock, LockNotReplicated
+from tests.procs import wait_until
+
+SERVICE = "rcoord-primary"
+
+
+@pytest.fixture
+def sentinel_setup(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, int]]:
+    primary = EmbeddedRedis(tmp_path / "primary", port=free_port()).start()
+    replica = EmbeddedRedis(
+        tmp_path / "replica",
+        port=free_port(),
+        extra_config={"replicaof": f"127.0.0.1 {primary.port}"},
+    ).start()
+    port = free_port()
+    config = tmp_path / "sentinel.conf"
+    config.write_text(
+        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        f"sentinel monitor {SERVICE} 127.0.0.1 {primary.port} 1\n"
+        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+        f"sentinel failover-timeout {SERVICE} 10000\n"
+    )
+    sentinel = subprocess.Popen(
+        [find_executable(), str(config), "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield primary, replica, port
+    finally:
+        sentinel.terminate()
+        sentinel.wait(10)
+        replica.stop()
+        primary.stop()
+
+
+def primary_port(sentinel_port: int) -> int | None:
+    client = redis.Redis(port=sentinel_port, socket_timeout=2)
+    try:
+        address = client.sentinel_get_master_addr_by_name(SERVICE)
+    except redis.ConnectionError:
+        return None
+    finally:
+        client.close()
+    return int(address[1]) if address else None
+
+
+def role(server: EmbeddedRedis) -> str:
+    client = server.client()
+    try:
+        return client.info("replication")["role"]
+    finally:
+        client.close()
+
+
+def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
+    sentinel_setup: tuple[EmbeddedRedis, EmbeddedRedis, int],
+) -> None:
+    primary, replica, sentinel_port = sentinel_setup
+    wait_until(lambda: primary_port(sentinel_port) == primary.port, timeout=30)
+    caches = {
+        **settings.CACHES,
+        "sentinel": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://{SERVICE}/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": [("127.0.0.1", sentinel_port)],
+            },
+        },
+    }
+    rcoord = {
+        **settings.RCOORD,
+        "CONNECTION": "sentinel",
+        "CLIENT_FACTORY": None,
+        "LOCK_REPLICAS": 1,  # each grant is on the replica before acquire returns
+        "LOCK_REPLICA_TIMEOUT": 5,
+    }
+    with override_settings(CACHES=caches, RCOORD=rcoord):
+        lock = Lock("sentinel-lock", wait=0)
+        assert lock.acquire()
+        assert get_client().info("server")["tcp_port"] == primary.port
+        first_token = lock.token
+        lock.release()
+
+        sentinel = redis.Redis(port=sentinel_port)
+
+        def start_failover() -> bool:
+            try:  # refused until the sentinel has seen the replica (its INFO polling)
+                return bool(sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE))
+            except redis.ResponseError:
+                return False
+
+        wait_until(start_failover, timeout=30)
+        sentinel.close()
+        wait_until(lambda: primary_port(sentinel_port) == replica.port, timeout=30)
+        # The failover is over once the old primary replicates the new one. (Before
+        # that, a pooled connection to the old primary can still write, and lose
+        # the write: the window README's failover section is about.)
+        wait_until(lambda: role(primary) == "slave" and role(replica) == "master", timeout=30)
+
+        acquired: list[Lock] = []
+
+        def acquire_on_new_primary() -> bool:
+            lock = Lock("sentinel-lock", wait=0)
+            try:
+                if lock.acquire():
+                    acquired.append(lock)
+                    return True
+            except (redis.ConnectionError, redis.ReadOnlyError, LockNotReplicated):
+                pass  # a pooled connection to the old primary; the pool drops it
+            return False
+
+        wait_until(acquire_on_new_primary, timeout=30)
+        new_primary = replica.client()
+        owner = new_primary.get(acquired[0]._owner_key)
+        assert owner == acquired[0].identifier.encode()  # granted by the new primary
+        assert int(new_primary.get(acquired[0]._fence_key)) == first_token + 1
+        new_primary.close()

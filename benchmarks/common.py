@@ -1,16 +1,21 @@
-"""What every benchmark shares: one real Redis on loopback, Django configured, timing."""
+"""What every benchmark shares: one real Redis on loopback, Django configured, timing,
+results (tables of rows with per-repeat values) and the worker processes' start gate."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import os
 import platform
 import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import django
@@ -18,6 +23,8 @@ import redis
 from django.conf import settings
 
 from django_rcoord.embedded import EmbeddedRedis
+
+# -- the server ------------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -27,8 +34,16 @@ def free_port() -> int:
 
 
 def start_redis() -> EmbeddedRedis:
-    """A fresh embedded redis-server on a loopback TCP port (stop it when done)."""
-    server = EmbeddedRedis(tempfile.mkdtemp(prefix="rcoord-bench-"), port=free_port())
+    """A fresh embedded redis-server on a loopback TCP port (stop it when done).
+
+    Persistence is off: the benchmarks measure the coordination algorithms, not
+    this machine's disk, and the autocomplete indexes would make AOF rewrites.
+    """
+    server = EmbeddedRedis(
+        tempfile.mkdtemp(prefix="rcoord-bench-"),
+        port=free_port(),
+        extra_config={"appendonly": "no", "save": '""'},
+    )
     return server.start()
 
 
@@ -42,24 +57,205 @@ def configure_django(url: str) -> None:
         django.setup()
 
 
+def redis_version(client: redis.Redis) -> str:
+    return client.info("server")["redis_version"]
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+
+
+def describe_machine(client: redis.Redis) -> str:
+    about = machine()
+    return (
+        f"Redis {redis_version(client)} on loopback TCP, Python {about['python']}, "
+        f"{about['cpu_count']} CPUs, {about['platform']}"
+    )
+
+
+@dataclass
+class Bench:
+    """One run's Redis and settings, handed to every scenario."""
+
+    client: redis.Redis
+    url: str
+    quick: bool
+    repeats: int | None = None  # None: each scenario's own default (3 or more)
+    started: datetime.datetime = field(default_factory=datetime.datetime.now)
+
+    def pick(self, *, quick: Any, full: Any) -> Any:
+        return quick if self.quick else full
+
+    def repeats_or(self, default: int) -> int:
+        return max(3, self.repeats or default)
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
 @dataclass
 class Measurement:
+    """One row: a name, what one operation costs in round trips, one value per repeat."""
+
     name: str
     round_trips: str
-    rates: list[float]  # operations per second, one per repeat
+    values: list[float]  # one per repeat, in the table's unit
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # further columns, e.g. p99
+
+    @property
+    def rates(self) -> list[float]:
+        return self.values
 
     @property
     def median(self) -> float:
-        return statistics.median(self.rates)
+        return statistics.median(self.values) if self.values else float("nan")
 
     @property
     def spread(self) -> float:
         """(max - min) / median, as a fraction."""
-        return (max(self.rates) - min(self.rates)) / self.median if self.median else 0.0
+        if not self.values or not self.median:
+            return 0.0
+        return (max(self.values) - min(self.values)) / self.median
+
+    @property
+    def missing(self) -> bool:
+        return not self.values
+
+
+def missing(name: str, round_trips: str, reason: str) -> Measurement:
+    """A row for a peer that cannot do this, saying why."""
+    return Measurement(name, round_trips, [], note=reason)
+
+
+@dataclass
+class Table:
+    """Rows measured beside each other; ``floor`` names the row the others are compared to.
+
+    ``vs floor`` is always speed relative to the floor (above 1 = faster): for a
+    rate, row / floor; for a latency (``lower_is_better``), floor / row.
+    """
+
+    title: str
+    unit: str
+    rows: list[Measurement]
+    floor: str | None = None
+    lower_is_better: bool = False
+    extra_columns: Sequence[str] = ()
+    note: str = ""
+
+    @property
+    def floor_row(self) -> Measurement | None:
+        return next((row for row in self.rows if row.name == self.floor), None)
+
+    def vs_floor(self, row: Measurement) -> float | None:
+        floor = self.floor_row
+        if floor is None or row.missing or floor.missing or not row.median:
+            return None
+        if self.lower_is_better:
+            return floor.median / row.median
+        return row.median / floor.median
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "unit": self.unit,
+            "lower_is_better": self.lower_is_better,
+            "floor": self.floor,
+            "note": self.note,
+            "rows": [
+                {
+                    "name": row.name,
+                    "round_trips": row.round_trips,
+                    "values": [round(value, 4) for value in row.values],
+                    "median": None if row.missing else round(row.median, 4),
+                    "spread": None if row.missing else round(row.spread, 4),
+                    "vs_floor": _rounded(self.vs_floor(row)),
+                    "note": row.note,
+                    **{name: row.extra.get(name) for name in self.extra_columns},
+                }
+                for row in self.rows
+            ],
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+@dataclass
+class ScenarioResult:
+    name: str  # file name under results/
+    title: str
+    tables: list[Table]
+    params: dict[str, Any] = field(default_factory=dict)  # counts, sizes, durations
+    repeats: int = 0
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if value != value:  # NaN
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def print_table(table: Table, *, file: Any = None) -> None:
+    file = file or sys.stdout
+    width = max(34, *(len(row.name) for row in table.rows))
+    extra = "".join(f" {name:>10}" for name in table.extra_columns)
+    header = (
+        f"{'':<{width}} {'round trips':>16} {table.unit + ' (median)':>18} {'spread':>7} "
+        f"{'vs floor':>9}{extra}"
+    )
+    print(f"\n{table.title}", file=file)
+    print(header, file=file)
+    print("-" * len(header), file=file)
+    for row in table.rows:
+        if row.missing:
+            print(f"{row.name:<{width}} {row.round_trips:>16}  not measured: {row.note}", file=file)
+            continue
+        ratio = table.vs_floor(row)
+        extras = "".join(
+            f" {format_value(row.extra[name]) if name in row.extra else '-':>10}"
+            for name in table.extra_columns
+        )
+        print(
+            f"{row.name:<{width}} {row.round_trips:>16} {format_value(row.median):>18} "
+            f"{row.spread:>6.0%} {'-' if ratio is None else f'{ratio:.2f}x':>9}{extras}",
+            file=file,
+        )
+        if row.note:
+            print(f"{'':<{width}}   ({row.note})", file=file)
+    if table.note:
+        print(f"  {table.note}", file=file)
+
+
+# -- timing ----------------------------------------------------------------------------------
 
 
 def measure(
-    name: str, round_trips: str, operation: Callable[[], object], *, count: int, repeats: int
+    name: str,
+    round_trips: str,
+    operation: Callable[[], object],
+    *,
+    count: int,
+    repeats: int,
+    note: str = "",
 ) -> Measurement:
     """Run ``operation`` ``count`` times per repeat; record operations per second."""
     for _ in range(min(count, 200)):  # warm up connections and script caches
@@ -70,53 +266,127 @@ def measure(
         for _ in range(count):
             operation()
         rates.append(count / (time.perf_counter() - started))
-    return Measurement(name, round_trips, rates)
+    return Measurement(name, round_trips, rates, note=note)
 
 
-def describe_machine(client: redis.Redis) -> str:
-    info = client.info("server")
-    return (
-        f"Redis {info['redis_version']} on loopback TCP, Python {platform.python_version()}, "
-        f"{platform.machine()}, {platform.system()}"
-    )
+def measure_runs(
+    name: str,
+    round_trips: str,
+    run_once: Callable[[], float],
+    *,
+    repeats: int,
+    note: str = "",
+) -> Measurement:
+    """Call ``run_once`` (which returns this repeat's value) ``repeats`` times."""
+    return Measurement(name, round_trips, [run_once() for _ in range(repeats)], note=note)
 
 
-def print_table(title: str, rows: list[Measurement], baseline: Measurement) -> None:
-    print(f"\n{title}")
-    header = f"{'':<34} {'round trips':>12} {'ops/s (median)':>15} {'spread':>8} {'vs floor':>9}"
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        print(
-            f"{row.name:<34} {row.round_trips:>12} {row.median:>15,.0f} "
-            f"{row.spread:>7.0%} {row.median / baseline.median:>8.2f}x"
-        )
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def pings(client: redis.Redis, times: int, *, count: int, repeats: int) -> Measurement:
+    """The floor for an operation of ``times`` round trips, measured beside it."""
+
+    def ping_times() -> None:
+        for _ in range(times):
+            client.ping()
+
+    name = "PING (the floor)" if times == 1 else f"{times} x PING (the floor)"
+    return measure(name, str(times), ping_times, count=count, repeats=repeats)
 
 
 def two_pings(client: redis.Redis, *, count: int, repeats: int) -> Measurement:
-    """The floor for a two-round-trip operation, measured beside it."""
-
-    def ping_twice() -> None:
-        client.ping()
-        client.ping()
-
-    return measure("2 x PING (the floor)", "2", ping_twice, count=count, repeats=repeats)
+    return pings(client, 2, count=count, repeats=repeats)
 
 
-def run_benchmark(description: str, scenario: Callable[[Any, int, int], None]) -> None:
-    """Parse --count/--repeats, start Redis, configure Django, run ``scenario(client, count,
-    repeats)``, stop Redis."""
+# -- worker processes ------------------------------------------------------------------------
+
+
+class Gate:
+    """Starts worker processes together: each says it is ready, then waits for "go".
+
+    The parent starts the processes (imports and connections happen before the
+    clock runs), waits until all are ready, then opens the gate. Each repeat of a
+    run opens it again, so one set of processes serves every repeat.
+    """
+
+    def __init__(self, client: redis.Redis, name: str) -> None:
+        self.client = client
+        self.ready_key = f"bench:gate:{name}:ready"
+        self.go_key = f"bench:gate:{name}:go"
+
+    def wait_ready(self, processes: int, children: Sequence[subprocess.Popen], round_: int) -> None:
+        deadline = time.monotonic() + 120
+        while int(self.client.get(self.ready_key) or 0) < processes * round_:
+            for child in children:
+                if child.poll() is not None:
+                    raise RuntimeError(f"a benchmark process exited early ({child.args})")
+            if time.monotonic() > deadline:
+                raise RuntimeError("benchmark processes were not ready within 120 s")
+            time.sleep(0.01)
+
+    def open(self, processes: int) -> None:
+        self.client.rpush(self.go_key, *["go"] * processes)
+
+    # in the worker process
+    def pass_through(self) -> None:
+        self.client.incr(self.ready_key)
+        if not self.client.blpop([self.go_key], timeout=300):
+            raise RuntimeError("no go signal within 300 s")
+
+
+def spawn_workers(module: str, args: Sequence[str], processes: int) -> list[subprocess.Popen]:
+    """Start ``python -m <module> --worker <args>`` ``processes`` times (JSON lines out)."""
+    return [
+        subprocess.Popen(
+            [sys.executable, "-m", module, "--worker", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        )
+        for _ in range(processes)
+    ]
+
+
+def read_result(child: subprocess.Popen, timeout: float = 900) -> dict[str, Any]:
+    """The next JSON line a worker process prints."""
+    line = child.stdout.readline()
+    if not line:
+        child.wait(timeout)
+        raise RuntimeError(f"benchmark process ended with {child.returncode} ({child.args})")
+    return json.loads(line)
+
+
+def report(result: dict[str, Any]) -> None:
+    """In a worker process: hand one result to the parent."""
+    print(json.dumps(result), flush=True)
+
+
+def stop_workers(children: Sequence[subprocess.Popen]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    for child in children:
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+
+
+# -- one scenario on its own -----------------------------------------------------------------
+
+
+def run_benchmark(name: str, description: str) -> None:
+    """``python -m benchmarks.<name>``: the same as ``python -m benchmarks --only <name>``."""
+    from benchmarks.__main__ import main
+
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--count", type=int, default=3000, help="operations per repeat")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int)
     options = parser.parse_args()
-    server = start_redis()
-    try:
-        configure_django(server.url)
-        from django_rcoord.connection import get_client
-
-        client = get_client()
-        print(f"{datetime.date.today()}: {describe_machine(client)}")
-        scenario(client, options.count, options.repeats)
-    finally:
-        server.stop()
+    argv = ["--only", name] + (["--quick"] if options.quick else [])
+    if options.repeats:
+        argv += ["--repeats", str(options.repeats)]
+    main(argv)

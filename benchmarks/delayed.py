@@ -1,12 +1,12 @@
 """Delayed-task benchmark: promotion throughput and lateness.
 
-    python -m benchmarks.delayed [--count N] [--repeats R]
+    python -m benchmarks.delayed [--quick] [--repeats R]
 
-1. N tasks already due: promoted per second by django-rcoord's poller (one
-   script call per batch of 500) and by the book's poll_queue (one item per
-   loop turn, under a lock).
+1. 20,000 tasks already due (2,000 with --quick): promoted per second by
+   django-rcoord's poller (one script call per batch of 500) and by the book's
+   poll_queue (one item per loop turn, under a lock), beside sequential PINGs.
 2. Lateness (due -> promoted) of 2,000 tasks due over 2 s, with the poller
-   at its default 1 s interval.
+   at its default 1 s interval, in a thread of this process.
 """
 
 from __future__ import annotations
@@ -16,12 +16,28 @@ import threading
 import time
 
 from benchmarks import book
-from benchmarks.common import run_benchmark
+from benchmarks.common import (
+    Bench,
+    Measurement,
+    ScenarioResult,
+    Table,
+    measure_runs,
+    percentile,
+    pings,
+    run_benchmark,
+)
+
+NAME = "delayed"
 
 
-def scenario(client, count: int, repeats: int) -> None:
+def run(bench: Bench) -> ScenarioResult:
     from django_rcoord.delayed import DueTaskPromoter
     from django_rcoord.queues import QueueKeys, execute_later
+
+    client = bench.client
+    count = bench.pick(quick=2000, full=20_000)
+    repeats = bench.repeats_or(3)
+    spread, tasks = bench.pick(quick=(1.0, 1000), full=(2.0, 2000))
 
     def rcoord_rate() -> float:
         client.flushdb()
@@ -51,44 +67,106 @@ def scenario(client, count: int, repeats: int) -> None:
         assert client.llen("queue:bench") == count
         return count / elapsed
 
-    print(f"\nPromote {count} due tasks, {repeats} runs")
-    print(f"{'':<44} {'round trips':>18} {'promoted/s':>11} {'spread':>7}")
-    for name, trips, measure in (
-        ("django-rcoord poll_delayed (batches of 500)", "1 per 500 tasks", rcoord_rate),
-        ("the book's poll_queue (one item, lock)", "7 per task", book_rate),
+    rows = [
+        pings(client, 1, count=2000, repeats=repeats),
+        measure_runs(
+            "django-rcoord poll_delayed (batches of 500)",
+            "1 per 500 tasks",
+            rcoord_rate,
+            repeats=repeats,
+        ),
+        measure_runs(
+            "book: poll_queue (one item per turn, lock)",
+            "7 per task",
+            book_rate,
+            repeats=repeats,
+        ),
+    ]
+    promotion = Table(
+        f"Promote {count:,} due tasks, {repeats} runs",
+        "tasks/s",
+        rows,
+        floor=rows[0].name,
+        note="the floor: one PING per task",
+    )
+
+    def lateness_run() -> list[int]:
+        """Milliseconds from due to promoted, one sample per task."""
+        client.flushdb()
+        promoter = DueTaskPromoter(client=client)
+        thread = threading.Thread(target=promoter.run, daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        # Scheduled in one pipeline (quickly), so the poller's thread is not competing
+        # with a scheduling loop for the interpreter while it works.
+        with client.pipeline(transaction=False) as pipe:
+            for index in range(tasks):
+                delay = 0.2 + spread * index / tasks
+                execute_later("bench", "bench.noop", [], delay=delay, client=pipe)
+            pipe.execute()
+        time.sleep(spread + 1.5)
+        promoter.stop()
+        thread.join(5)
+        return [int(ms) for ms in client.lrange(QueueKeys.of("bench").lateness, 0, -1)]
+
+    def book_lateness_run() -> list[int]:
+        client.flushdb()
+        samples: list[int] = []
+        stop = threading.Event()
+
+        def moved(item: bytes, due: float) -> None:
+            samples.append(int(1000 * (time.time() - due)))
+
+        thread = threading.Thread(target=book.poll_queue, args=(client, stop, moved), daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        started = time.time()
+        with client.pipeline(transaction=False) as pipe:
+            for index in range(tasks):
+                # the book's execute_later takes a delay from now; the pipeline is sent
+                # below, well before the first item is due
+                delay = 0.2 + spread * index / tasks - (time.time() - started)
+                book.execute_later(pipe, "bench", "noop", [], delay=delay)
+            pipe.execute()
+        time.sleep(spread + 1.5)
+        stop.set()
+        thread.join(5)
+        return samples
+
+    lateness_rows = []
+    for name, trips, run_once in (
+        ("django-rcoord poll_delayed, interval 1 s", "1 per batch + BLPOP wait", lateness_run),
+        ("book: poll_queue, 10 ms sleep when idle", "7 per task + sleep", book_lateness_run),
     ):
-        rates = [measure() for _ in range(repeats)]
-        median = statistics.median(rates)
-        print(f"{name:<44} {trips:>18} {median:>11,.0f} {(max(rates) - min(rates)) / median:>6.0%}")
-
-    # Lateness at the default interval.
-    client.flushdb()
-    promoter = DueTaskPromoter(client=client)
-    thread = threading.Thread(target=promoter.run, daemon=True)
-    thread.start()
-    time.sleep(0.5)
-    spread, tasks = 2.0, 2000
-    # Scheduled in one pipeline (quickly), so the poller's thread is not competing with
-    # a scheduling loop for the interpreter while it works.
-    with client.pipeline(transaction=False) as pipe:
-        for index in range(tasks):
-            delay = 0.2 + spread * index / tasks
-            execute_later("bench", "bench.noop", [], delay=delay, client=pipe)
-        pipe.execute()
-    time.sleep(spread + 1.5)
-    promoter.stop()
-    thread.join(5)
-    samples = sorted(int(ms) for ms in client.lrange(QueueKeys.of("bench").lateness, 0, -1))
-
-    def pct(p: float) -> int:
-        return samples[min(len(samples) - 1, int(len(samples) * p))]
-
-    print(
-        f"\nLateness of {len(samples)} promotions (due -> in its queue), interval 1 s: "
-        f"median {statistics.median(samples):.0f} ms, p90 {pct(0.9)} ms, p99 {pct(0.99)} ms, "
-        f"max {samples[-1]} ms"
+        runs = [run_once() for _ in range(repeats)]
+        row = Measurement(
+            name,
+            trips,
+            [statistics.median(samples) for samples in runs],
+            note=f"{min(len(samples) for samples in runs):,} promotions per run",
+        )
+        row.extra["p90 ms"] = statistics.median(percentile(samples, 0.9) for samples in runs)
+        row.extra["p99 ms"] = statistics.median(percentile(samples, 0.99) for samples in runs)
+        row.extra["max ms"] = max(max(samples) for samples in runs)
+        lateness_rows.append(row)
+    lateness_table = Table(
+        f"Lateness (due -> in its queue) of {tasks:,} tasks due over {spread:g} s, {repeats} runs",
+        "ms",
+        lateness_rows,
+        lower_is_better=True,
+        extra_columns=("p90 ms", "p99 ms", "max ms"),
+        note="each poller in a thread of this process; django-rcoord records lateness with "
+        "the server's clock, the book's is timed by this process's clock (the one it "
+        "schedules with)",
+    )
+    return ScenarioResult(
+        NAME,
+        "Delayed tasks",
+        [promotion, lateness_table],
+        params={"count": count, "lateness_tasks": tasks, "lateness_spread_s": spread},
+        repeats=repeats,
     )
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__.splitlines()[0], scenario)
+    run_benchmark(NAME, __doc__.splitlines()[0])

@@ -1,17 +1,248 @@
-"""Lock benchmark: uncontended acquire+release cycles per second, side by side.
+"""Lock benchmark: uncontended cycles, contended critical sections, hand-off latency.
 
-python -m benchmarks.locks [--count N] [--repeats R]
+    python -m benchmarks.locks [--quick] [--repeats R]
+
+1. Uncontended acquire+release cycles per second, one client.
+2. Contended: 4 processes loop on one lock; each critical section is a
+   non-atomic GET/SET increment of a counter, so the final counter equals the
+   number of sections only if the lock excluded. Sections per second in total.
+3. Hand-off: seconds from a holder's release to a blocked waiter's acquire.
+
+Peers: redis-py's ``Lock``, python-redis-lock, pottery's ``Redlock`` on one
+master, and the book's SETNX lock (benchmarks/book.py).
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 from benchmarks import book
-from benchmarks.common import measure, print_table, run_benchmark, two_pings
+from benchmarks.common import (
+    Bench,
+    Gate,
+    Measurement,
+    ScenarioResult,
+    Table,
+    measure,
+    missing,
+    pings,
+    read_result,
+    report,
+    run_benchmark,
+    spawn_workers,
+    stop_workers,
+)
+
+NAME = "locks"
+PROCESSES = 4
+
+# name: (round trips of one uncontended acquire+release, how a blocked waiter waits)
+PEERS = {
+    "django-rcoord Lock": ("2 (2 scripts)", "BLPOP wake-up"),
+    "redis-py Lock": ("2", "sleep 0.1 s poll"),
+    "python-redis-lock": ("2", "BLPOP wake-up"),
+    "pottery Redlock (1 master)": ("2 (+ thread pool)", "random sleep <= 0.2 s"),
+    "book: SETNX+EXPIRE / WATCH..EXEC": ("2 + 3", "sleep 1 ms poll"),
+}
+# name: round trips from the start of release to the waiter holding the lock
+HANDOFF_TRIPS = {
+    "django-rcoord Lock": "2 (BLPOP returns)",
+    "redis-py Lock": "2 + sleep",
+    "python-redis-lock": "2 (BLPOP returns)",
+    "pottery Redlock (1 master)": "2 + sleep",
+    "book: SETNX+EXPIRE / WATCH..EXEC": "3 + sleep + 2",
+}
+
+
+def lock_factory(peer: str, client, name: str) -> Callable[[], tuple[Callable, Callable]]:
+    """A function returning (acquire, release) callables for a fresh holder of lock ``name``.
+
+    acquire() blocks up to 30 s and returns a true value when the lock is held.
+    """
+    if peer == "django-rcoord Lock":
+        from django_rcoord.locks import Lock
+
+        def rcoord_holder():
+            lock = Lock(name, timeout=30, wait=30, client=client)
+            return lock.acquire, lock.release
+
+        return rcoord_holder
+    if peer == "redis-py Lock":
+
+        def redis_py_holder():
+            # thread_local=False: its token is per thread by default, and the hand-off
+            # waiter acquires in another thread than the one that releases.
+            lock = client.lock(name, timeout=30, blocking_timeout=30, thread_local=False)
+            return lock.acquire, lock.release
+
+        return redis_py_holder
+    if peer == "python-redis-lock":
+        import redis_lock
+
+        def prl_holder():
+            lock = redis_lock.Lock(client, name, expire=30)
+            return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release
+
+        return prl_holder
+    if peer == "pottery Redlock (1 master)":
+        from pottery import Redlock
+
+        def pottery_holder():
+            lock = Redlock(key=name, masters={client}, auto_release_time=30)
+            return (lambda: lock.acquire(blocking=True, timeout=30)), lock.release
+
+        return pottery_holder
+    if peer == "book: SETNX+EXPIRE / WATCH..EXEC":
+
+        def book_holder():
+            identifier: list[str | None] = []
+
+            def acquire() -> str | None:
+                identifier[:] = [book.acquire_lock_with_timeout(client, name, 30, 30)]
+                return identifier[0]
+
+            return acquire, lambda: book.release_lock(client, name, identifier[0])
+
+        return book_holder
+    raise ValueError(peer)
+
+
+def unavailable(peer: str) -> str | None:
+    """Why ``peer`` cannot run here, or None."""
+    module = {"python-redis-lock": "redis_lock", "pottery Redlock (1 master)": "pottery"}.get(peer)
+    if module:
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} not installed (pip install -e '.[bench]')"
+    return None
+
+
+# -- 1. uncontended --------------------------------------------------------------------------
+
+
+def uncontended(bench: Bench, count: int, repeats: int) -> Table:
+    client = bench.client
+    rows = [pings(client, 2, count=count, repeats=repeats)]
+    for peer, (trips, _) in PEERS.items():
+        reason = unavailable(peer)
+        if reason:
+            rows.append(missing(peer, trips, reason))
+            continue
+        make_holder = lock_factory(peer, client, f"bench-{peer}")
+
+        def cycle(make_holder=make_holder) -> None:
+            acquire, release = make_holder()
+            if not acquire():
+                raise RuntimeError("an uncontended lock was not acquired")
+            release()
+
+        rows.append(measure(peer, trips, cycle, count=count, repeats=repeats))
+    return Table(
+        f"Uncontended acquire+release, {repeats} x {count}",
+        "cycles/s",
+        rows,
+        floor=rows[0].name,
+    )
+
+
+# -- 2. contended ----------------------------------------------------------------------------
+
+
+def contended_worker(peer: str, url: str, seconds: str, rounds: str) -> None:
+    """In each of the worker processes: critical sections for ``seconds``, ``rounds`` times."""
+    import redis
+
+    from benchmarks.common import configure_django
+
+    configure_django(url)
+    client = redis.Redis.from_url(url)
+    gate = Gate(client, f"locks:{peer}")
+    counter = f"bench:counter:{peer}"
+    make_holder = lock_factory(peer, client, f"contended-{peer}")
+    for _ in range(int(rounds)):
+        gate.pass_through()
+        started = time.time()
+        end = time.monotonic() + float(seconds)
+        sections = 0
+        while time.monotonic() < end:
+            acquire, release = make_holder()
+            if not acquire():
+                continue
+            value = int(client.get(counter) or 0)  # deliberately not atomic
+            client.set(counter, value + 1)
+            release()
+            sections += 1
+        report({"sections": sections, "started": started, "finished": time.time()})
+
+
+def contended(bench: Bench, seconds: float, repeats: int) -> Table:
+    client = bench.client
+
+    def serial_floor() -> float:
+        """One process, the same four round trips per section, no lock to hand over."""
+        done, end = 0, time.monotonic() + seconds
+        started = time.perf_counter()
+        while time.monotonic() < end:
+            for _ in range(4):
+                client.ping()
+            done += 1
+        return done / (time.perf_counter() - started)
+
+    rows = [
+        Measurement(
+            "1 process, 4 x PING per section (the floor)",
+            "4",
+            [serial_floor() for _ in range(repeats)],
+            note="no hand-over between processes",
+        )
+    ]
+    for peer, (trips, waits) in PEERS.items():
+        reason = unavailable(peer)
+        if reason:
+            rows.append(missing(peer, f"{trips} + GET/SET", reason))
+            continue
+        gate = Gate(client, f"locks:{peer}")
+        counter = f"bench:counter:{peer}"
+        children = spawn_workers(
+            "benchmarks.locks", [peer, bench.url, str(seconds), str(repeats)], PROCESSES
+        )
+        rates, fairness, broken = [], [], 0
+        try:
+            for round_ in range(1, repeats + 1):
+                client.set(counter, 0)
+                gate.wait_ready(PROCESSES, children, round_)
+                gate.open(PROCESSES)
+                results = [read_result(child) for child in children]
+                sections = [result["sections"] for result in results]
+                elapsed = max(r["finished"] for r in results) - min(r["started"] for r in results)
+                rates.append(sum(sections) / elapsed)
+                fairness.append(min(sections) / max(sections) if max(sections) else 0.0)
+                broken += sum(sections) - int(client.get(counter))
+            for child in children:
+                child.wait(30)
+        finally:
+            stop_workers(children)
+        row = Measurement(peer, f"{trips} + GET/SET", rates, note=f"waiters: {waits}")
+        row.extra["fairness"] = statistics.median(fairness)
+        row.extra["exclusive"] = "yes" if broken == 0 else f"NO: {broken} increments lost"
+        rows.append(row)
+    return Table(
+        f"Contended: {PROCESSES} processes on one lock, {seconds:g} s x {repeats}",
+        "sections/s",
+        rows,
+        floor=rows[0].name,
+        extra_columns=("fairness", "exclusive"),
+        note="fairness = fewest / most sections of one process (1 = even); exclusive = the "
+        "non-atomic counter equals the sections completed",
+    )
+
+
+# -- 3. hand-off -----------------------------------------------------------------------------
 
 
 def handoff_latencies(
@@ -47,93 +278,68 @@ def handoff_latencies(
     return latencies
 
 
-def scenario(client, count: int, repeats: int) -> None:
-    from django_rcoord.locks import Lock
-
-    def rcoord_cycle() -> None:
-        lock = Lock("bench", timeout=10, wait=0, client=client)
-        lock.acquire()
-        lock.release()
-
-    redis_py_lock = client.lock("redis-py-bench", timeout=10, blocking=False)
-
-    def redis_py_cycle() -> None:
-        redis_py_lock.acquire()
-        redis_py_lock.release()
-
-    def book_cycle() -> None:
-        identifier = book.acquire_lock_with_timeout(client, "book-bench", 0.01, 10)
-        book.release_lock(client, "book-bench", identifier)
-
+def handoff(bench: Bench, rounds: int, repeats: int) -> Table:
+    client = bench.client
+    floor = pings(client, 2, count=300, repeats=repeats)
     rows = [
-        two_pings(client, count=count, repeats=repeats),
-        measure("django-rcoord Lock", "2", rcoord_cycle, count=count, repeats=repeats),
-        measure("redis-py Lock", "2", redis_py_cycle, count=count, repeats=repeats),
-        measure(
-            "book: SETNX+EXPIRE / WATCH..EXEC",
-            "2 + 3",
-            book_cycle,
-            count=count,
-            repeats=repeats,
-        ),
-    ]
-    try:
-        import redis_lock  # python-redis-lock, from the bench extra
-    except ImportError:
-        print("(python-redis-lock not installed: pip install 'django-rcoord[bench]')")
-    else:
-        peer = redis_lock.Lock(client, "prl-bench", expire=10)
-
-        def prl_cycle() -> None:
-            peer.acquire(blocking=False)
-            peer.release()
-
-        rows.append(measure("python-redis-lock", "2", prl_cycle, count=count, repeats=repeats))
-    print_table(f"Uncontended acquire+release cycles, {repeats} x {count}", rows, baseline=rows[0])
-
-    def rcoord_holder():
-        lock = Lock("handoff", timeout=30, wait=30, client=client)
-        return lock.acquire, lock.release
-
-    def redis_py_holder():
-        # thread_local=False: its token is per thread by default, and the
-        # waiter acquires in another thread than the one that releases.
-        lock = client.lock("redis-py-handoff", timeout=30, blocking_timeout=30, thread_local=False)
-        return lock.acquire, lock.release
-
-    def book_holder():
-        identifier: list[str] = []
-
-        def acquire() -> None:
-            identifier.append(book.acquire_lock_with_timeout(client, "book-handoff", 30, 30))
-
-        return acquire, lambda: book.release_lock(client, "book-handoff", identifier[0])
-
-    holders = [
-        ("django-rcoord Lock (BLPOP wake-up)", rcoord_holder),
-        ("redis-py Lock (sleep 0.1 s poll)", redis_py_holder),
-        ("book (sleep 1 ms poll)", book_holder),
-    ]
-    try:
-        import redis_lock
-    except ImportError:
-        pass
-    else:
-
-        def prl_holder():
-            lock = redis_lock.Lock(client, "prl-handoff", expire=30)
-            return lock.acquire, lock.release
-
-        holders.append(("python-redis-lock (BLPOP wake-up)", prl_holder))
-    rounds = max(5, min(30, count // 100))
-    print(f"\nRelease -> blocked waiter's acquire, {rounds} rounds")
-    print(f"{'':<36} {'median ms':>10} {'max ms':>8}")
-    for name, make_holder in holders:
-        latencies = handoff_latencies(make_holder, rounds)
-        print(
-            f"{name:<36} {statistics.median(latencies) * 1000:>10.2f} {max(latencies) * 1000:>8.2f}"
+        Measurement(
+            "2 x PING (the floor: release, then acquire)",
+            "2",
+            [1000 / rate for rate in floor.values],
         )
+    ]
+    for peer, (_, waits) in PEERS.items():
+        trips = HANDOFF_TRIPS[peer]
+        reason = unavailable(peer)
+        if reason:
+            rows.append(missing(peer, trips, reason))
+            continue
+        make_holder = lock_factory(peer, client, f"handoff-{peer}")
+        per_repeat = [handoff_latencies(make_holder, rounds) for _ in range(repeats)]
+        row = Measurement(
+            peer,
+            trips,
+            [1000 * statistics.median(latencies) for latencies in per_repeat],
+            note=f"waiter: {waits}",
+        )
+        row.extra["max ms"] = 1000 * max(max(latencies) for latencies in per_repeat)
+        rows.append(row)
+    return Table(
+        f"Release -> blocked waiter's acquire, {repeats} x {rounds} rounds",
+        "ms",
+        rows,
+        floor=rows[0].name,
+        lower_is_better=True,
+        extra_columns=("max ms",),
+    )
+
+
+def run(bench: Bench) -> ScenarioResult:
+    count = bench.pick(quick=300, full=2000)
+    seconds = bench.pick(quick=0.5, full=3.0)
+    rounds = bench.pick(quick=5, full=10)
+    repeats = bench.repeats_or(bench.pick(quick=3, full=5))
+    tables = [
+        uncontended(bench, count, repeats),
+        contended(bench, seconds, bench.repeats_or(3)),
+        handoff(bench, rounds, bench.repeats_or(3)),
+    ]
+    return ScenarioResult(
+        NAME,
+        "Locks",
+        tables,
+        params={
+            "uncontended_count": count,
+            "contended_processes": PROCESSES,
+            "contended_seconds": seconds,
+            "handoff_rounds": rounds,
+        },
+        repeats=repeats,
+    )
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__.splitlines()[0], scenario)
+    if sys.argv[1:2] == ["--worker"]:
+        contended_worker(*sys.argv[2:])
+    else:
+        run_benchmark(NAME, __doc__.splitlines()[0])

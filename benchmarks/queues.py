@@ -1,23 +1,49 @@
-"""Queue benchmark: enqueue N no-op tasks, then drain them with one worker process.
+"""Queue benchmark: enqueue N no-op tasks, then drain them with 1 and with 4 worker processes.
 
-    python -m benchmarks.queues [--count N] [--repeats R]
+    python -m benchmarks.queues [--quick] [--repeats R]
 
-Each system enqueues with its own API, one call per task. Its worker process
-is started and fully imported first, then told to go; it drains the queue and
-reports how long that took. End to end = enqueue time + drain time.
+Each system enqueues with its own API, one call per task. Its worker processes
+are started and fully imported first, then let through a start gate; the drain
+lasts from the gate to the last task's completion (the latest of the
+processes). End to end = enqueue time + drain time. The same processes serve
+every repeat.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
-import subprocess
+import statistics
 import sys
 import time
 
-from benchmarks.common import run_benchmark
+from benchmarks.common import (
+    Bench,
+    Gate,
+    Measurement,
+    ScenarioResult,
+    Table,
+    missing,
+    read_result,
+    report,
+    run_benchmark,
+    spawn_workers,
+    stop_workers,
+)
 
-SYSTEMS = ("floor", "django-rcoord", "book", "rq", "huey", "dramatiq")
+NAME = "queues"
+
+# system: (row name, round trips per task: enqueue + worker side)
+SYSTEMS = {
+    "floor": ("3 x PING per task (the floor)", "3"),
+    "django-rcoord": ("django-rcoord", "1 + 1 (one script each side)"),
+    "book": ("book: RPUSH / BLPOP worker (no lease, no ack)", "1 + 1"),
+    "huey": ("Huey (its consumer's dequeue/execute loop)", "1 + 1"),
+    "dramatiq": ("dramatiq (1 thread per process)", "1 + 2 (fetch, ack)"),
+    "rq": ("RQ SimpleWorker", "3 + many"),
+}
+PEER_MODULES = {"rq": "rq", "huey": "huey", "dramatiq": "dramatiq"}
 
 
 def enqueue(system: str, client, count: int) -> None:
@@ -52,40 +78,45 @@ def enqueue(system: str, client, count: int) -> None:
         noop = dramatiq.actor(queue_tasks.noop, queue_name="bench", max_retries=0)
         for _ in range(count):
             noop.send()
+    else:
+        raise ValueError(system)
 
 
-def drain(system: str, url: str, count: int) -> None:
-    """Run in the worker process: wait for the go signal, drain, print seconds."""
+def drainer(system: str, url: str, floor_count: int):
+    """In a worker process: (drain, rest): ``drain()`` empties the queue once with the
+    system's own loop, ``rest()`` runs after each round (outside the measurement)."""
     import redis
 
     from benchmarks import queue_tasks
-    from benchmarks.common import configure_django
 
-    os.environ["BENCH_REDIS_URL"] = url
     client = redis.Redis.from_url(url)
+
+    def idle() -> None:
+        pass
+
     if system == "floor":
 
         def work() -> None:
-            for _ in range(count):
+            for _ in range(floor_count):
                 client.ping()
                 client.ping()
                 client.ping()
+            queue_tasks.last_done = time.time()
 
-    elif system == "django-rcoord":
+        return work, idle
+    if system == "django-rcoord":
+        from benchmarks.common import configure_django
+
         configure_django(url)
         from django_rcoord.queues import task
         from django_rcoord.worker import Worker
 
         task(name="bench.noop", queue="bench")(queue_tasks.noop)
-        worker = Worker(["bench"], burst=True)
+        return (lambda: Worker(["bench"], burst=True).run()), idle
+    if system == "book":
+        callbacks = {"noop": queue_tasks.noop}
 
         def work() -> None:
-            worker.run()
-
-    elif system == "book":
-
-        def work() -> None:
-            callbacks = {"noop": queue_tasks.noop}
             while True:
                 packed = client.blpop(["book:queue"], timeout=0.05)
                 if not packed:
@@ -93,15 +124,16 @@ def drain(system: str, url: str, count: int) -> None:
                 name, args = json.loads(packed[1])
                 callbacks[name](*args)
 
-    elif system == "rq":
+        return work, idle
+    if system == "rq":
         from rq import Queue, SimpleWorker
 
-        worker = SimpleWorker([Queue("bench", connection=client)], connection=client)
-
         def work() -> None:
+            worker = SimpleWorker([Queue("bench", connection=client)], connection=client)
             worker.work(burst=True, logging_level="ERROR")
 
-    elif system == "huey":
+        return work, idle
+    if system == "huey":
         huey = queue_tasks.huey_instance()
         huey.task()(queue_tasks.noop)
 
@@ -113,87 +145,126 @@ def drain(system: str, url: str, count: int) -> None:
                     return
                 huey.execute(message)
 
-    elif system == "dramatiq":
+        return work, idle
+    if system == "dramatiq":
         import dramatiq
 
         broker = queue_tasks.dramatiq_broker()
         dramatiq.actor(queue_tasks.noop, queue_name="bench", max_retries=0)
+        # One worker for every round (a second Worker would add its middleware twice),
+        # paused between rounds so that it does not take tasks while they are enqueued.
         worker = dramatiq.Worker(broker, worker_threads=1)
+        worker.start()
+        worker.pause()
+        atexit.register(worker.stop)
 
         def work() -> None:
-            worker.start()
-            broker.join("bench")
-            worker.join()
-            worker.stop()
+            worker.resume()
+            # qsize counts messages until acked; the drain ends at the last task anyway.
+            broker.join("bench", interval=20)
 
-    else:
-        raise ValueError(system)
-    client.blpop(["bench:go"], timeout=120)
-    started = time.perf_counter()
-    work()
-    print(json.dumps({"seconds": time.perf_counter() - started}))
+        return work, worker.pause
+    raise ValueError(system)
 
 
-def run_one(system: str, client, url: str, count: int) -> tuple[float, float, float]:
-    client.flushdb()
-    commands_before = client.info("stats")["total_commands_processed"]
-    started = time.perf_counter()
-    enqueue(system, client, count)
-    enqueue_seconds = time.perf_counter() - started
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.queues", "--drain", system, url, str(count)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    # Wait until the worker process is imported and blocked on the go signal.
-    while not any(entry.get("cmd") == "blpop" for entry in client.client_list()):
-        time.sleep(0.02)
-        if worker.poll() is not None:
-            raise RuntimeError(f"{system} worker exited early")
-    client.rpush("bench:go", 1)
-    output, _ = worker.communicate(timeout=600)
-    drain_seconds = json.loads(output.strip().splitlines()[-1])["seconds"]
-    commands = client.info("stats")["total_commands_processed"] - commands_before
-    return enqueue_seconds, drain_seconds, commands / count
+def drain_worker(system: str, url: str, floor_count: str, rounds: str, gate_name: str) -> None:
+    """The worker process: ``rounds`` times, wait at the gate, drain, report."""
+    from benchmarks import queue_tasks
 
-
-def scenario(client, count: int, repeats: int) -> None:
-    import statistics
-
-    url = f"redis://127.0.0.1:{client.connection_pool.connection_kwargs['port']}/0"
     os.environ["BENCH_REDIS_URL"] = url
-    available = []
-    for system in SYSTEMS:
-        module = {"rq": "rq", "huey": "huey", "dramatiq": "dramatiq"}.get(system)
-        if module:
-            try:
-                __import__(module)
-            except ImportError:
-                print(f"({system} not installed: pip install 'django-rcoord[bench]')")
-                continue
-        available.append(system)
-    print(f"\nEnqueue {count} no-op tasks, then drain with one worker process; {repeats} runs")
-    print(
-        f"{'':<16} {'commands/task':>14} {'enqueue/s':>10} {'drain/s':>9} "
-        f"{'end to end/s':>13} {'spread':>7}"
+    import redis
+
+    gate = Gate(redis.Redis.from_url(url), gate_name)
+    work, rest = drainer(system, url, int(floor_count))
+    for _ in range(int(rounds)):
+        gate.pass_through()
+        queue_tasks.last_done = 0.0
+        started = time.time()
+        work()
+        report({"started": started, "finished": queue_tasks.last_done or time.time()})
+        rest()
+
+
+def run_system(bench: Bench, system: str, workers: int, count: int, repeats: int) -> Measurement:
+    client = bench.client
+    name, trips = SYSTEMS[system]
+    client.flushdb()
+    gate_name = f"queues:{system}:{workers}"
+    gate = Gate(client, gate_name)
+    children = spawn_workers(
+        "benchmarks.queues",
+        [system, bench.url, str(count // workers), str(repeats), gate_name],
+        workers,
     )
-    for system in available:
-        runs = [run_one(system, client, url, count) for _ in range(repeats)]
-        enqueue_rates = [count / e if e else float("inf") for e, _, _ in runs]
-        drain_rates = [count / d for _, d, _ in runs]
-        total_rates = [count / (e + d) for e, d, _ in runs]
-        commands = statistics.median(c for _, _, c in runs)
-        median_total = statistics.median(total_rates)
-        spread = (max(total_rates) - min(total_rates)) / median_total
-        enqueue_text = "-" if system == "floor" else f"{statistics.median(enqueue_rates):,.0f}"
-        print(
-            f"{system:<16} {commands:>14.1f} {enqueue_text:>10} "
-            f"{statistics.median(drain_rates):>9,.0f} {median_total:>13,.0f} {spread:>6.0%}"
+    enqueue_rates, drain_rates, total_rates, commands = [], [], [], []
+    try:
+        for round_ in range(1, repeats + 1):
+            gate.wait_ready(workers, children, round_)
+            commands_before = client.info("stats")["total_commands_processed"]
+            started = time.perf_counter()
+            enqueue(system, client, count)
+            enqueue_seconds = time.perf_counter() - started
+            gate.open(workers)
+            results = [read_result(child) for child in children]
+            drain_seconds = max(r["finished"] for r in results) - min(r["started"] for r in results)
+            commands.append(
+                (client.info("stats")["total_commands_processed"] - commands_before) / count
+            )
+            enqueue_rates.append(count / enqueue_seconds if system != "floor" else float("nan"))
+            drain_rates.append(count / drain_seconds)
+            total_rates.append(count / (enqueue_seconds + drain_seconds))
+        for child in children:
+            child.wait(60)
+    finally:
+        stop_workers(children)
+    row = Measurement(name, trips, total_rates)
+    row.extra["enqueue/s"] = statistics.median(enqueue_rates)
+    row.extra["drain/s"] = statistics.median(drain_rates)
+    row.extra["commands/task"] = round(statistics.median(commands), 1)
+    return row
+
+
+def run(bench: Bench) -> ScenarioResult:
+    count = bench.pick(quick=500, full=5000)
+    repeats = bench.repeats_or(3)
+    os.environ["BENCH_REDIS_URL"] = bench.url
+    tables = []
+    for workers in (1, 4):
+        rows = []
+        for system in SYSTEMS:
+            module = PEER_MODULES.get(system)
+            if module:
+                try:
+                    __import__(module)
+                except ImportError:
+                    rows.append(
+                        missing(
+                            SYSTEMS[system][0],
+                            SYSTEMS[system][1],
+                            f"{module} not installed (pip install -e '.[bench]')",
+                        )
+                    )
+                    continue
+            rows.append(run_system(bench, system, workers, count, repeats))
+        processes = "1 worker process" if workers == 1 else f"{workers} worker processes"
+        tables.append(
+            Table(
+                f"Enqueue {count:,} no-op tasks, drain with {processes}, {repeats} runs",
+                "tasks/s end to end",
+                rows,
+                floor=rows[0].name,
+                extra_columns=("enqueue/s", "drain/s", "commands/task"),
+                note="commands/task: counted by the server (commands run inside scripts "
+                "included); round trips: enqueue + worker side, per task",
+            )
         )
+    return ScenarioResult(
+        NAME, "Task queues", tables, params={"count": count, "workers": [1, 4]}, repeats=repeats
+    )
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--drain":
-        drain(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    if sys.argv[1:2] == ["--worker"]:
+        drain_worker(*sys.argv[2:])
     else:
-        run_benchmark(__doc__.splitlines()[0], scenario)
+        run_benchmark(NAME, __doc__.splitlines()[0])

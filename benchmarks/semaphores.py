@@ -1,16 +1,35 @@
 """Semaphore benchmark: uncontended acquire+release cycles per second, side by side.
 
-python -m benchmarks.semaphores [--count N] [--repeats R]
+    python -m benchmarks.semaphores [--quick] [--repeats R]
+
+Limit 5, one client, so every acquire succeeds: the cost of the algorithm's
+round trips and server-side work. Peers: the book's counting, fair and
+fair-with-lock semaphores (benchmarks/book.py) and dramatiq's
+``ConcurrentRateLimiter``.
 """
 
 from __future__ import annotations
 
 from benchmarks import book
-from benchmarks.common import measure, print_table, run_benchmark, two_pings
+from benchmarks.common import (
+    Bench,
+    ScenarioResult,
+    Table,
+    measure,
+    missing,
+    run_benchmark,
+    two_pings,
+)
+
+NAME = "semaphores"
 
 
-def scenario(client, count: int, repeats: int) -> None:
+def run(bench: Bench) -> ScenarioResult:
     from django_rcoord.semaphores import Semaphore
+
+    client = bench.client
+    count = bench.pick(quick=300, full=2000)
+    repeats = bench.repeats_or(bench.pick(quick=3, full=5))
 
     fair = Semaphore("bench-fair", 5, client=client)
     counting = Semaphore("bench-counting", 5, fair=False, client=client)
@@ -38,29 +57,37 @@ def scenario(client, count: int, repeats: int) -> None:
 
     rows = [
         two_pings(client, count=count, repeats=repeats),
-        measure("django-rcoord fair Semaphore", "2", fair_cycle, count=count, repeats=repeats),
+        measure("django-rcoord fair Semaphore", "1 + 1", fair_cycle, count=count, repeats=repeats),
         measure(
             "django-rcoord counting Semaphore",
-            "2",
+            "1 + 1",
             counting_cycle,
             count=count,
             repeats=repeats,
         ),
-        measure("book: fair semaphore", "3", book_fair_cycle, count=count, repeats=repeats),
+        measure("book: fair semaphore", "2 + 1", book_fair_cycle, count=count, repeats=repeats),
         measure(
             "book: fair semaphore with lock",
-            "1+2+1 + 3",
+            "1+2+3 + 1",
             book_with_lock_cycle,
             count=count,
             repeats=repeats,
         ),
-        measure("book: counting semaphore", "2", book_counting_cycle, count=count, repeats=repeats),
+        measure(
+            "book: counting semaphore", "1 + 1", book_counting_cycle, count=count, repeats=repeats
+        ),
     ]
     try:
         from dramatiq.rate_limits import ConcurrentRateLimiter
         from dramatiq.rate_limits.backends import RedisBackend
     except ImportError:
-        print("(dramatiq not installed: pip install 'django-rcoord[bench]')")
+        rows.append(
+            missing(
+                "dramatiq ConcurrentRateLimiter",
+                "3 + 3 (WATCH)",
+                "dramatiq not installed (pip install -e '.[bench]')",
+            )
+        )
     else:
         limiter = ConcurrentRateLimiter(RedisBackend(client=client), "bench", limit=5)
 
@@ -71,14 +98,20 @@ def scenario(client, count: int, repeats: int) -> None:
         rows.append(
             measure(
                 "dramatiq ConcurrentRateLimiter",
-                "6 (WATCH)",
+                "3 + 3 (WATCH)",
                 dramatiq_cycle,
                 count=count,
                 repeats=repeats,
             )
         )
-    print_table(f"Uncontended acquire+release cycles, limit 5, {repeats} x {count}", rows, rows[0])
+    table = Table(
+        f"Uncontended acquire+release, limit 5, {repeats} x {count}",
+        "cycles/s",
+        rows,
+        floor=rows[0].name,
+    )
+    return ScenarioResult(NAME, "Semaphores", [table], params={"count": count}, repeats=repeats)
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__.splitlines()[0], scenario)
+    run_benchmark(NAME, __doc__.splitlines()[0])

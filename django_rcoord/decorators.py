@@ -69,7 +69,8 @@ def locked(
     The lock lives ``timeout`` seconds at most and is released when the view
     returns or raises; the view finds it (and its fencing token) as
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
-    with ``Retry-After`` (JSON for JSON clients). Works on sync and async
+    with ``Retry-After`` (JSON for JSON clients); a grant that
+    ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. Works on sync and async
     views, and on class-based views through ``method_decorator``.
     """
 

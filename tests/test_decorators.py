@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
 
 from django_rcoord.locks import Lock
 from tests.views import lock_is_held
@@ -27,6 +29,19 @@ def test_view_runs_holding_the_lock_and_frees_it(client, url: str) -> None:
 def test_class_based_views(client, url: str, held_item_1: Lock) -> None:
     assert client.post(url).status_code == 409
     assert client.post(url.replace("/1/", "/2/")).json() == {"item": 2, "held": True}
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_grant_no_replica_acknowledged_gives_503_and_frees_the_lock(client, url: str) -> None:
+    # The suite's Redis has no replicas, so a grant that must reach one is given back.
+    durable = {**settings.RCOORD, "LOCK_REPLICAS": 1, "LOCK_REPLICA_TIMEOUT": 0.05}
+    with override_settings(RCOORD=durable):
+        response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response.json()["error"] == "lock_not_replicated"
+    assert response["Retry-After"] == "1"
+    assert not lock_is_held("purchase:1")
+    assert client.get(url).status_code == 200  # without LOCK_REPLICAS it runs
 
 
 @pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])

@@ -41,6 +41,7 @@ BATCH = 10_000
 FULL_PREFIX_INDEX_UP_TO = 100_000
 # ZSCAN queries per repeat at 100,000 members and more (each is up to size/1000 round trips).
 ZSCAN_QUERIES = 200
+ZSCAN_QUERIES_QUICK = 100
 
 
 def generate_names(size: int, generator: random.Random) -> list[str]:
@@ -78,8 +79,9 @@ def run(bench: Bench) -> ScenarioResult:
 
     client = bench.client
     sizes = bench.pick(quick=[1000, 100_000], full=[1000, 100_000, 1_000_000])
-    query_count = bench.pick(quick=300, full=1000)
+    query_count = bench.pick(quick=200, full=1000)
     repeats = bench.repeats_or(3)
+    zscan_queries = bench.pick(quick=ZSCAN_QUERIES_QUICK, full=ZSCAN_QUERIES)
     generator = random.Random(7)
     tables: list[Table] = []
     memory_rows: dict[str, Measurement] = {}
@@ -154,7 +156,7 @@ def run(bench: Bench) -> ScenarioResult:
                 "ZSCAN MATCH, COUNT 1000",
                 "",
                 zscan,
-                queries if size < 100_000 else queries[:ZSCAN_QUERIES],
+                queries if size < 100_000 else queries[:zscan_queries],
             ),
             (
                 "SET per prefix (SMEMBERS, sort)",
@@ -211,7 +213,7 @@ def run(bench: Bench) -> ScenarioResult:
         NAME,
         "Autocomplete",
         tables,
-        params={"sizes": sizes, "queries": query_count, "zscan_queries_large": ZSCAN_QUERIES},
+        params={"sizes": sizes, "queries": query_count, "zscan_queries_large": zscan_queries},
         repeats=repeats,
     )
 

@@ -277,8 +277,7 @@ class EmbeddedRedis:
                         # has just synced): try again until it is done.
                         if time.monotonic() > deadline:
                             raise EmbeddedRedisError(
-                                f"redis-server (pid {pid}) refused to shut down."
-                                f"{self._log_tail()}"
+                                f"redis-server (pid {pid}) refused to shut down.{self._log_tail()}"
                             ) from None
                         time.sleep(0.05)
             finally:

@@ -248,6 +248,30 @@ def print_table(table: Table, *, file: Any = None) -> None:
 # -- timing ----------------------------------------------------------------------------------
 
 
+Operation = tuple[str, str, Callable[[], object]]  # row name, round trips, one operation
+
+
+def measure_side_by_side(
+    operations: Sequence[Operation], *, count: int, repeats: int
+) -> list[Measurement]:
+    """Run each operation ``count`` times per repeat; record operations per second.
+
+    The repeats are interleaved (every row's first repeat, then every row's
+    second...), so a noisy neighbour's bursts fall on all rows alike.
+    """
+    for _, _, operation in operations:
+        for _ in range(min(count, 200)):  # warm up connections and script caches
+            operation()
+    rows = [Measurement(name, round_trips, []) for name, round_trips, _ in operations]
+    for _ in range(repeats):
+        for row, (_, _, operation) in zip(rows, operations, strict=True):
+            started = time.perf_counter()
+            for _ in range(count):
+                operation()
+            row.values.append(count / (time.perf_counter() - started))
+    return rows
+
+
 def measure(
     name: str,
     round_trips: str,
@@ -257,16 +281,10 @@ def measure(
     repeats: int,
     note: str = "",
 ) -> Measurement:
-    """Run ``operation`` ``count`` times per repeat; record operations per second."""
-    for _ in range(min(count, 200)):  # warm up connections and script caches
-        operation()
-    rates = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(count):
-            operation()
-        rates.append(count / (time.perf_counter() - started))
-    return Measurement(name, round_trips, rates, note=note)
+    """One row of ``measure_side_by_side``."""
+    (row,) = measure_side_by_side([(name, round_trips, operation)], count=count, repeats=repeats)
+    row.note = note
+    return row
 
 
 def measure_runs(
@@ -286,19 +304,19 @@ def percentile(samples: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
-def pings(client: redis.Redis, times: int, *, count: int, repeats: int) -> Measurement:
-    """The floor for an operation of ``times`` round trips, measured beside it."""
+def ping_operation(client: redis.Redis, times: int) -> Operation:
+    """The floor for an operation of ``times`` round trips, to measure beside it."""
 
     def ping_times() -> None:
         for _ in range(times):
             client.ping()
 
     name = "PING (the floor)" if times == 1 else f"{times} x PING (the floor)"
-    return measure(name, str(times), ping_times, count=count, repeats=repeats)
+    return name, str(times), ping_times
 
 
-def two_pings(client: redis.Redis, *, count: int, repeats: int) -> Measurement:
-    return pings(client, 2, count=count, repeats=repeats)
+def pings(client: redis.Redis, times: int, *, count: int, repeats: int) -> Measurement:
+    return measure(*ping_operation(client, times), count=count, repeats=repeats)
 
 
 # -- worker processes ------------------------------------------------------------------------

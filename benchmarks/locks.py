@@ -27,8 +27,9 @@ from benchmarks.common import (
     Measurement,
     ScenarioResult,
     Table,
-    measure,
+    measure_side_by_side,
     missing,
+    ping_operation,
     pings,
     read_result,
     report,
@@ -127,11 +128,12 @@ def unavailable(peer: str) -> str | None:
 
 def uncontended(bench: Bench, count: int, repeats: int) -> Table:
     client = bench.client
-    rows = [pings(client, 2, count=count, repeats=repeats)]
+    operations = [ping_operation(client, 2)]
+    absent = {}
     for peer, (trips, _) in PEERS.items():
         reason = unavailable(peer)
         if reason:
-            rows.append(missing(peer, trips, reason))
+            absent[peer] = missing(peer, trips, reason)
             continue
         make_holder = lock_factory(peer, client, f"bench-{peer}")
 
@@ -141,7 +143,12 @@ def uncontended(bench: Bench, count: int, repeats: int) -> Table:
                 raise RuntimeError("an uncontended lock was not acquired")
             release()
 
-        rows.append(measure(peer, trips, cycle, count=count, repeats=repeats))
+        operations.append((peer, trips, cycle))
+    measured = {
+        row.name: row for row in measure_side_by_side(operations, count=count, repeats=repeats)
+    }
+    rows = [measured[operations[0][0]]]
+    rows += [measured.get(peer) or absent[peer] for peer in PEERS]
     return Table(
         f"Uncontended acquire+release, {repeats} x {count}",
         "cycles/s",

@@ -15,10 +15,10 @@ from benchmarks.common import (
     Bench,
     ScenarioResult,
     Table,
-    measure,
+    measure_side_by_side,
     missing,
+    ping_operation,
     run_benchmark,
-    two_pings,
 )
 
 NAME = "semaphores"
@@ -55,33 +55,20 @@ def run(bench: Bench) -> ScenarioResult:
             client, "book-counting", book.acquire_semaphore(client, "book-counting", 5)
         )
 
-    rows = [
-        two_pings(client, count=count, repeats=repeats),
-        measure("django-rcoord fair Semaphore", "1 + 1", fair_cycle, count=count, repeats=repeats),
-        measure(
-            "django-rcoord counting Semaphore",
-            "1 + 1",
-            counting_cycle,
-            count=count,
-            repeats=repeats,
-        ),
-        measure("book: fair semaphore", "2 + 1", book_fair_cycle, count=count, repeats=repeats),
-        measure(
-            "book: fair semaphore with lock",
-            "1+2+3 + 1",
-            book_with_lock_cycle,
-            count=count,
-            repeats=repeats,
-        ),
-        measure(
-            "book: counting semaphore", "1 + 1", book_counting_cycle, count=count, repeats=repeats
-        ),
+    operations = [
+        ping_operation(client, 2),
+        ("django-rcoord fair Semaphore", "1 + 1", fair_cycle),
+        ("django-rcoord counting Semaphore", "1 + 1", counting_cycle),
+        ("book: fair semaphore", "2 + 1", book_fair_cycle),
+        ("book: fair semaphore with lock", "1+2+3 + 1", book_with_lock_cycle),
+        ("book: counting semaphore", "1 + 1", book_counting_cycle),
     ]
+    absent = []
     try:
         from dramatiq.rate_limits import ConcurrentRateLimiter
         from dramatiq.rate_limits.backends import RedisBackend
     except ImportError:
-        rows.append(
+        absent.append(
             missing(
                 "dramatiq ConcurrentRateLimiter",
                 "3 + 3 (WATCH)",
@@ -95,15 +82,8 @@ def run(bench: Bench) -> ScenarioResult:
             with limiter.acquire(raise_on_failure=False):
                 pass
 
-        rows.append(
-            measure(
-                "dramatiq ConcurrentRateLimiter",
-                "3 + 3 (WATCH)",
-                dramatiq_cycle,
-                count=count,
-                repeats=repeats,
-            )
-        )
+        operations.append(("dramatiq ConcurrentRateLimiter", "3 + 3 (WATCH)", dramatiq_cycle))
+    rows = measure_side_by_side(operations, count=count, repeats=repeats) + absent
     table = Table(
         f"Uncontended acquire+release, limit 5, {repeats} x {count}",
         "cycles/s",

@@ -5,11 +5,12 @@ python -m benchmarks.report   # print every saved scenario's tables as Markdown
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ScenarioResult, format_value
+from benchmarks.common import Measurement, ScenarioResult, Table, format_value
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -35,10 +36,11 @@ def save_chart(result: ScenarioResult) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     RESULTS.mkdir(exist_ok=True)
     tables = [table for table in result.tables if any(not row.missing for row in table.rows)]
-    heights = [0.5 + 0.19 * len(table.rows) for table in tables]
+    heights = [0.7 + 0.19 * len(table.rows) for table in tables]
     figure, axes = plt.subplots(
         len(tables),
         1,
@@ -75,8 +77,11 @@ def save_chart(result: ScenarioResult) -> Path:
         positive = [value for value in medians if value > 0]
         if positive and max(positive) / min(positive) > 30:
             axis.set_xscale("log")
+            axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: format_value(value)))
+            axis.xaxis.set_minor_formatter(NullFormatter())
         better = "lower is better" if table.lower_is_better else "higher is better"
-        axis.set_title(f"{table.title} ({table.unit}, {better})", fontsize=8, loc="left")
+        axis.set_title(table.title, fontsize=8, loc="left")
+        axis.set_xlabel(f"{table.unit}, {better}", fontsize=7, labelpad=1)
         axis.grid(axis="x", linewidth=0.3)
     figure.tight_layout(pad=0.4)
     path = RESULTS / f"{result.name}.png"
@@ -123,11 +128,45 @@ def markdown_tables(document: dict[str, Any]) -> str:
 _ROW_FIELDS = {"name", "round_trips", "values", "median", "spread", "vs_floor", "note"}
 
 
+def load(document: dict[str, Any]) -> ScenarioResult:
+    """A saved scenario (its JSON document) back as a ScenarioResult."""
+    tables = []
+    for table in document["tables"]:
+        extras = [name for name in table["rows"][0] if name not in _ROW_FIELDS]
+        rows = [
+            Measurement(
+                row["name"],
+                row["round_trips"],
+                row["values"],
+                note=row["note"],
+                extra={name: row[name] for name in extras},
+            )
+            for row in table["rows"]
+        ]
+        tables.append(
+            Table(
+                table["title"],
+                table["unit"],
+                rows,
+                floor=table["floor"],
+                lower_is_better=table["lower_is_better"],
+                extra_columns=extras,
+                note=table["note"],
+            )
+        )
+    return ScenarioResult(document["scenario"], document["title"], tables)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Saved benchmark results as Markdown.")
+    parser.add_argument("--charts", action="store_true", help="also redraw every PNG chart")
+    options = parser.parse_args()
     for path in sorted(RESULTS.glob("*.json")):
         document = json.loads(path.read_text())
         print(f"### {document['title']}\n")
         print(markdown_tables(document))
+        if options.charts:
+            save_chart(load(document))
 
 
 if __name__ == "__main__":

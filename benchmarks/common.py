@@ -8,7 +8,6 @@ import datetime
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,15 +21,9 @@ import django
 import redis
 from django.conf import settings
 
-from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.embedded import EmbeddedRedis, free_port
 
 # -- the server ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_redis() -> EmbeddedRedis:

@@ -16,9 +16,10 @@ import argparse
 import datetime
 import multiprocessing
 import os
-import statistics
 import tempfile
 import time
+
+from benchmarks.common import Measurement, Table, print_table
 
 CLUSTER_URL = "BENCH_CLUSTER_URL"
 
@@ -133,16 +134,19 @@ def main() -> None:
         )
         spread = groups_on_distinct_primaries(client, 3)
         layouts = {"1 group (1 primary)": spread[:1], "3 groups (3 primaries)": spread}
-        rates: dict[str, list[float]] = {name: [] for name in layouts}
+        rows = [Measurement(name, "1 + 1", []) for name in layouts]
         for _ in range(options.repeats):
-            for name, queues in layouts.items():  # interleaved, so drift hits both
-                rates[name].append(run_once(queues, options.count, options.workers))
-        base = statistics.median(rates["1 group (1 primary)"])
-        print(f"\n{'layout':<24} {'tasks/s (median)':>17} {'spread':>8} {'vs 1 group':>11}")
-        for name, values in rates.items():
-            median = statistics.median(values)
-            spread_pct = (max(values) - min(values)) / median
-            print(f"{name:<24} {median:>17,.0f} {spread_pct:>7.0%} {median / base:>10.2f}x")
+            for row in rows:  # interleaved, so drift hits both
+                row.values.append(run_once(layouts[row.name], options.count, options.workers))
+        print_table(
+            Table(
+                f"Enqueue then drain with {options.workers} worker processes",
+                "tasks/s",
+                rows,
+                floor=rows[0].name,
+                note="vs floor = against one group",
+            )
+        )
     finally:
         server.stop()
 

@@ -412,21 +412,14 @@ class EmbeddedCluster:
 
     def is_running(self) -> bool:
         """True when every node answers and the cluster reports state ok."""
-        return all(node.is_running() for node in self.nodes) and self._state_ok()
+        return self._state_ok()
 
     def _state_ok(self) -> bool:
         for node in self.nodes:
-            client = node._client_without_retries(timeout=1)
-            try:
-                info = client.cluster("INFO")
-            except (redis.RedisError, OSError):
-                return False
-            finally:
-                client.close()
-            if isinstance(info, (bytes, str)):
-                info = _parse_cluster_info(info)
+            info = _cluster_info(node)
             if (
-                info.get("cluster_state") != "ok"
+                info is None
+                or info.get("cluster_state") != "ok"
                 or int(info.get("cluster_slots_assigned", 0)) != 16384
                 or int(info.get("cluster_known_nodes", 0)) != len(self.ports)
             ):
@@ -439,7 +432,8 @@ class EmbeddedCluster:
         for node in nodes:
             node.start(timeout=timeout)
         with nodes[0]._start_lock():
-            if not self._state_ok() and not self._has_slots(nodes[0]):
+            first = _cluster_info(nodes[0]) or {}
+            if not self._state_ok() and int(first.get("cluster_slots_assigned", 0)) == 0:
                 self._create(timeout)
         deadline = time.monotonic() + timeout
         while not self._state_ok():
@@ -449,16 +443,6 @@ class EmbeddedCluster:
                 )
             time.sleep(0.05)
         return self
-
-    def _has_slots(self, node: EmbeddedRedis) -> bool:
-        client = node._client_without_retries()
-        try:
-            info = client.cluster("INFO")
-        finally:
-            client.close()
-        if isinstance(info, (bytes, str)):
-            info = _parse_cluster_info(info)
-        return int(info.get("cluster_slots_assigned", 0)) > 0
 
     def _create(self, timeout: float) -> None:
         command = [find_executable("redis-cli"), "--cluster", "create"]
@@ -487,6 +471,18 @@ class EmbeddedCluster:
 
     def __repr__(self) -> str:
         return f"EmbeddedCluster({str(self.data_dir)!r}, ports={self._ports!r})"
+
+
+def _cluster_info(node: EmbeddedRedis) -> dict[str, str] | None:
+    """``CLUSTER INFO`` of one node, or None when it does not answer."""
+    client = node._client_without_retries(timeout=1)
+    try:
+        info = client.cluster("INFO")
+    except (redis.RedisError, OSError):
+        return None
+    finally:
+        client.close()
+    return _parse_cluster_info(info) if isinstance(info, (bytes, str)) else info
 
 
 def _parse_cluster_info(text: bytes | str) -> dict[str, str]:

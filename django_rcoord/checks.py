@@ -40,10 +40,37 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 )
             )
     factory = user.get("CLIENT_FACTORY", DEFAULTS["CLIENT_FACTORY"])
+    async_factory = user.get("ASYNC_CLIENT_FACTORY", DEFAULTS["ASYNC_CLIENT_FACTORY"])
     if factory is not None:
         errors.extend(_check_client_factory(factory))
     else:
         errors.extend(_check_connection(user.get("CONNECTION", DEFAULTS["CONNECTION"])))
+    if async_factory is not None:
+        errors.extend(_check_client_factory(async_factory, "ASYNC_CLIENT_FACTORY", "rcoord.E015"))
+    elif factory is not None:
+        errors.append(
+            Warning(
+                "settings.RCOORD['CLIENT_FACTORY'] is set without "
+                "RCOORD['ASYNC_CLIENT_FACTORY']: async code (async views under @locked or "
+                "@rate_limited, the middleware under ASGI, Lock.aacquire...) has no client and "
+                "raises ConnectionNotConfigured.",
+                hint="Set RCOORD['ASYNC_CLIENT_FACTORY'] to a function returning the "
+                "redis.asyncio twin of the sync client, e.g. "
+                "redis.asyncio.cluster.RedisCluster.from_url(...) for Redis Cluster.",
+                id="rcoord.W002",
+            )
+        )
+    wait_connections = user.get("ASYNC_WAIT_CONNECTIONS", DEFAULTS["ASYNC_WAIT_CONNECTIONS"])
+    if not is_positive_int(wait_connections):
+        errors.append(
+            Error(
+                "settings.RCOORD['ASYNC_WAIT_CONNECTIONS'] must be a positive int, not "
+                f"{wait_connections!r}.",
+                hint="The default is 50: at most 50 locks and semaphores waited for at once "
+                "per event loop, each with one blocking connection.",
+                id="rcoord.E016",
+            )
+        )
     problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
     if problem:
         errors.append(
@@ -216,19 +243,22 @@ def _check_connection(alias: object) -> list[CheckMessage]:
     return []
 
 
-def _check_client_factory(path: object) -> list[CheckMessage]:
+def _check_client_factory(
+    path: object, setting: str = "CLIENT_FACTORY", check_id: str = "rcoord.E005"
+) -> list[CheckMessage]:
+    kind = "redis.asyncio" if setting == "ASYNC_CLIENT_FACTORY" else "redis-py"
     hint = (
-        "Set RCOORD['CLIENT_FACTORY'] to the dotted path of a function that takes no "
-        'arguments and returns a redis-py client, e.g. "myproject.redis.make_cluster_client", '
+        f"Set RCOORD[{setting!r}] to the dotted path of a function that takes no "
+        f'arguments and returns a {kind} client, e.g. "myproject.redis.make_cluster_client", '
         "or remove it to use RCOORD['CONNECTION']."
     )
     if not isinstance(path, str):
         return [
             Error(
-                f"settings.RCOORD['CLIENT_FACTORY'] must be a dotted path string, not "
+                f"settings.RCOORD[{setting!r}] must be a dotted path string, not "
                 f"{type(path).__name__}.",
                 hint=hint,
-                id="rcoord.E005",
+                id=check_id,
             )
         ]
     try:
@@ -236,17 +266,17 @@ def _check_client_factory(path: object) -> list[CheckMessage]:
     except ImportError as exc:
         return [
             Error(
-                f"settings.RCOORD['CLIENT_FACTORY'] {path!r} cannot be imported: {exc}",
+                f"settings.RCOORD[{setting!r}] {path!r} cannot be imported: {exc}",
                 hint=hint,
-                id="rcoord.E005",
+                id=check_id,
             )
         ]
     if not callable(factory):
         return [
             Error(
-                f"settings.RCOORD['CLIENT_FACTORY'] {path!r} is not callable.",
+                f"settings.RCOORD[{setting!r}] {path!r} is not callable.",
                 hint=hint,
-                id="rcoord.E005",
+                id=check_id,
             )
         ]
     return []

@@ -18,6 +18,14 @@ DEFAULTS: dict[str, Any] = {
     # Dotted path to a zero-argument callable returning a redis-py client
     # (Redis or RedisCluster). When set, it replaces CONNECTION.
     "CLIENT_FACTORY": None,
+    # Dotted path to a zero-argument callable returning a redis.asyncio client
+    # (Redis or RedisCluster) for async code; called twice per event loop (one
+    # client for commands, one for blocking waits). When unset, the async client
+    # is built from CONNECTION's django-redis settings.
+    "ASYNC_CLIENT_FACTORY": None,
+    # Most connections the waiters of one event loop block on at once (one per
+    # lock or semaphore being waited for, shared by all its waiters in the loop).
+    "ASYNC_WAIT_CONNECTIONS": 50,
     # Data directory of the embedded redis-server used by `manage.py rcoord_redis`
     # (development only; None means no embedded server is configured).
     "EMBEDDED_REDIS_DIR": None,
@@ -75,6 +83,14 @@ class RcoordSettings:
     @property
     def CLIENT_FACTORY(self) -> str | None:
         return get("CLIENT_FACTORY")
+
+    @property
+    def ASYNC_CLIENT_FACTORY(self) -> str | None:
+        return get("ASYNC_CLIENT_FACTORY")
+
+    @property
+    def ASYNC_WAIT_CONNECTIONS(self) -> int:
+        return get("ASYNC_WAIT_CONNECTIONS")
 
     @property
     def EMBEDDED_REDIS_DIR(self) -> str | None:

@@ -1,17 +1,32 @@
-"""Where Redis is: the one place that turns settings into a redis-py client."""
+"""Where Redis is: the one place that turns settings into redis-py clients.
+
+Sync code gets ``get_client()``: the django-redis alias's client, or
+``RCOORD["CLIENT_FACTORY"]``'s. Async code gets ``get_async_client()``: a
+``redis.asyncio`` client built from the same configuration, or
+``RCOORD["ASYNC_CLIENT_FACTORY"]``'s, one per running event loop (asyncio
+connections belong to the loop that opened them) and closed with that loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import ConnectionNotConfigured
+
+logger = logging.getLogger(__name__)
 
 #: Errors that mean "Redis is out of reach for now" rather than "this call is wrong":
 #: a lost or timed-out connection, and Redis Cluster's own (the cluster is down,
@@ -45,8 +60,16 @@ def get_client() -> Any:
 
 
 def resolve_client(client: Any = None) -> Any:
-    """Return ``client`` if one was passed, else the configured one."""
-    return get_client() if client is None else client
+    """Return ``client`` if one was passed (a sync redis-py client), else the configured one."""
+    if client is None:
+        return get_client()
+    if is_async_client(client):
+        raise TypeError(
+            f"sync methods need a sync redis-py client, not {type(client).__name__}; "
+            "use the a-prefixed async method (aacquire, ahit, adelay...) with a "
+            "redis.asyncio client"
+        )
+    return client
 
 
 def is_cluster(client: Any) -> bool:
@@ -112,3 +135,306 @@ def _forget_factory_clients(*, setting: str, **kwargs: Any) -> None:
     if setting == "RCOORD":
         with _factory_lock:
             _factory_clients.clear()
+    if setting in ("RCOORD", "CACHES"):
+        _forget_loop_clients()
+
+
+# -- async clients ------------------------------------------------------------------
+@dataclass
+class LoopClients:
+    """The async clients of one event loop.
+
+    ``commands`` runs every short command and script. ``waits`` only blocks
+    (``BLPOP`` on wake-up lists, see ``django_rcoord.waiting``): its connections
+    are never the ones a release or any other short command needs.
+    """
+
+    commands: Any
+    waits: Any
+    # Keeps the loop's closing hook alive (the loop holds async generators weakly).
+    closer: Any = None
+    hub: Any = None  # django_rcoord.waiting.SignalHub, made on first wait
+    node_clients: dict[str, Any] | None = None  # per cluster node, for slot pipelines
+
+
+_loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopClients] = (
+    weakref.WeakKeyDictionary()
+)
+_loop_clients_lock = threading.Lock()
+
+
+def get_async_client() -> Any:
+    """The ``redis.asyncio`` client every async path uses when no ``client=`` is given.
+
+    Call it from code running in an event loop: each loop gets its own client
+    (asyncio connections cannot cross loops), made on first use and closed when
+    the loop shuts down (``asyncio.run``, ASGI servers and asgiref all do).
+    ``RCOORD["ASYNC_CLIENT_FACTORY"]`` wins when set (Redis Cluster:
+    ``redis.asyncio.cluster.RedisCluster``); otherwise the client is built from
+    the django-redis alias's own connection settings (URL, password, db, TLS,
+    timeouts, Sentinel).
+    """
+    return loop_clients().commands
+
+
+def resolve_async_client(client: Any = None) -> Any:
+    """Return ``client`` if one was passed (it must be a redis.asyncio client), else the
+    configured one."""
+    if client is None:
+        return get_async_client()
+    if not is_async_client(client):
+        raise TypeError(
+            f"async methods need a redis.asyncio client, not {type(client).__name__}: pass "
+            "client=redis.asyncio.Redis(...) (or RedisCluster), or no client to use "
+            "get_async_client()"
+        )
+    return client
+
+
+def is_async_client(client: Any) -> bool:
+    """True for a ``redis.asyncio`` client, cluster client or pipeline."""
+    from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+
+    return isinstance(
+        client, (redis.asyncio.Redis, redis.asyncio.client.Pipeline, RedisCluster, ClusterPipeline)
+    )
+
+
+def is_async_cluster(client: Any) -> bool:
+    from redis.asyncio.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def loop_clients() -> LoopClients:
+    """The running loop's clients, made on first use."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        raise RuntimeError(
+            "get_async_client() is for code running in an event loop; sync code uses "
+            "get_client()"
+        ) from None
+    clients = _loop_clients.get(loop)
+    if clients is not None:
+        return clients
+    clients = LoopClients(commands=_new_async_client(), waits=_new_async_client())
+    clients.closer = _close_with_loop(clients)
+    with _loop_clients_lock:
+        _loop_clients[loop] = clients
+    return clients
+
+
+def loop_clients_if_made() -> LoopClients | None:
+    """The running loop's clients if it has made them (None outside a loop)."""
+    try:
+        return _loop_clients.get(asyncio.get_running_loop())
+    except RuntimeError:
+        return None
+
+
+def _new_async_client() -> Any:
+    factory_path = conf.ASYNC_CLIENT_FACTORY
+    if factory_path:
+        try:
+            factory = import_string(factory_path)
+        except ImportError as exc:
+            raise ConnectionNotConfigured(
+                f'RCOORD["ASYNC_CLIENT_FACTORY"] {factory_path!r} cannot be imported: {exc} '
+                "(see check rcoord.E015)."
+            ) from exc
+        return factory()
+    if conf.CLIENT_FACTORY:
+        raise ConnectionNotConfigured(
+            'RCOORD["CLIENT_FACTORY"] is set but RCOORD["ASYNC_CLIENT_FACTORY"] is not: async '
+            "code needs a redis.asyncio client from the same place (see check rcoord.W002)."
+        )
+    return async_client_like(_client_from_cache(conf.CONNECTION))
+
+
+def _close_with_loop(clients: LoopClients) -> Any:
+    """Close ``clients`` when their loop shuts down its async generators.
+
+    An async generator first iterated inside a loop is registered with it, and
+    ``loop.shutdown_asyncgens()`` (run by ``asyncio.run``, ``asyncio.Runner``,
+    asgiref and ASGI servers before closing the loop) closes it: its ``finally``
+    then closes the clients while the loop still runs.
+    """
+
+    async def closer() -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await _close_clients(clients)
+
+    generator = closer()
+    step = generator.asend(None)
+    try:
+        step.send(None)  # runs up to the yield without suspending: registers with the loop
+    except StopIteration:
+        pass
+    return generator
+
+
+async def _close_clients(clients: LoopClients) -> None:
+    if clients.hub is not None:
+        clients.hub.close()
+    for client in (clients.commands, clients.waits, *(clients.node_clients or {}).values()):
+        try:
+            await client.aclose()
+        except Exception:  # a broken connection closes as well as it can
+            logger.debug("closing an async client failed", exc_info=True)
+
+
+def _forget_loop_clients() -> None:
+    """Settings changed: later calls build new clients; close the old ones in their loops."""
+    with _loop_clients_lock:
+        entries = list(_loop_clients.items())
+        _loop_clients.clear()
+    for loop, clients in entries:
+        if loop.is_closed():
+            continue
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.create_task(_close_clients(clients))
+        else:
+            try:
+                asyncio.run_coroutine_threadsafe(_close_clients(clients), loop)
+            except RuntimeError:
+                pass
+
+
+def async_client_like(client: Any) -> Any:
+    """A ``redis.asyncio.Redis`` that reaches the same server as the sync ``client``, with
+    the same connection settings (django-redis has parsed LOCATION and OPTIONS into its
+    connection pool: host or unix socket, db, credentials, TLS, timeouts, retries, pool size,
+    Sentinel)."""
+    from redis.sentinel import SentinelConnectionPool
+
+    pool = client.connection_pool
+    kwargs = _portable_connection_kwargs(pool)
+    if isinstance(pool, SentinelConnectionPool):
+        from redis.asyncio.sentinel import Sentinel
+
+        manager = pool.sentinel_manager
+        sentinels = [
+            (
+                sentinel.connection_pool.connection_kwargs["host"],
+                sentinel.connection_pool.connection_kwargs["port"],
+            )
+            for sentinel in manager.sentinels
+        ]
+        async_manager = Sentinel(
+            sentinels,
+            min_other_sentinels=manager.min_other_sentinels,
+            sentinel_kwargs=_portable(manager.sentinel_kwargs),
+            **_portable(manager.connection_kwargs),
+        )
+        kwargs.pop("host", None)
+        kwargs.pop("port", None)
+        if pool.is_master:
+            return async_manager.master_for(pool.service_name, **kwargs)
+        return async_manager.slave_for(pool.service_name, **kwargs)
+    connection_class = _ASYNC_CONNECTION_CLASSES.get(pool.connection_class.__name__)
+    if connection_class is None:
+        raise ConnectionNotConfigured(
+            f"Cannot build a redis.asyncio client like the sync one: its connections are "
+            f"{pool.connection_class.__qualname__}. Set RCOORD['ASYNC_CLIENT_FACTORY']."
+        )
+    pool_class = (
+        redis.asyncio.BlockingConnectionPool
+        if isinstance(pool, redis.BlockingConnectionPool)
+        else redis.asyncio.ConnectionPool
+    )
+    pool_kwargs: dict[str, Any] = {"max_connections": pool.max_connections}
+    if isinstance(pool, redis.BlockingConnectionPool):
+        pool_kwargs["timeout"] = pool.timeout
+    # from_pool: the client owns its pool, and closing it disconnects the pool.
+    return redis.asyncio.Redis.from_pool(
+        pool_class(connection_class=connection_class, **pool_kwargs, **kwargs)
+    )
+
+
+_ASYNC_CONNECTION_CLASSES = {
+    "Connection": redis.asyncio.Connection,
+    "SSLConnection": redis.asyncio.SSLConnection,
+    "UnixDomainSocketConnection": redis.asyncio.UnixDomainSocketConnection,
+}
+
+# Connection settings that mean the same to redis.asyncio (everything else a sync pool
+# holds is a sync-only helper object).
+_PORTABLE_KWARGS = frozenset(
+    {
+        "host",
+        "port",
+        "path",
+        "db",
+        "username",
+        "password",
+        "credential_provider",
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_keepalive",
+        "socket_keepalive_options",
+        "retry_on_timeout",
+        "retry_on_error",
+        "health_check_interval",
+        "encoding",
+        "encoding_errors",
+        "decode_responses",
+        "protocol",
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_ca_path",
+        "ssl_check_hostname",
+        "ssl_min_version",
+        "ssl_ciphers",
+        "ssl_password",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+    }
+)
+
+
+def _portable(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    portable = {key: value for key, value in (kwargs or {}).items() if key in _PORTABLE_KWARGS}
+    retry = (kwargs or {}).get("retry")
+    if retry is not None:
+        from redis.asyncio.retry import Retry
+
+        portable["retry"] = Retry(retry._backoff, retry._retries, retry._supported_errors)
+    return portable
+
+
+def _portable_connection_kwargs(pool: Any) -> dict[str, Any]:
+    return _portable(pool.connection_kwargs)
+
+
+async def aslot_pipeline(client: Any, key: str | bytes, *, transaction: bool = True) -> Any:
+    """``slot_pipeline`` for redis.asyncio clients.
+
+    On Redis Cluster: a pipeline of a plain client of the primary that owns
+    ``key``'s slot (cached per loop and node), so it can run scripts and WAIT.
+    """
+    if not is_async_cluster(client):
+        return client.pipeline(transaction=transaction)
+    node = client.get_node_from_key(key)
+    clients = loop_clients()
+    if clients.node_clients is None:
+        clients.node_clients = {}
+    node_client = clients.node_clients.get(node.name)
+    if node_client is None:
+        node_client = redis.asyncio.Redis(
+            host=node.host, port=node.port, **_portable(node.connection_kwargs)
+        )
+        clients.node_clients[node.name] = node_client
+    return node_client.pipeline(transaction=transaction)

@@ -9,24 +9,38 @@ Redis in Action 6.2 done right:
 - waiters do not poll: a release pushes one wake-up token onto a per-lock list
   that waiters ``BLPOP``; a waiter never blocks longer than the holder's
   remaining TTL, so a holder that died is replaced as soon as its lock expires.
+
+Every operation has an async twin (``aacquire``, ``arelease``, ``aextend``,
+``aowned``, ``async with``) on ``redis.asyncio``: no thread, and async waiters
+of one event loop share one blocking connection per lock
+(``django_rcoord.waiting.SignalHub``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection import (
+    aslot_pipeline,
+    resolve_async_client,
+    resolve_client,
+    slot_pipeline,
+)
 from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout, RcoordError
 from django_rcoord.keys import KeySpace
-from django_rcoord.scripts import run_script
+from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait
-from django_rcoord.waiting import Repeater, run_in_thread, wait_for_signal
+from django_rcoord.waiting import Repeater, await_signal, spawn, wait_for_signal
 
 __all__ = [
     "Lock",
@@ -40,17 +54,42 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+def current_holder() -> Any:
+    """Who holds what in this thread or task: the running asyncio task, else the thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop runs in this thread
+        task = None
+    return task if task is not None else threading.current_thread()
+
+
+@dataclass
+class _Hold:
+    """One holder's grant of a lock."""
+
+    identifier: str
+    token: int
+    lost: bool = False
+    renewer: Repeater | asyncio.Task[None] | None = None
+
+
 class Lock:
     """A lock on ``name``, held for at most ``timeout`` seconds unless extended.
 
-    One ``Lock`` object stands for one holder: its identifier lives on the
-    object (not in a thread-local), so it can be acquired in one thread or task
-    and released in another. It is not re-entrant.
+    One ``Lock`` object is a mutex for every thread and every asyncio task
+    that enters it: each of them holds it under an identifier of its own (a
+    module-level ``Lock`` shared by a whole process works). ``identifier``,
+    ``token``, ``release()``, ``extend()`` and ``owned()`` are about the
+    calling thread's or task's hold. It is not re-entrant: acquiring it again
+    in the thread or task that holds it raises ``RcoordError`` at once (it
+    would otherwise wait for itself). A task started inside ``async with
+    lock:`` is another holder, not the holder. To release from elsewhere, use
+    ``release_lock(name, identifier)``.
 
     ``wait`` is how long ``acquire()`` and ``with lock:`` wait by default.
-    ``auto_renew=True`` keeps the TTL from running out while the lock is held,
-    from a background thread; ``on_lost`` is called (from that thread) if a
-    renewal finds the lock gone.
+    ``auto_renew=True`` keeps the TTL from running out while the lock is held
+    (from a background thread, or a task of the loop for ``aacquire``);
+    ``on_lost`` is called from there if a renewal finds the lock gone.
     """
 
     def __init__(
@@ -74,12 +113,9 @@ class Lock:
         self._owner_key = space.key("owner")
         self._fence_key = space.key("fence")
         self._signal_key = space.key("signal")
-        self.identifier: str | None = None
-        self.token: int | None = None
         #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
         self.holder_ttl: float | None = None
-        self._lost = False
-        self._renewer: Repeater | None = None
+        self._holds: weakref.WeakKeyDictionary[Any, _Hold] = weakref.WeakKeyDictionary()
 
     @property
     def client(self) -> Any:
@@ -88,6 +124,45 @@ class Lock:
     @property
     def _ttl_ms(self) -> int:
         return max(1, int(self.timeout * 1000))
+
+    @property
+    def identifier(self) -> str | None:
+        """The calling thread's or task's identifier while it holds the lock, else None."""
+        hold = self._holds.get(current_holder())
+        return None if hold is None else hold.identifier
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the calling thread's or task's hold, else None."""
+        hold = self._holds.get(current_holder())
+        return None if hold is None else hold.token
+
+    def _start(self, wait: float | None) -> tuple[Any, str, float]:
+        """(holder, new identifier, wait) for an acquire by the caller, who must not hold it."""
+        holder = current_holder()
+        if holder in self._holds:
+            raise RcoordError(
+                f"Lock {self.name!r} is already held by this "
+                f"{'task' if isinstance(holder, asyncio.Task) else 'thread'} (it is not "
+                "re-entrant)."
+            )
+        return holder, uuid.uuid4().hex, self.wait if wait is None else wait
+
+    def _replication_failed(self, acknowledged: int) -> LockNotReplicated:
+        replicas = conf.LOCK_REPLICAS
+        return LockNotReplicated(
+            f"Lock {self.name!r} was granted but only {acknowledged} of {replicas} "
+            f"replicas acknowledged it within {conf.LOCK_REPLICA_TIMEOUT}s; it was given back."
+        )
+
+    def _failed_attempt(self, result: int, deadline: float, now: float) -> float | None:
+        """After a refused attempt: seconds to wait for a wake-up, or None when out of time."""
+        self.holder_ttl = -result / 1000 if result < 0 else None
+        remaining_wait = deadline - now
+        if remaining_wait <= 0:
+            return None
+        holder_ttl = remaining_wait if self.holder_ttl is None else self.holder_ttl
+        return min(remaining_wait, holder_ttl)
 
     # -- acquiring -----------------------------------------------------------
     def _try_acquire(self, client: Any, identifier: str) -> int:
@@ -104,10 +179,7 @@ class Lock:
         result = int(result)
         if result > 0 and acknowledged < replicas:
             self._release_identifier(client, identifier)
-            raise LockNotReplicated(
-                f"Lock {self.name!r} was granted but only {acknowledged} of {replicas} "
-                f"replicas acknowledged it within {conf.LOCK_REPLICA_TIMEOUT}s; it was given back."
-            )
+            raise self._replication_failed(acknowledged)
         return result
 
     def acquire(self, wait: float | None = None) -> bool:
@@ -116,107 +188,112 @@ class Lock:
         Returns True when taken (``token`` then holds its fencing token), False
         when ``wait`` ran out.
         """
-        if self.identifier is not None:
-            raise RcoordError(f"Lock {self.name!r} is already held by this Lock object.")
-        wait = self.wait if wait is None else wait
+        holder, identifier, wait = self._start(wait)
         client = self.client
-        identifier = uuid.uuid4().hex
         deadline = time.monotonic() + wait
         while True:
             result = self._try_acquire(client, identifier)
             if result > 0:
-                self._granted(identifier, result)
+                self._granted(holder, identifier, result)
                 return True
-            self.holder_ttl = -result / 1000 if result < 0 else None
-            remaining_wait = deadline - time.monotonic()
-            if remaining_wait <= 0:
+            block = self._failed_attempt(result, deadline, time.monotonic())
+            if block is None:
                 return False
-            holder_ttl = remaining_wait if self.holder_ttl is None else self.holder_ttl
-            wait_for_signal(client, self._signal_key, min(remaining_wait, holder_ttl))
+            wait_for_signal(client, self._signal_key, block)
 
-    def _granted(self, identifier: str, token: int) -> None:
-        self.identifier = identifier
-        self.token = token
-        self._lost = False
+    def _granted(self, holder: Any, identifier: str, token: int) -> _Hold:
+        hold = _Hold(identifier, token)
+        self._holds[holder] = hold
         if self.auto_renew:
             client = self.client
-            self._renewer = Repeater(
+            hold.renewer = Repeater(
                 self.timeout / 3,
-                lambda: self._renew(client, identifier),
+                lambda: self._renew(client, hold),
                 name=f"rcoord-lock-renew:{self.name}",
             )
-            self._renewer.start()
+            hold.renewer.start()
+        return hold
 
-    def _renew(self, client: Any, identifier: str) -> bool:
+    def _renew(self, client: Any, hold: _Hold) -> bool:
         """One auto-renewal; False (which stops the renewing) once the lock is lost."""
-        if self._extend_identifier(client, identifier, self._ttl_ms):
+        if self._extend_identifier(client, hold.identifier, self._ttl_ms):
             return True
-        self._mark_lost()
+        self._renewal_lost(hold)
+        return False
+
+    def _renewal_lost(self, hold: _Hold) -> None:
+        hold.lost = True
         logger.warning("Lock %r was lost while held (auto_renew)", self.name)
         if self.on_lost is not None:
             try:
                 self.on_lost(self)
             except Exception:
                 logger.exception("on_lost callback of lock %r failed", self.name)
-        return False
 
     # -- holding -----------------------------------------------------------
+    def _live_hold(self) -> _Hold | None:
+        hold = self._holds.get(current_holder())
+        return None if hold is None or hold.lost else hold
+
     def owned(self) -> bool:
-        """True while this object holds the lock (asks Redis)."""
-        if self.identifier is None or self._lost:
+        """True while the calling thread or task holds the lock (asks Redis)."""
+        hold = self._live_hold()
+        if hold is None:
             return False
-        held = self.client.get(self._owner_key)
-        return held in (self.identifier, self.identifier.encode())
+        return _is_identifier(self.client.get(self._owner_key), hold.identifier)
 
     def extend(self, seconds: float | None = None) -> None:
         """Reset the TTL to ``seconds`` from now (default: the lock's ``timeout``).
 
-        Raises ``LockLost`` when the lock is no longer held by this object.
+        Raises ``LockLost`` when the lock is no longer held by the calling thread or task.
         """
-        if self.identifier is None or self._lost:
-            raise LockLost(f"Lock {self.name!r} is not held by this Lock object.")
-        ttl_ms = self._ttl_ms if seconds is None else max(1, int(seconds * 1000))
-        if not self._extend_identifier(self.client, self.identifier, ttl_ms):
-            self._mark_lost()
-            raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
+        hold = self._hold_to_extend()
+        if not self._extend_identifier(self.client, hold.identifier, self._extend_ms(seconds)):
+            raise self._lost_now(hold)
+
+    def _hold_to_extend(self) -> _Hold:
+        hold = self._live_hold()
+        if hold is None:
+            raise LockLost(f"Lock {self.name!r} is not held by this thread or task.")
+        return hold
+
+    def _extend_ms(self, seconds: float | None) -> int:
+        return self._ttl_ms if seconds is None else max(1, int(seconds * 1000))
+
+    def _lost_now(self, hold: _Hold) -> LockLost:
+        hold.lost = True
+        return LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
 
     def _extend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
         return bool(
             run_script("lock_extend", client, keys=[self._owner_key], args=[identifier, ttl_ms])
         )
 
-    def _mark_lost(self) -> None:
-        self._lost = True
-
     # -- releasing ---------------------------------------------------------
     def release(self) -> None:
         """Release the lock and wake one waiter.
 
-        Raises ``LockLost`` when the lock was no longer held by this object (its
-        TTL ran out); the current holder's lock is left alone.
+        Raises ``LockLost`` when the calling thread or task did not hold it (or
+        its TTL ran out); the current holder's lock is left alone.
         """
-        identifier = self.identifier
-        if identifier is None:
-            raise LockLost(f"Lock {self.name!r} is not held by this Lock object.")
-        self._stop_renewing()
-        self.identifier = None
-        if not self._release_identifier(self.client, identifier):
+        hold = self._take_hold()
+        if isinstance(hold.renewer, Repeater):
+            hold.renewer.stop()
+        if not self._release_identifier(self.client, hold.identifier):
             raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
 
-    def _release_identifier(self, client: Any, identifier: str) -> bool:
-        return bool(
-            run_script(
-                "lock_release",
-                client,
-                keys=[self._owner_key, self._signal_key],
-                args=[identifier, self._ttl_ms],
-            )
-        )
+    def _take_hold(self) -> _Hold:
+        hold = self._holds.pop(current_holder(), None)
+        if hold is None:
+            raise LockLost(f"Lock {self.name!r} is not held by this thread or task.")
+        return hold
 
-    def _stop_renewing(self) -> None:
-        if self._renewer is not None:
-            self._renewer.stop()
-            self._renewer = None
+    def _release_args(self, identifier: str) -> tuple[list[str], list[Any]]:
+        return [self._owner_key, self._signal_key], [identifier, self._ttl_ms]
+
+    def _release_identifier(self, client: Any, identifier: str) -> bool:
+        keys, args = self._release_args(identifier)
+        return bool(run_script("lock_release", client, keys=keys, args=args))
 
     # -- context managers --------------------------------------------------
     def _timeout(self) -> LockTimeout:
@@ -238,25 +315,118 @@ class Lock:
         except LockLost:
             if exc_type is None:
                 raise
-            # Do not hide the body's own exception behind this one.
-            logger.warning("Lock %r was lost before the block that held it raised", self.name)
+            self._lost_before_raise()
+
+    def _lost_before_raise(self) -> None:
+        # Do not hide the body's own exception behind this one.
+        logger.warning("Lock %r was lost before the block that held it raised", self.name)
+
+    # -- async -------------------------------------------------------------
+    @property
+    def async_client(self) -> Any:
+        return resolve_async_client(self._client)
+
+    async def _atry_acquire(self, client: Any, identifier: str) -> int:
+        keys, args = [self._owner_key, self._fence_key], [identifier, self._ttl_ms]
+        replicas = conf.LOCK_REPLICAS
+        if not replicas:
+            return int(await arun_script("lock_acquire", client, keys=keys, args=args))
+        pipe = await aslot_pipeline(client, self._owner_key, transaction=False)
+        async with pipe:
+            await arun_script("lock_acquire", pipe, keys=keys, args=args)
+            pipe.wait(replicas, max(1, int(conf.LOCK_REPLICA_TIMEOUT * 1000)))
+            result, acknowledged = await pipe.execute()
+        result = int(result)
+        if result > 0 and acknowledged < replicas:
+            await self._arelease_identifier(client, identifier)
+            raise self._replication_failed(acknowledged)
+        return result
 
     async def aacquire(self, wait: float | None = None) -> bool:
-        """``acquire`` for async code: waits in a worker thread, never on the event loop."""
-        return await run_in_thread(self.acquire, wait, undo=self._release_if_acquired_late)
+        """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
 
-    def _release_if_acquired_late(self, acquired: bool) -> None:
-        if acquired:
-            self.release()
+        The wait is counted from this call. A waiter cancelled while its
+        attempt was in flight gives back a lock that attempt got.
+        """
+        holder, identifier, wait = self._start(wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        client = self.async_client
+        while True:
+            attempt = asyncio.ensure_future(self._atry_acquire(client, identifier))
+            try:
+                result = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                attempt.add_done_callback(
+                    lambda done: self._give_back_late_grant(done, client, identifier)
+                )
+                raise
+            if result > 0:
+                hold = self._granted_async(holder, identifier, result, client)
+                return hold is not None
+            block = self._failed_attempt(result, deadline, loop.time())
+            if block is None:
+                return False
+            await await_signal(client, self._signal_key, block)
+
+    def _give_back_late_grant(self, done: asyncio.Future[int], client: Any, identifier: str) -> None:
+        if not done.cancelled() and done.exception() is None and done.result() > 0:
+            spawn(self._arelease_identifier(client, identifier))
+
+    def _granted_async(self, holder: Any, identifier: str, token: int, client: Any) -> _Hold:
+        hold = _Hold(identifier, token)
+        self._holds[holder] = hold
+        if self.auto_renew:
+            hold.renewer = spawn(self._arenew_while_held(client, hold))
+        return hold
+
+    async def _arenew_while_held(self, client: Any, hold: _Hold) -> None:
+        interval = self.timeout / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                renewed = await self._aextend_identifier(client, hold.identifier, self._ttl_ms)
+            except Exception:
+                logger.exception("renewing lock %r failed; trying again in %ss", self.name, interval)
+                continue
+            if not renewed:
+                self._renewal_lost(hold)
+                return
 
     async def arelease(self) -> None:
-        await run_in_thread(self.release)
+        """``release`` for async code."""
+        hold = self._take_hold()
+        if isinstance(hold.renewer, asyncio.Task):
+            hold.renewer.cancel()
+        elif isinstance(hold.renewer, Repeater):
+            hold.renewer.stop()
+        if not await self._arelease_identifier(self.async_client, hold.identifier):
+            raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
+
+    async def _arelease_identifier(self, client: Any, identifier: str) -> bool:
+        keys, args = self._release_args(identifier)
+        return bool(await arun_script("lock_release", client, keys=keys, args=args))
 
     async def aextend(self, seconds: float | None = None) -> None:
-        await run_in_thread(self.extend, seconds)
+        """``extend`` for async code."""
+        hold = self._hold_to_extend()
+        ttl_ms = self._extend_ms(seconds)
+        if not await self._aextend_identifier(self.async_client, hold.identifier, ttl_ms):
+            raise self._lost_now(hold)
+
+    async def _aextend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
+        return bool(
+            await arun_script(
+                "lock_extend", client, keys=[self._owner_key], args=[identifier, ttl_ms]
+            )
+        )
 
     async def aowned(self) -> bool:
-        return await run_in_thread(self.owned)
+        """``owned`` for async code."""
+        hold = self._live_hold()
+        if hold is None:
+            return False
+        return _is_identifier(await self.async_client.get(self._owner_key), hold.identifier)
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -269,11 +439,21 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        await run_in_thread(self.__exit__, exc_type, exc, traceback)
+        try:
+            await self.arelease()
+        except LockLost:
+            if exc_type is None:
+                raise
+            self._lost_before_raise()
 
     def __repr__(self) -> str:
-        state = f"held, token {self.token}" if self.identifier else "not held"
+        hold = self._holds.get(current_holder())
+        state = f"held here, token {hold.token}" if hold else "not held here"
         return f"<Lock {self.name!r} ({state})>"
+
+
+def _is_identifier(held: Any, identifier: str) -> bool:
+    return held in (identifier, identifier.encode())
 
 
 # -- the book's functions ------------------------------------------------------

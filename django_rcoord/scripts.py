@@ -5,6 +5,8 @@ server that has not seen the script yet, or was restarted, or flushed its
 script cache) SCRIPT LOAD and EVALSHA again. Inside a pipeline it loads the
 script before the pipeline runs. A script is therefore sent in full at most
 once per server, and each later call is a single EVALSHA round trip.
+``arun_script`` does the same on ``redis.asyncio`` clients and pipelines, with
+the same ``Script`` objects.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 
 @functools.cache
@@ -39,3 +43,27 @@ def run_script(
 ) -> Any:
     """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
     return get_script(name, package)(keys=keys, args=args, client=client)
+
+
+async def arun_script(
+    name: str,
+    client: Any,
+    keys: Sequence[str] = (),
+    args: Sequence[Any] = (),
+    *,
+    package: str = "django_rcoord",
+) -> Any:
+    """``run_script`` for a ``redis.asyncio`` client (one round trip).
+
+    On an async pipeline the call is queued (the pipeline loads missing
+    scripts before it runs) and the pipeline is returned.
+    """
+    script = get_script(name, package)
+    if isinstance(client, AsyncPipeline):
+        client.scripts.add(script)
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    try:
+        return await client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        await client.script_load(script.script)
+        return await client.evalsha(script.sha, len(keys), *keys, *args)

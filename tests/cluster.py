@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import redis
+import redis.asyncio.cluster
 from redis.cluster import RedisCluster
 
 #: True when the suite runs against Redis Cluster.
@@ -18,6 +19,13 @@ ENABLED = os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0")
 
 def client() -> RedisCluster:
     return RedisCluster.from_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=10)
+
+
+def async_client() -> redis.asyncio.cluster.RedisCluster:
+    # Hundreds of concurrent tasks in the async tests: room for them on each node.
+    return redis.asyncio.cluster.RedisCluster.from_url(
+        os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=10, max_connections=2000
+    )
 
 
 def client_for_url(url: str) -> redis.Redis | RedisCluster:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import redis
+import redis.asyncio
 
 calls: list[str] = []
 
@@ -12,6 +13,13 @@ calls: list[str] = []
 def make_client() -> redis.Redis:
     calls.append("make_client")
     return redis.Redis.from_url(os.environ["RCOORD_TEST_REDIS_URL"], client_name="rcoord-factory")
+
+
+def make_async_client() -> redis.asyncio.Redis:
+    calls.append("make_async_client")
+    return redis.asyncio.Redis.from_url(
+        os.environ["RCOORD_TEST_REDIS_URL"], client_name="rcoord-async-factory"
+    )
 
 
 not_callable = "a string, not a function"

@@ -69,6 +69,7 @@ RCOORD = {
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).
     RCOORD["CLIENT_FACTORY"] = "tests.cluster.client"
+    RCOORD["ASYNC_CLIENT_FACTORY"] = "tests.cluster.async_client"
 
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

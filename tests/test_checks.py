@@ -16,6 +16,7 @@ SHARDED = {
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 RULE = {"name": "api", "path": "^/api/", "limit": 5, "timeout": 30}
 MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
+ASYNC = {"ASYNC_CLIENT_FACTORY": "tests.factories.make_async_client"}
 
 
 def ids(**settings) -> list[str]:
@@ -41,9 +42,16 @@ def test_test_settings_are_clean() -> None:
             {"RCOORD": {"CONNECTION": "x"}, "CACHES": {"x": {"BACKEND": "no.such.Backend"}}},
             ["rcoord.E004"],
         ),
-        ({"RCOORD": {"CLIENT_FACTORY": "tests.factories.missing"}}, ["rcoord.E005"]),
-        ({"RCOORD": {"CLIENT_FACTORY": "tests.factories.not_callable"}}, ["rcoord.E005"]),
-        ({"RCOORD": {"CLIENT_FACTORY": 42}}, ["rcoord.E005"]),
+        ({"RCOORD": {"CLIENT_FACTORY": "tests.factories.missing", **ASYNC}}, ["rcoord.E005"]),
+        (
+            {"RCOORD": {"CLIENT_FACTORY": "tests.factories.not_callable", **ASYNC}},
+            ["rcoord.E005"],
+        ),
+        ({"RCOORD": {"CLIENT_FACTORY": 42, **ASYNC}}, ["rcoord.E005"]),
+        ({"RCOORD": {"ASYNC_CLIENT_FACTORY": "tests.factories.missing"}}, ["rcoord.E015"]),
+        ({"RCOORD": {"ASYNC_CLIENT_FACTORY": "tests.factories.not_callable"}}, ["rcoord.E015"]),
+        ({"RCOORD": {"ASYNC_WAIT_CONNECTIONS": 0}}, ["rcoord.E016"]),
+        ({"RCOORD": {"ASYNC_WAIT_CONNECTIONS": "50"}}, ["rcoord.E016"]),
         ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
         ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),
         ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
@@ -94,8 +102,19 @@ def test_unknown_key_hint_names_the_close_match() -> None:
 
 def test_factory_replaces_the_connection_check() -> None:
     assert (
-        ids(RCOORD={"CONNECTION": "nowhere", "CLIENT_FACTORY": "tests.factories.make_client"}) == []
+        ids(
+            RCOORD={
+                "CONNECTION": "nowhere",
+                "CLIENT_FACTORY": "tests.factories.make_client",
+                **ASYNC,
+            }
+        )
+        == []
     )
+
+
+def test_a_client_factory_without_an_async_one_is_a_warning() -> None:
+    assert ids(RCOORD={"CLIENT_FACTORY": "tests.factories.make_client"}) == ["rcoord.W002"]
 
 
 def test_every_error_has_a_hint() -> None:

@@ -1,10 +1,19 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import redis
+import redis.asyncio
 from django.test import override_settings
 
-from django_rcoord.connection import get_client, resolve_client
+from django_rcoord.connection import (
+    async_client_like,
+    get_async_client,
+    get_client,
+    resolve_async_client,
+    resolve_client,
+)
 from django_rcoord.exceptions import ConnectionNotConfigured, RcoordError
 from tests import cluster, factories
 
@@ -52,3 +61,116 @@ def test_cache_without_raw_client_is_a_clear_error() -> None:
     with override_settings(CACHES=caches, RCOORD={"CONNECTION": "default"}):
         with pytest.raises(RcoordError, match="rcoord.E004"):
             get_client()
+
+
+# -- async clients -----------------------------------------------------------------------
+def _server_clients() -> int:
+    return len(get_client().client_list())
+
+
+async def test_async_client_reaches_the_same_server() -> None:
+    client = get_async_client()
+    await client.set("probe", "from get_async_client")
+    assert get_client().get("probe") == b"from get_async_client"
+    assert get_async_client() is client  # one per loop
+
+
+def test_each_loop_has_its_own_async_client_closed_with_the_loop() -> None:
+    before = _server_clients()
+
+    async def use() -> tuple[int, int]:
+        client = get_async_client()
+        await client.ping()
+        return id(client), _server_clients()
+
+    first, during = asyncio.run(use())
+    second, _ = asyncio.run(use())
+    assert first != second
+    assert during > before
+    # asyncio.run shut the loop's async generators down, which closed its clients.
+    assert _server_clients() == before
+
+
+def test_async_client_keeps_the_aliases_settings(redis_url: str) -> None:
+    if cluster.ENABLED:
+        pytest.skip("django-redis aliases are single-server; the cluster uses the factories")
+    caches = {
+        "other": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": redis_url.replace("db=0", "db=3") if "db=" in redis_url else redis_url,
+            "OPTIONS": {"SOCKET_TIMEOUT": 7, "SOCKET_CONNECT_TIMEOUT": 3, "PASSWORD": None},
+        },
+    }
+    if "db=" not in redis_url:
+        caches["other"]["LOCATION"] = redis_url.rstrip("/0") + "/3"
+
+    async def write() -> dict:
+        client = get_async_client()
+        await client.set("where", "db 3")
+        return dict(client.connection_pool.connection_kwargs)
+
+    with override_settings(CACHES=caches, RCOORD={"CONNECTION": "other"}):
+        kwargs = asyncio.run(write())
+        sync = get_client()
+        assert sync.get("where") == b"db 3"
+    assert kwargs["db"] == 3
+    assert kwargs["socket_timeout"] == 7
+    assert kwargs["socket_connect_timeout"] == 3
+    assert get_client().get("where") is None  # db 0 untouched
+
+
+def test_async_client_of_a_tls_alias_speaks_tls() -> None:
+    caches = {
+        "tls": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "rediss://user:secret@redis.example.invalid:6380/2",
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"ssl_cert_reqs": "none"}},
+        },
+    }
+    with override_settings(CACHES=caches, RCOORD={"CONNECTION": "tls"}):
+        client = async_client_like(get_client())
+    pool = client.connection_pool
+    assert pool.connection_class is redis.asyncio.SSLConnection
+    assert pool.connection_kwargs["host"] == "redis.example.invalid"
+    assert pool.connection_kwargs["port"] == 6380
+    assert pool.connection_kwargs["db"] == 2
+    assert pool.connection_kwargs["username"] == "user"
+    assert pool.connection_kwargs["password"] == "secret"
+    assert pool.connection_kwargs["ssl_cert_reqs"] == "none"
+
+
+def test_async_client_factory_is_called_per_loop_for_commands_and_waits() -> None:
+    factories.calls.clear()
+
+    async def name() -> bytes:
+        return await get_async_client().client_getname()
+
+    with override_settings(
+        RCOORD={
+            "CLIENT_FACTORY": "tests.factories.make_client",
+            "ASYNC_CLIENT_FACTORY": "tests.factories.make_async_client",
+        }
+    ):
+        assert asyncio.run(name()) in ("rcoord-async-factory", b"rcoord-async-factory")
+    assert factories.calls == ["make_async_client", "make_async_client"]
+
+
+def test_client_factory_without_an_async_one_is_a_clear_error() -> None:
+    async def use() -> None:
+        get_async_client()
+
+    with override_settings(RCOORD={"CLIENT_FACTORY": "tests.factories.make_client"}):
+        with pytest.raises(ConnectionNotConfigured, match="rcoord.W002"):
+            asyncio.run(use())
+
+
+async def test_clients_of_the_wrong_kind_are_refused(redis_url: str) -> None:
+    with pytest.raises(TypeError, match="redis.asyncio client"):
+        resolve_async_client(get_client())
+    with pytest.raises(TypeError, match="sync redis-py client"):
+        resolve_client(get_async_client())
+
+
+def test_async_client_outside_a_loop_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="sync code uses get_client"):
+        get_async_client()

@@ -87,16 +87,17 @@ def test_without_renewal_the_same_holds_outlive_the_lock() -> None:
 def test_expired_holder_gets_lock_lost_and_new_holder_survives() -> None:
     first = Lock("expiring", timeout=0.1, wait=0)
     assert first.acquire()
+    first_token = first.token
     time.sleep(0.2)
     second = Lock("expiring", timeout=10, wait=0)
     assert second.acquire()
+    assert second.token > first_token
     with pytest.raises(LockLost):
         first.release()
     with pytest.raises(LockLost):
         first.extend()
     assert second.owned()
     assert get_client().get(owner_key("expiring")).decode() == second.identifier
-    assert second.token > first.token
     second.release()
     assert not second.owned()
 
@@ -224,7 +225,7 @@ def test_scripts_survive_a_script_cache_flush() -> None:
 # -- async ------------------------------------------------------------------------------
 async def test_async_with_does_not_block_the_event_loop() -> None:
     holder = Lock("async", timeout=10, wait=0)
-    assert await holder.aacquire()
+    held = asyncio.Event()
     ticks = 0
 
     async def ticker() -> None:
@@ -233,16 +234,20 @@ async def test_async_with_does_not_block_the_event_loop() -> None:
             await asyncio.sleep(0.01)
             ticks += 1
 
-    async def release_later() -> None:
+    async def hold_then_release() -> int:
+        assert await holder.aacquire()
+        token = holder.token
+        held.set()
         await asyncio.sleep(0.3)
         await holder.arelease()
+        return token
 
     tick_task = asyncio.create_task(ticker())
-    releaser = asyncio.create_task(release_later())
+    releaser = asyncio.create_task(hold_then_release())
+    await held.wait()
     async with Lock("async", timeout=10, wait=5) as lock:
         assert await lock.aowned()
-        assert lock.token > holder.token
-    await releaser
+        assert lock.token > await releaser
     tick_task.cancel()
     assert ticks >= 10  # the loop kept running while the lock was awaited
 
@@ -260,7 +265,7 @@ async def test_async_timeout_and_cancel_give_the_lock_back() -> None:
     await holder.arelease()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # The cancelled waiter's thread may still take the lock; it gives it back.
+    # A grant the cancelled waiter's attempt got in flight is given back.
     third = Lock("async-busy", timeout=10, wait=5)
     assert await third.aacquire()
     await third.arelease()
@@ -290,6 +295,11 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
     try:
         replica.start()
         wait_until(lambda: client.info("replication")["connected_slaves"] == 1, timeout=30)
+        # Connected is not yet in sync: the replica acknowledges writes once its link is up.
+        wait_until(
+            lambda: replica.client().info("replication")["master_link_status"] == "up",
+            timeout=30,
+        )
         with override_settings(RCOORD=durable):
             lock = Lock("durable", wait=0, client=client)
             assert lock.acquire()

@@ -13,6 +13,11 @@ writes (the book's version adds and removes two sentinels per query and only
 knows a-z). "émile", "Émile" and "ÉMILE" all find "Émile"; names in any script,
 with digits, punctuation, braces or emoji work (they are values, not key parts;
 guild names go through the key layer).
+
+Every service has an async twin on ``redis.asyncio`` (``ajoin_guild``,
+``aautocomplete_page``, ``aautocomplete_on_prefix``, ``ais_guild_member``,
+``aadd_update_contact``, ``afetch_autocomplete_list``...), one round trip each
+like its sync one.
 """
 
 from __future__ import annotations
@@ -22,11 +27,19 @@ import binascii
 import unicodedata
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_async_client, resolve_client
 from django_rcoord.keys import KeySpace
 
 __all__ = [
     "MAX_LIMIT",
+    "aadd_update_contact",
+    "aautocomplete_on_prefix",
+    "aautocomplete_page",
+    "afetch_autocomplete_list",
+    "ais_guild_member",
+    "ajoin_guild",
+    "aleave_guild",
+    "aremove_contact",
     "RECENT_CONTACTS",
     "add_update_contact",
     "autocomplete_on_prefix",
@@ -86,16 +99,61 @@ def join_guild(guild: str, user: str, *, client: Any = None) -> None:
     resolve_client(client).zadd(_members_key(guild), {_entry(user): 0})
 
 
+async def ajoin_guild(guild: str, user: str, *, client: Any = None) -> None:
+    await resolve_async_client(client).zadd(_members_key(guild), {_entry(user): 0})
+
+
 def leave_guild(guild: str, user: str, *, client: Any = None) -> None:
     resolve_client(client).zrem(_members_key(guild), _entry(user))
 
 
-def is_guild_member(guild: str, user: str, *, client: Any = None) -> bool:
+async def aleave_guild(guild: str, user: str, *, client: Any = None) -> None:
+    await resolve_async_client(client).zrem(_members_key(guild), _entry(user))
+
+
+def _entry_or_none(user: str) -> bytes | None:
     try:
-        entry = _entry(user)
+        return _entry(user)
     except ValueError:
+        return None
+
+
+def is_guild_member(guild: str, user: str, *, client: Any = None) -> bool:
+    entry = _entry_or_none(user)
+    if entry is None:
         return False
     return resolve_client(client).zscore(_members_key(guild), entry) is not None
+
+
+async def ais_guild_member(guild: str, user: str, *, client: Any = None) -> bool:
+    entry = _entry_or_none(user)
+    if entry is None:
+        return False
+    return await resolve_async_client(client).zscore(_members_key(guild), entry) is not None
+
+
+def _page_query(
+    guild: str, prefix: str, limit: int, after: str | None
+) -> tuple[str, bytes, bytes, dict[str, Any]]:
+    """The ZRANGE BYLEX arguments of a page: (key, low, high, options)."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}")
+    folded = fold(prefix).encode("utf-8")
+    low = b"[" + folded
+    if after is not None:
+        position = decode_cursor(after)
+        if not position.startswith(folded):
+            raise ValueError("the cursor does not belong to this query")
+        low = b"(" + position
+    # One more than asked tells whether there is a next page.
+    options = {"bylex": True, "offset": 0, "num": limit + 1}
+    return _members_key(guild), low, b"(" + folded + _AFTER_ALL, options
+
+
+def _page(entries: list[bytes], limit: int) -> tuple[list[str], str | None]:
+    names = [_display(entry) for entry in entries[:limit]]
+    cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
+    return names, cursor
 
 
 def autocomplete_page(
@@ -111,22 +169,21 @@ def autocomplete_page(
     Returns (names, cursor): pass the cursor as ``after`` for the next page (None
     when there is none). One read-only ``ZRANGE ... BYLEX LIMIT`` round trip.
     """
-    if not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be between 1 and {MAX_LIMIT}")
-    folded = fold(prefix).encode("utf-8")
-    low = b"[" + folded
-    if after is not None:
-        position = decode_cursor(after)
-        if not position.startswith(folded):
-            raise ValueError("the cursor does not belong to this query")
-        low = b"(" + position
-    # One more than asked tells whether there is a next page.
-    entries = resolve_client(client).zrange(
-        _members_key(guild), low, b"(" + folded + _AFTER_ALL, bylex=True, offset=0, num=limit + 1
-    )
-    names = [_display(entry) for entry in entries[:limit]]
-    cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
-    return names, cursor
+    key, low, high, options = _page_query(guild, prefix, limit, after)
+    return _page(resolve_client(client).zrange(key, low, high, **options), limit)
+
+
+async def aautocomplete_page(
+    guild: str,
+    prefix: str,
+    limit: int = 10,
+    *,
+    after: str | None = None,
+    client: Any = None,
+) -> tuple[list[str], str | None]:
+    """``autocomplete_page`` for async code."""
+    key, low, high, options = _page_query(guild, prefix, limit, after)
+    return _page(await resolve_async_client(client).zrange(key, low, high, **options), limit)
 
 
 def autocomplete_on_prefix(
@@ -134,6 +191,12 @@ def autocomplete_on_prefix(
 ) -> list[str]:
     """The book's autocomplete_on_prefix: the first ``limit`` members matching ``prefix``."""
     return autocomplete_page(guild, prefix, limit, client=client)[0]
+
+
+async def aautocomplete_on_prefix(
+    guild: str, prefix: str, limit: int = 10, *, client: Any = None
+) -> list[str]:
+    return (await aautocomplete_page(guild, prefix, limit, client=client))[0]
 
 
 def guild_members(guild: str, *, client: Any = None) -> list[str]:
@@ -165,21 +228,43 @@ def _contacts_key(user: str) -> str:
 
 def add_update_contact(user: str, contact: str, *, client: Any = None) -> None:
     """Put ``contact`` at the front of ``user``'s recent contacts (one MULTI/EXEC)."""
-    key = _contacts_key(user)
     with resolve_client(client).pipeline(transaction=True) as pipe:
-        pipe.lrem(key, 0, contact)
-        pipe.lpush(key, contact)
-        pipe.ltrim(key, 0, RECENT_CONTACTS - 1)
+        _queue_contact_update(pipe, user, contact)
         pipe.execute()
+
+
+async def aadd_update_contact(user: str, contact: str, *, client: Any = None) -> None:
+    async with resolve_async_client(client).pipeline(transaction=True) as pipe:
+        _queue_contact_update(pipe, user, contact)
+        await pipe.execute()
+
+
+def _queue_contact_update(pipe: Any, user: str, contact: str) -> None:
+    key = _contacts_key(user)
+    pipe.lrem(key, 0, contact)
+    pipe.lpush(key, contact)
+    pipe.ltrim(key, 0, RECENT_CONTACTS - 1)
 
 
 def remove_contact(user: str, contact: str, *, client: Any = None) -> None:
     resolve_client(client).lrem(_contacts_key(user), 0, contact)
 
 
+async def aremove_contact(user: str, contact: str, *, client: Any = None) -> None:
+    await resolve_async_client(client).lrem(_contacts_key(user), 0, contact)
+
+
 def fetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> list[str]:
     """``user``'s recent contacts starting with ``prefix`` (any script and case), newest first."""
+    return _matching(resolve_client(client).lrange(_contacts_key(user), 0, -1), prefix)
+
+
+async def afetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> list[str]:
+    contacts = await resolve_async_client(client).lrange(_contacts_key(user), 0, -1)
+    return _matching(contacts, prefix)
+
+
+def _matching(contacts: list[bytes], prefix: str) -> list[str]:
     folded = fold(prefix)
-    contacts = resolve_client(client).lrange(_contacts_key(user), 0, -1)
     names = [contact.decode("utf-8") for contact in contacts]
     return [name for name in names if fold(name).startswith(folded)]

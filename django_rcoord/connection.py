@@ -212,8 +212,7 @@ def loop_clients() -> LoopClients:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         raise RuntimeError(
-            "get_async_client() is for code running in an event loop; sync code uses "
-            "get_client()"
+            "get_async_client() is for code running in an event loop; sync code uses get_client()"
         ) from None
     clients = _loop_clients.get(loop)
     if clients is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import re
 import string
 from collections.abc import Callable
 from typing import Any
@@ -14,44 +16,66 @@ from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
 from django_rcoord.locks import Lock
-from django_rcoord.ratelimit import hit
+from django_rcoord.ratelimit import RateLimitResult, ahit, hit
 from django_rcoord.responses import error_response
 from django_rcoord.validation import is_number, is_positive_int
-from django_rcoord.waiting import run_in_thread
 
 logger = logging.getLogger(__name__)
 
-KeyTemplate = str | Callable[..., str]
+KeyTemplate = str | Callable[..., Any]
 
 
-def _key_function(
-    key: KeyTemplate, view: Callable[..., Any], decorator: str = "@locked"
-) -> Callable[..., str]:
-    """Turn ``key`` into ``f(request, args, kwargs) -> name``."""
-    view_name = f"{view.__module__}.{getattr(view, '__qualname__', view)}"
-    if callable(key):
+class _KeyFunction:
+    """Turns a decorator's ``key`` into the name for one request.
 
-        def from_callable(request: HttpRequest, args: tuple, kwargs: dict) -> str:
-            return key(request, *args, **kwargs)
+    A format string is filled from the URL arguments and ``user``; the user is
+    loaded only when the template names it, with ``await request.auser()`` on
+    async views. A callable gets ``(request, *args, **kwargs)``; on async views
+    it may be a coroutine function.
+    """
 
-        return from_callable
-    if not isinstance(key, str) or not key:
-        raise ImproperlyConfigured(f"{decorator} on {view_name}: key must be a str or a callable.")
-    try:
-        list(string.Formatter().parse(key))
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{decorator} key {key!r} on {view_name}: {exc}") from exc
-
-    def from_template(request: HttpRequest, args: tuple, kwargs: dict) -> str:
+    def __init__(self, key: KeyTemplate, view: Callable[..., Any], decorator: str) -> None:
+        self.key = key
+        self.decorator = decorator
+        self.view_name = f"{view.__module__}.{getattr(view, '__qualname__', view)}"
+        self.uses_user = False
+        if callable(key):
+            return
+        if not isinstance(key, str) or not key:
+            raise ImproperlyConfigured(
+                f"{decorator} on {self.view_name}: key must be a str or a callable."
+            )
         try:
-            return key.format(*args, **{"user": getattr(request, "user", None), **kwargs})
+            fields = [field for _, field, _, _ in string.Formatter().parse(key) if field]
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{decorator} key {key!r} on {self.view_name}: {exc}"
+            ) from exc
+        self.uses_user = any(re.match(r"user\b", field) for field in fields)
+
+    def __call__(self, request: HttpRequest, args: tuple, kwargs: dict, user: Any) -> Any:
+        """The name (or, from an async callable, an awaitable of it)."""
+        if callable(self.key):
+            return self.key(request, *args, **kwargs)
+        try:
+            return self.key.format(*args, **{"user": user, **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:
             raise ImproperlyConfigured(
-                f"{decorator} key {key!r} on view {view_name} names {exc}, which the view does not "
-                f"get (URL kwargs: {sorted(kwargs)}; 'user' is request.user)."
+                f"{self.decorator} key {self.key!r} on view {self.view_name} names {exc}, which "
+                f"the view does not get (URL kwargs: {sorted(kwargs)}; 'user' is request.user)."
             ) from exc
 
-    return from_template
+    def sync_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
+        user = getattr(request, "user", None) if self.uses_user else None
+        return self(request, args, kwargs, user)
+
+    async def async_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
+        user = None
+        if self.uses_user:
+            auser = getattr(request, "auser", None)
+            user = await auser() if auser is not None else getattr(request, "user", None)
+        name = self(request, args, kwargs, user)
+        return await name if inspect.isawaitable(name) else name
 
 
 def locked(
@@ -71,15 +95,17 @@ def locked(
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
     with ``Retry-After`` (JSON for JSON clients); a grant that
     ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. Works on sync and async
-    views, and on class-based views through ``method_decorator``.
+    views, and on class-based views through ``method_decorator``. On async views the lock
+    is taken and waited for on redis.asyncio (no thread), the user of a ``{user...}`` key is
+    loaded with ``await request.auser()``, and a callable key may be a coroutine function.
     """
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        name_for = _key_function(key, view)
+        name_for = _KeyFunction(key, view, "@locked")
 
-        def prepare(request: HttpRequest, args: tuple, kwargs: dict) -> Lock | HttpResponse:
+        def prepare(request: HttpRequest, name: str) -> Lock | HttpResponse:
             try:
-                return Lock(name_for(request, args, kwargs), timeout=timeout, wait=wait)
+                return Lock(name, timeout=timeout, wait=wait)
             except InvalidName as exc:
                 return error_response(request, 400, "bad_lock_key", str(exc))
 
@@ -117,7 +143,7 @@ def locked(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                lock = prepare(request, args, kwargs)
+                lock = prepare(request, await name_for.async_name(request, args, kwargs))
                 if isinstance(lock, HttpResponse):
                     return lock
                 try:
@@ -138,7 +164,7 @@ def locked(
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            lock = prepare(request, args, kwargs)
+            lock = prepare(request, name_for.sync_name(request, args, kwargs))
             if isinstance(lock, HttpResponse):
                 return lock
             try:
@@ -176,14 +202,9 @@ def rate_limited(
         raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        name_for = _key_function(key, view, "@rate_limited")
+        name_for = _KeyFunction(key, view, "@rate_limited")
 
-        def refusal(request: HttpRequest, args: tuple, kwargs: dict) -> HttpResponse | None:
-            try:
-                name = name_for(request, args, kwargs)
-                result = hit(name, limit, seconds)
-            except InvalidName as exc:
-                return error_response(request, 400, "bad_rate_limit_key", str(exc))
+        def refusal(request: HttpRequest, result: RateLimitResult) -> HttpResponse | None:
             if result.allowed:
                 return None
             return error_response(
@@ -194,18 +215,31 @@ def rate_limited(
                 retry_after=result.retry_after,
             )
 
+        def bad_key(request: HttpRequest, exc: InvalidName) -> HttpResponse:
+            return error_response(request, 400, "bad_rate_limit_key", str(exc))
+
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                refused = await run_in_thread(refusal, request, args, kwargs)
+                try:
+                    result = await ahit(
+                        await name_for.async_name(request, args, kwargs), limit, seconds
+                    )
+                except InvalidName as exc:
+                    return bad_key(request, exc)
+                refused = refusal(request, result)
                 return refused if refused is not None else await view(request, *args, **kwargs)
 
             return async_wrapper
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            refused = refusal(request, args, kwargs)
+            try:
+                result = hit(name_for.sync_name(request, args, kwargs), limit, seconds)
+            except InvalidName as exc:
+                return bad_key(request, exc)
+            refused = refusal(request, result)
             return refused if refused is not None else view(request, *args, **kwargs)
 
         return wrapper

@@ -369,7 +369,9 @@ class Lock:
                 return False
             await await_signal(client, self._signal_key, block)
 
-    def _give_back_late_grant(self, done: asyncio.Future[int], client: Any, identifier: str) -> None:
+    def _give_back_late_grant(
+        self, done: asyncio.Future[int], client: Any, identifier: str
+    ) -> None:
         if not done.cancelled() and done.exception() is None and done.result() > 0:
             spawn(self._arelease_identifier(client, identifier))
 
@@ -387,7 +389,7 @@ class Lock:
             try:
                 renewed = await self._aextend_identifier(client, hold.identifier, self._ttl_ms)
             except Exception:
-                logger.exception("renewing lock %r failed; trying again in %ss", self.name, interval)
+                logger.exception("renewing lock %r failed; retrying in %ss", self.name, interval)
                 continue
             if not renewed:
                 self._renewal_lost(hold)

@@ -9,13 +9,14 @@ permit within the rule's ``wait`` gets a 503 with ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
@@ -25,7 +26,7 @@ from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import PermitKeeper, Semaphore
 from django_rcoord.validation import is_number, is_positive_int
-from django_rcoord.waiting import run_in_thread
+from django_rcoord.waiting import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -54,15 +55,12 @@ class ConcurrencyRule:
             return True
         return any(name in self.url_names for name in view_names)
 
-    def semaphore_for(self, request: HttpRequest) -> Semaphore:
+    def semaphore_for(self, request: HttpRequest, user: Any = None) -> Semaphore:
+        """The rule's semaphore for ``request``; ``user`` is its user for a "user" rule."""
         if self.scope == "global":
             name = self.name
-        elif (
-            self.scope == "user"
-            and getattr(request, "user", None) is not None
-            and (request.user.is_authenticated)
-        ):
-            name = f"{self.name}:user:{request.user.pk}"
+        elif self.scope == "user" and user is not None and user.is_authenticated:
+            name = f"{self.name}:user:{user.pk}"
         else:  # "ip", and anonymous users of a "user" rule
             name = f"{self.name}:ip:{request.META.get('REMOTE_ADDR') or 'unknown'}"
         return Semaphore(name, self.limit, timeout=self.timeout)
@@ -186,22 +184,39 @@ class ConcurrencyLimitMiddleware:
     ) -> tuple[Semaphore, str] | object | None:
         """A held permit; _REFUSED; or None when Redis is down and the rule fails open."""
         try:
-            semaphore = rule.semaphore_for(request)
+            user = getattr(request, "user", None) if rule.scope == "user" else None
+            semaphore = rule.semaphore_for(request, user)
             identifier = semaphore.acquire(wait=rule.wait)
         except UNAVAILABLE as exc:
-            if rule.fail_open:
-                logger.error(
-                    "Concurrency limit %r not applied: Redis unavailable: %s", rule.name, exc
-                )
-                return None
-            logger.error(
-                "Concurrency limit %r refused a request: Redis unavailable: %s", rule.name, exc
-            )
-            return _REFUSED
+            return _unavailable(rule, exc)
         if identifier is None:
             return _REFUSED
         _keeper.keep(semaphore, identifier)
         return semaphore, identifier
+
+    async def _aacquire(self, rule: ConcurrencyRule, request: HttpRequest) -> Any:
+        """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
+        try:
+            user = None
+            if rule.scope == "user":
+                auser = getattr(request, "auser", None)
+                user = await auser() if auser is not None else getattr(request, "user", None)
+            semaphore = rule.semaphore_for(request, user)
+            identifier = await semaphore.aacquire(wait=rule.wait)
+        except UNAVAILABLE as exc:
+            return _unavailable(rule, exc)
+        if identifier is None:
+            return _REFUSED
+        return semaphore, identifier, _AsyncRefresher(semaphore, identifier)
+
+    def _too_busy(self, request: HttpRequest) -> HttpResponse:
+        return error_response(
+            request,
+            503,
+            "too_busy",
+            "Too many requests are being served right now; try again shortly.",
+            retry_after=1,
+        )
 
     def _acquire_all(
         self, request: HttpRequest, rules: list[ConcurrencyRule]
@@ -211,15 +226,26 @@ class ConcurrencyLimitMiddleware:
             outcome = self._acquire(rule, request)
             if outcome is _REFUSED:
                 _release(permits)
-                return error_response(
-                    request,
-                    503,
-                    "too_busy",
-                    "Too many requests are being served right now; try again shortly.",
-                    retry_after=1,
-                )
+                return self._too_busy(request)
             if outcome is not None:
                 permits.append(outcome)  # type: ignore[arg-type]
+        return permits
+
+    async def _aacquire_all(
+        self, request: HttpRequest, rules: list[ConcurrencyRule]
+    ) -> list[tuple[Semaphore, str, _AsyncRefresher]] | HttpResponse:
+        permits: list[tuple[Semaphore, str, _AsyncRefresher]] = []
+        try:
+            for rule in rules:
+                outcome = await self._aacquire(rule, request)
+                if outcome is _REFUSED:
+                    await _arelease(permits)
+                    return self._too_busy(request)
+                if outcome is not None:
+                    permits.append(outcome)
+        except asyncio.CancelledError:
+            spawn(_arelease(permits))
+            raise
         return permits
 
     # -- the request -----------------------------------------------------------
@@ -243,18 +269,57 @@ class ConcurrencyLimitMiddleware:
         rules = self.matching_rules(request)
         if not rules:
             return await self.get_response(request)
-        permits = await run_in_thread(self._acquire_all, request, rules, undo=_release_if_permits)
+        permits = await self._aacquire_all(request, rules)
         if isinstance(permits, HttpResponse):
             return permits
         try:
             response = await self.get_response(request)
         except BaseException:
-            await run_in_thread(_release, permits)
+            await _arelease(permits)
             raise
         if isinstance(response, StreamingHttpResponse):
             return _hold_until_finished(response, permits)
-        await run_in_thread(_release, permits)
+        await _arelease(permits)
         return response
+
+
+def _unavailable(rule: ConcurrencyRule, exc: BaseException) -> object | None:
+    """Redis cannot be asked: None lets the request through (fail open), or _REFUSED."""
+    if rule.fail_open:
+        logger.error("Concurrency limit %r not applied: Redis unavailable: %s", rule.name, exc)
+        return None
+    logger.error("Concurrency limit %r refused a request: Redis unavailable: %s", rule.name, exc)
+    return _REFUSED
+
+
+class _AsyncRefresher:
+    """Refreshes one permit every third of its lease from the event loop, until stopped."""
+
+    def __init__(self, semaphore: Semaphore, identifier: str) -> None:
+        self.semaphore = semaphore
+        self.identifier = identifier
+        self._loop = asyncio.get_running_loop()
+        self._stopped = False
+        self._handle = self._loop.call_later(semaphore.timeout / 3, self._due)
+
+    def _due(self) -> None:
+        spawn(self._refresh())
+
+    async def _refresh(self) -> None:
+        if self._stopped:
+            return
+        try:
+            if not await self.semaphore.arefresh(self.identifier):
+                logger.warning("Permit of semaphore %r lapsed while held", self.semaphore.name)
+                return
+        except Exception:  # a Redis hiccup: the next round tries again
+            logger.exception("Refreshing a permit of semaphore %r failed", self.semaphore.name)
+        if not self._stopped:
+            self._handle = self._loop.call_later(self.semaphore.timeout / 3, self._due)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._handle.cancel()
 
 
 def _release(permits: list[tuple[Semaphore, str]]) -> None:
@@ -266,9 +331,13 @@ def _release(permits: list[tuple[Semaphore, str]]) -> None:
             logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
 
 
-def _release_if_permits(outcome: Any) -> None:
-    if isinstance(outcome, list):
-        _release(outcome)
+async def _arelease(permits: list[tuple[Semaphore, str, _AsyncRefresher]]) -> None:
+    for semaphore, identifier, refresher in permits:
+        refresher.stop()
+        try:
+            await semaphore.arelease(identifier)
+        except UNAVAILABLE as exc:  # the lease ends it anyway
+            logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
 
 
 def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) -> Any:
@@ -284,7 +353,7 @@ def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) ->
                 async for chunk in content:
                     yield chunk
             finally:
-                await run_in_thread(_release, permits)
+                await _arelease(permits)
 
         response.streaming_content = release_after_async()
     else:
@@ -294,7 +363,12 @@ def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) ->
             try:
                 yield from sync_content
             finally:
-                _release(permits)
+                if permits and len(permits[0]) == 3:
+                    # Permits of the async path, served by a sync iterator: Django runs it
+                    # in a thread, without the loop the permits belong to.
+                    async_to_sync(_arelease)(permits)
+                else:
+                    _release(permits)
 
         response.streaming_content = release_after()
     return response

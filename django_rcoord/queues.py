@@ -32,13 +32,14 @@ from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection import resolve_async_client, resolve_client, slot_pipeline
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace, decode_name
-from django_rcoord.scripts import run_script
+from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
     "Task",
+    "aexecute_later",
     "dead_letters",
     "enqueue_many",
     "execute_later",
@@ -141,6 +142,19 @@ def encode_message(
         ) from exc
 
 
+def _enqueue_call(
+    task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any], delay_ms: int
+) -> tuple[str, list[str], list[Any]]:
+    """(task id, KEYS, ARGV) of the task_enqueue script for a new message."""
+    keys = QueueKeys.of(queue)
+    task_id, body = encode_message(task_name, queue, args, kwargs)
+    return (
+        task_id,
+        [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
+        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS],
+    )
+
+
 def _enqueue(
     client: Any,
     task_name: str,
@@ -149,14 +163,21 @@ def _enqueue(
     kwargs: dict[str, Any],
     delay_ms: int,
 ) -> str:
-    keys = QueueKeys.of(queue)
-    task_id, body = encode_message(task_name, queue, args, kwargs)
-    run_script(
-        "task_enqueue",
-        client,
-        keys=[keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
-        args=[task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS],
-    )
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    run_script("task_enqueue", client, keys=keys, args=argv)
+    return task_id
+
+
+async def _aenqueue(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    delay_ms: int,
+) -> str:
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    await arun_script("task_enqueue", resolve_async_client(client), keys=keys, args=argv)
     return task_id
 
 
@@ -184,6 +205,13 @@ def execute_later(
     Returns the task id. One round trip.
     """
     return _enqueue(resolve_client(client), name, queue, args, {}, _delay_ms(delay, None))
+
+
+async def aexecute_later(
+    queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
+) -> str:
+    """``execute_later`` for async code (redis.asyncio, one round trip)."""
+    return await _aenqueue(client, name, queue, args, {}, _delay_ms(delay, None))
 
 
 def enqueue_many(
@@ -255,6 +283,20 @@ class Task:
         return _enqueue(
             resolve_client(None), self.name, self.queue, args, kwargs, _delay_ms(delay, eta)
         )
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> str:
+        """``delay`` for async code (redis.asyncio, one round trip)."""
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, 0)
+
+    async def aschedule(
+        self,
+        *args: Any,
+        delay: float | datetime.timedelta | None = None,
+        eta: datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """``schedule`` for async code (redis.asyncio, one round trip)."""
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, _delay_ms(delay, eta))
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""

@@ -15,10 +15,15 @@ Waiting does not poll: a release pushes wake-up tokens on a per-semaphore list
 that waiters ``BLPOP``. A waiter keeps its place in line by asking again at
 least every ``WAITER_LEASE / 2`` seconds; one that stops (its process died)
 loses its place after ``WAITER_LEASE``.
+
+Async twins (``aacquire``, ``arelease``, ``arefresh``, ``async with``) run on
+``redis.asyncio``; async waiters of one event loop share one blocking
+connection per semaphore (``django_rcoord.waiting.SignalHub``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import threading
@@ -27,12 +32,12 @@ import uuid
 from types import TracebackType
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_async_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import KeySpace
-from django_rcoord.scripts import run_script
+from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
-from django_rcoord.waiting import run_in_thread, wait_for_signal
+from django_rcoord.waiting import await_signal, spawn, wait_for_signal
 
 __all__ = [
     "Semaphore",
@@ -99,6 +104,34 @@ class Semaphore:
         return max(1, int(self.timeout * 1000))
 
     # -- the three operations -------------------------------------------------
+    def _acquire_call(
+        self, identifier: str, queue: bool, woken: bool
+    ) -> tuple[list[str], list[Any]]:
+        keys = [
+            self._holders_key,
+            self._waiters_key,
+            self._waiter_leases_key,
+            self._tickets_key,
+            self._signal_key,
+        ]
+        args = [
+            identifier,
+            self.limit,
+            self._lease_ms,
+            int(self.fair),
+            int(queue),
+            int(WAITER_LEASE * 1000),
+            int(woken),
+        ]
+        return keys, args
+
+    @staticmethod
+    def _block_after(result: Any, remaining: float) -> float:
+        """How long a refused caller waits for a wake-up before asking again: until its place
+        in line would lapse, or a holder's lease ends, at most ``remaining``."""
+        next_expiry = result[1] / 1000 if result[1] >= 0 else remaining
+        return min(remaining, WAITER_LEASE / 2, max(next_expiry, 0))
+
     def acquire(self, wait: float = 0) -> str | None:
         """A permit's identifier, or None when none was free within ``wait`` seconds."""
         client = self.client
@@ -107,26 +140,8 @@ class Semaphore:
         woken = False
         while True:
             remaining = deadline - time.monotonic()
-            result = run_script(
-                "semaphore_acquire",
-                client,
-                keys=[
-                    self._holders_key,
-                    self._waiters_key,
-                    self._waiter_leases_key,
-                    self._tickets_key,
-                    self._signal_key,
-                ],
-                args=[
-                    identifier,
-                    self.limit,
-                    self._lease_ms,
-                    int(self.fair),
-                    int(remaining > 0),
-                    int(WAITER_LEASE * 1000),
-                    int(woken),
-                ],
-            )
+            keys, args = self._acquire_call(identifier, remaining > 0, woken)
+            result = run_script("semaphore_acquire", client, keys=keys, args=args)
             if result[0] == 1:
                 return identifier
             remaining = deadline - time.monotonic()
@@ -134,29 +149,19 @@ class Semaphore:
                 if wait > 0:
                     self._leave_line(client, identifier)
                 return None
-            next_expiry = result[1] / 1000 if result[1] >= 0 else remaining
-            # Ask again before the place in line lapses, or when a holder's lease ends.
-            block = min(remaining, WAITER_LEASE / 2, max(next_expiry, 0))
-            woken = wait_for_signal(client, self._signal_key, block)
+            woken = wait_for_signal(client, self._signal_key, self._block_after(result, remaining))
 
     def release(self, identifier: str) -> bool:
         """Give back a permit; False when it was not held (its lease had ended)."""
         return self._release(self.client, identifier)
 
+    def _release_call(self, identifier: str) -> tuple[list[str], list[Any]]:
+        keys = [self._holders_key, self._waiters_key, self._waiter_leases_key, self._signal_key]
+        return keys, [identifier, int(WAITER_LEASE * 1000)]
+
     def _release(self, client: Any, identifier: str) -> bool:
-        return bool(
-            run_script(
-                "semaphore_release",
-                client,
-                keys=[
-                    self._holders_key,
-                    self._waiters_key,
-                    self._waiter_leases_key,
-                    self._signal_key,
-                ],
-                args=[identifier, int(WAITER_LEASE * 1000)],
-            )
-        )
+        keys, args = self._release_call(identifier)
+        return bool(run_script("semaphore_release", client, keys=keys, args=args))
 
     # A waiter that gives up leaves the line the same way a holder leaves.
     _leave_line = _release
@@ -175,9 +180,7 @@ class Semaphore:
     def holders(self) -> int:
         """How many permits are held now (expired leases not counted)."""
         client = self.client
-        now_seconds, now_micros = client.time()
-        now_ms = now_seconds * 1000 + now_micros // 1000
-        return int(client.zcount(self._holders_key, f"({now_ms}", "+inf"))
+        return int(client.zcount(self._holders_key, _after(client.time()), "+inf"))
 
     # -- context managers -------------------------------------------------------
     def __enter__(self) -> str:
@@ -200,9 +203,8 @@ class Semaphore:
                 return entered[position][1]
         raise RuntimeError("Semaphore exited without a matching enter")
 
-    def _release_entered(self, identifier: str, exc_type: type[BaseException] | None) -> None:
-        if not self.release(identifier) and exc_type is None:
-            logger.warning("Permit of semaphore %r had expired before release", self.name)
+    def _warn_expired(self) -> None:
+        logger.warning("Permit of semaphore %r had expired before release", self.name)
 
     def __exit__(
         self,
@@ -210,21 +212,75 @@ class Semaphore:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._release_entered(self._pop_entered(), exc_type)
+        if not self.release(self._pop_entered()) and exc_type is None:
+            self._warn_expired()
+
+    # -- async ----------------------------------------------------------------
+    @property
+    def async_client(self) -> Any:
+        return resolve_async_client(self._client)
 
     async def aacquire(self, wait: float = 0) -> str | None:
-        """``acquire`` for async code: waits in a worker thread, never on the event loop."""
-        return await run_in_thread(self.acquire, wait, undo=self._release_if_acquired_late)
+        """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
 
-    def _release_if_acquired_late(self, identifier: str | None) -> None:
-        if identifier is not None:
-            self.release(identifier)
+        The wait is counted from this call. A cancelled waiter leaves the line,
+        and gives back a permit its last attempt got in flight.
+        """
+        client = self.async_client
+        identifier = uuid.uuid4().hex
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        woken = False
+        while True:
+            remaining = deadline - loop.time()
+            keys, args = self._acquire_call(identifier, remaining > 0, woken)
+            attempt = asyncio.ensure_future(
+                arun_script("semaphore_acquire", client, keys=keys, args=args)
+            )
+            try:
+                result = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                # Granted or queued in flight: either way the identifier is given up after.
+                attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
+                raise
+            if result[0] == 1:
+                return identifier
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                if wait > 0:
+                    await self._arelease(client, identifier)  # leave the line
+                return None
+            try:
+                woken = await await_signal(
+                    client, self._signal_key, self._block_after(result, remaining)
+                )
+            except asyncio.CancelledError:
+                spawn(self._arelease(client, identifier))  # leave the line
+                raise
 
     async def arelease(self, identifier: str) -> bool:
-        return await run_in_thread(self.release, identifier)
+        """``release`` for async code."""
+        return await self._arelease(self.async_client, identifier)
+
+    async def _arelease(self, client: Any, identifier: str) -> bool:
+        keys, args = self._release_call(identifier)
+        return bool(await arun_script("semaphore_release", client, keys=keys, args=args))
 
     async def arefresh(self, identifier: str) -> bool:
-        return await run_in_thread(self.refresh, identifier)
+        """``refresh`` for async code."""
+        return bool(
+            await arun_script(
+                "semaphore_refresh",
+                self.async_client,
+                keys=[self._holders_key],
+                args=[identifier, self._lease_ms],
+            )
+        )
+
+    async def aholders(self) -> int:
+        """``holders`` for async code."""
+        client = self.async_client
+        return int(await client.zcount(self._holders_key, _after(await client.time()), "+inf"))
 
     async def __aenter__(self) -> str:
         return self._enter(await self.aacquire(self.wait))
@@ -235,12 +291,18 @@ class Semaphore:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        # The identifier is found in this task's context; the release runs in a thread.
-        await run_in_thread(self._release_entered, self._pop_entered(), exc_type)
+        if not await self.arelease(self._pop_entered()) and exc_type is None:
+            self._warn_expired()
 
     def __repr__(self) -> str:
         kind = "fair" if self.fair else "counting"
         return f"<Semaphore {self.name!r} ({kind}, limit {self.limit}, timeout {self.timeout}s)>"
+
+
+def _after(server_time: tuple[int, int]) -> str:
+    """The ZCOUNT lower bound for leases still running at ``server_time`` (TIME's reply)."""
+    seconds, micros = server_time
+    return f"({int(seconds) * 1000 + int(micros) // 1000}"
 
 
 class PermitKeeper:

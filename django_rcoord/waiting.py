@@ -204,32 +204,6 @@ def spawn(coroutine: Any) -> asyncio.Task[Any]:
     return task
 
 
-async def run_in_thread(
-    function: Callable[..., T], *args: Any, undo: Callable[[T], None] | None = None
-) -> T:
-    """Run blocking ``function(*args)`` in the default executor and await it.
-
-    If the awaiting task is cancelled, the thread cannot be stopped; ``undo`` is
-    called with its result when it finishes (e.g. to give back a lock it got late).
-    """
-    future = asyncio.get_running_loop().run_in_executor(None, function, *args)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        if undo is not None:
-
-            def undo_when_done(done: asyncio.Future[T]) -> None:
-                if done.cancelled() or done.exception() is not None:
-                    return
-                try:
-                    undo(done.result())
-                except Exception:
-                    logger.exception("Undoing %s after a cancel failed", function)
-
-            future.add_done_callback(undo_when_done)
-        raise
-
-
 class Repeater(threading.Thread):
     """Calls ``function()`` every ``interval`` seconds, from a daemon thread, until
     ``stop()`` or until it returns False. Exceptions are logged and the calls go on."""

@@ -6,11 +6,15 @@ while a thread renews the lease, then finishes it and takes the next one in
 one more script. Idle, it blocks on the group's wake-up list (no polling) and,
 at most once a second, puts back tasks whose lease ran out and promotes due
 retries. Bad messages become dead letters; the worker itself never crashes on
-one.
+one. ``async def`` tasks are awaited on an event loop of the worker's own (one
+per worker thread), so async code in them (``get_async_client()``, ``aacquire``)
+works as in an ASGI view.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import os
 import socket
@@ -102,6 +106,7 @@ class Worker:
         self._next_check = 0.0
         self._last_heartbeat = 0.0
         self._running: Job | None = None  # the task whose lease the renewer keeps
+        self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
 
     @property
     def client(self) -> Any:
@@ -163,6 +168,7 @@ class Worker:
             if job is not None:
                 self._give_back(job)
             self._sign_off()
+            self._close_loop()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
 
@@ -247,7 +253,9 @@ class Worker:
         self._running = job
         close_old_connections()
         try:
-            registered.function(*args, **kwargs)
+            result = registered.function(*args, **kwargs)
+            if inspect.isawaitable(result):
+                self._await(result)
         except PermanentFailure as exc:
             return "dead", f"PermanentFailure: {exc}", 0, name
         except Exception:
@@ -262,6 +270,22 @@ class Worker:
             self._running = None
             close_old_connections()
         return "ack", "", 0, name
+
+    def _await(self, awaitable: Any) -> Any:
+        """Run an async task to its end on this worker's own event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(_as_coroutine(awaitable))
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            # Closes the loop's async clients (see connection.get_async_client).
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
 
     def _renew_running(self) -> None:
         job = self._running
@@ -340,3 +364,7 @@ class Worker:
                 pipe.execute()
         except REDIS_UNAVAILABLE:
             pass
+
+
+async def _as_coroutine(awaitable: Any) -> Any:
+    return await awaitable

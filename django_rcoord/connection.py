@@ -217,7 +217,9 @@ def loop_clients() -> LoopClients:
     clients = _loop_clients.get(loop)
     if clients is not None:
         return clients
-    clients = LoopClients(commands=_new_async_client(), waits=_new_async_client())
+    clients = LoopClients(
+        commands=_new_async_client(), waits=_new_async_client(conf.ASYNC_WAIT_CONNECTIONS)
+    )
     clients.closer = _close_with_loop(clients)
     with _loop_clients_lock:
         _loop_clients[loop] = clients
@@ -232,7 +234,7 @@ def loop_clients_if_made() -> LoopClients | None:
         return None
 
 
-def _new_async_client() -> Any:
+def _new_async_client(max_connections: int | None = None) -> Any:
     factory_path = conf.ASYNC_CLIENT_FACTORY
     if factory_path:
         try:
@@ -248,7 +250,7 @@ def _new_async_client() -> Any:
             'RCOORD["CLIENT_FACTORY"] is set but RCOORD["ASYNC_CLIENT_FACTORY"] is not: async '
             "code needs a redis.asyncio client from the same place (see check rcoord.W002)."
         )
-    return async_client_like(_client_from_cache(conf.CONNECTION))
+    return async_client_like(_client_from_cache(conf.CONNECTION), max_connections=max_connections)
 
 
 def _close_with_loop(clients: LoopClients) -> Any:
@@ -306,11 +308,11 @@ def _forget_loop_clients() -> None:
                 pass
 
 
-def async_client_like(client: Any) -> Any:
+def async_client_like(client: Any, *, max_connections: int | None = None) -> Any:
     """A ``redis.asyncio.Redis`` that reaches the same server as the sync ``client``, with
     the same connection settings (django-redis has parsed LOCATION and OPTIONS into its
     connection pool: host or unix socket, db, credentials, TLS, timeouts, retries, pool size,
-    Sentinel)."""
+    Sentinel). ``max_connections`` replaces the pool size."""
     from redis.sentinel import SentinelConnectionPool
 
     pool = client.connection_pool
@@ -334,6 +336,7 @@ def async_client_like(client: Any) -> Any:
         )
         kwargs.pop("host", None)
         kwargs.pop("port", None)
+        kwargs["max_connections"] = max_connections or pool.max_connections
         if pool.is_master:
             return async_manager.master_for(pool.service_name, **kwargs)
         return async_manager.slave_for(pool.service_name, **kwargs)
@@ -343,19 +346,20 @@ def async_client_like(client: Any) -> Any:
             f"Cannot build a redis.asyncio client like the sync one: its connections are "
             f"{pool.connection_class.__qualname__}. Set RCOORD['ASYNC_CLIENT_FACTORY']."
         )
-    pool_class = (
-        redis.asyncio.BlockingConnectionPool
-        if isinstance(pool, redis.BlockingConnectionPool)
-        else redis.asyncio.ConnectionPool
+    # A blocking pool: past max_connections, commands queue in the process for a free
+    # connection (in order) instead of failing with "Too many connections".
+    pool = redis.asyncio.BlockingConnectionPool(
+        connection_class=connection_class,
+        max_connections=max_connections or pool.max_connections,
+        timeout=getattr(pool, "timeout", None) or POOL_TIMEOUT,
+        **kwargs,
     )
-    pool_kwargs: dict[str, Any] = {"max_connections": pool.max_connections}
-    if isinstance(pool, redis.BlockingConnectionPool):
-        pool_kwargs["timeout"] = pool.timeout
     # from_pool: the client owns its pool, and closing it disconnects the pool.
-    return redis.asyncio.Redis.from_pool(
-        pool_class(connection_class=connection_class, **pool_kwargs, **kwargs)
-    )
+    return redis.asyncio.Redis.from_pool(pool)
 
+
+#: Seconds an async command waits for a free pooled connection before it fails.
+POOL_TIMEOUT = 20
 
 _ASYNC_CONNECTION_CLASSES = {
     "Connection": redis.asyncio.Connection,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
-from django_rcoord.connection import get_client
+from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.queues import task
 
 RAN = "test:ran"
@@ -61,3 +62,10 @@ def record_timing(marker: str, not_before: float) -> None:
     client.rpush(RAN, marker)
     if time.time() < not_before:
         client.rpush("test:early", marker)
+
+
+@task(queue="default")
+async def record_async(marker: str) -> None:
+    """An async task: its effect goes through the worker loop's async client."""
+    await asyncio.sleep(0.001)
+    await get_async_client().rpush(RAN, marker)

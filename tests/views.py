@@ -74,6 +74,59 @@ class AsyncPurchaseView(View):
         return JsonResponse({"item": item_id, "held": lock_is_held(f"purchase:{item_id}")})
 
 
+# -- async under load (tests/test_async.py) -------------------------------------------
+class Occupancy:
+    """How many requests are inside a view at once, and the most ever seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.inside = 0
+        self.most = 0
+        self.entries = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self.inside = self.most = self.entries = 0
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.inside += 1
+            self.entries += 1
+            self.most = max(self.most, self.inside)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self.inside -= 1
+
+
+hot_occupancy = Occupancy()
+busy_occupancy = Occupancy()
+
+
+@locked("hot", timeout=5, wait=60)
+async def hot(request: HttpRequest) -> HttpResponse:
+    with hot_occupancy:
+        await asyncio.sleep(0.002)
+    return JsonResponse({"token": request.rcoord_lock.token})
+
+
+async def busy_async(request: HttpRequest) -> HttpResponse:
+    with busy_occupancy:
+        await asyncio.sleep(0.002)
+    return HttpResponse("done")
+
+
+@locked("profile:{user.pk}")
+async def profile_async(request: HttpRequest) -> HttpResponse:
+    user = await request.auser()
+    return JsonResponse({"user": user.get_username(), "token": request.rcoord_lock.token})
+
+
+@rate_limited("download:{user.pk}", limit=2, seconds=60)
+async def download_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("file")
+
+
 # -- rate limits ------------------------------------------------------------------
 @rate_limited("download:{user.pk}", limit=2, seconds=60)
 def download(request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,375 @@
+"""Async under load: many waiters on one event loop, no thread per waiter, nothing lost.
+
+Every test here runs the async API on redis.asyncio with the loop's default
+executor cut to two threads (or refusing work altogether): a path that handed
+Redis work to a thread pool would convoy or fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient, override_settings
+
+from django_rcoord import ratelimit
+from django_rcoord.autocomplete import (
+    aadd_update_contact,
+    aautocomplete_on_prefix,
+    afetch_autocomplete_list,
+    ais_guild_member,
+    ajoin_guild,
+    aleave_guild,
+)
+from django_rcoord.connection import get_client, loop_clients
+from django_rcoord.locks import Lock
+from django_rcoord.queues import aexecute_later, queue_stats
+from django_rcoord.semaphores import Semaphore
+from django_rcoord.worker import Worker
+from tests import tasks, views
+from tests.test_queues import output_of, ran, start_worker
+
+MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
+
+
+class RefusingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """A default executor that fails every submit: proves nothing went to a thread."""
+
+    def submit(self, *args, **kwargs):  # type: ignore[override]
+        raise AssertionError(f"work was handed to the default executor: {args[:1]}")
+
+
+def cut_default_executor(threads: int = 2) -> None:
+    """Cut the running loop's default executor to ``threads`` threads."""
+    asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(threads))
+
+
+class StallWatch:
+    """Ticks every 10 ms on the loop and keeps the longest gap between ticks."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            self.longest = max(self.longest, now - last - 0.01)
+            last = now
+
+    def stop(self) -> float:
+        self._task.cancel()
+        return self.longest
+
+
+def server_connections() -> int:
+    return len(get_client().client_list())
+
+
+def command_pool_size() -> int:
+    commands = loop_clients().commands
+    pool = getattr(commands, "connection_pool", None)
+    if pool is not None:
+        return pool.max_connections
+    return commands.max_connections * len(commands.get_nodes())  # Redis Cluster
+
+
+# -- locks and semaphores: 200 waiters, one loop ----------------------------------------
+async def test_two_hundred_tasks_hand_one_lock_over() -> None:
+    cut_default_executor(2)
+    lock = Lock("hot", timeout=5, wait=60)
+    inside = most = 0
+    tokens: list[int] = []
+    threads_before = threading.active_count()
+    threads_seen = threads_before
+    connections_before = server_connections()
+
+    async def use() -> None:
+        nonlocal inside, most, threads_seen
+        async with lock:
+            inside += 1
+            most = max(most, inside)
+            tokens.append(lock.token)
+            threads_seen = max(threads_seen, threading.active_count())
+            await asyncio.sleep(0.002)
+            inside -= 1
+
+    watch = StallWatch()
+    await asyncio.wait_for(asyncio.gather(*(use() for _ in range(200))), timeout=30)
+    stall = watch.stop()
+    connections_during = server_connections()
+    assert len(tokens) == 200  # none lost: every waiter got the lock, none timed out
+    assert most == 1  # no two inside at once
+    assert tokens == sorted(tokens) and len(set(tokens)) == 200  # fencing tokens increase
+    assert stall < 0.25
+    assert threads_seen == threads_before  # no thread per waiter
+    # Bounded: the command pool's size (the first 200 attempts run at once) plus the one
+    # blocking connection all waiters share.
+    assert connections_during - connections_before <= command_pool_size() + 1
+
+
+async def test_two_hundred_tasks_share_a_semaphore_of_three() -> None:
+    cut_default_executor(2)
+    semaphore = Semaphore("hot", 3, timeout=5, wait=60)
+    inside = most = done = 0
+    threads_before = threading.active_count()
+
+    async def use() -> None:
+        nonlocal inside, most, done
+        async with semaphore:
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0.002)
+            inside -= 1
+            done += 1
+
+    watch = StallWatch()
+    await asyncio.wait_for(asyncio.gather(*(use() for _ in range(200))), timeout=60)
+    stall = watch.stop()
+    assert done == 200
+    assert most <= 3
+    assert most >= 2  # the permits were really shared
+    assert stall < 0.25
+    assert threading.active_count() == threads_before
+    assert await semaphore.aholders() == 0
+
+
+async def test_nothing_goes_to_the_default_executor() -> None:
+    asyncio.get_running_loop().set_default_executor(RefusingExecutor(1))
+    lock = Lock("no-threads", timeout=5, wait=5)
+    semaphore = Semaphore("no-threads", 1, timeout=5, wait=5)
+
+    async def both() -> None:
+        async with lock:
+            assert await lock.aowned()
+            await lock.aextend(3)
+        async with semaphore as permit:
+            assert await semaphore.arefresh(permit)
+
+    await asyncio.gather(*(both() for _ in range(20)))
+    assert await ratelimit.aallow_once("sms:1", 60)
+    assert not await ratelimit.aallow_once("sms:1", 60)
+    assert [await ratelimit.aallow_n("dl:1", 2, 60) for _ in range(3)] == [True, True, False]
+    await ratelimit.areset("dl:1")
+    assert (await ratelimit.ahit("dl:1", 2, 60)).hits == 1
+    await ajoin_guild("g", "Emil")
+    await ajoin_guild("g", "emma")
+    assert await aautocomplete_on_prefix("g", "EM") == ["Emil", "emma"]
+    assert await ais_guild_member("g", "emma")
+    await aleave_guild("g", "emma")
+    assert not await ais_guild_member("g", "emma")
+    await aadd_update_contact("ann", "bob")
+    await aadd_update_contact("ann", "Bea")
+    assert await afetch_autocomplete_list("ann", "b") == ["Bea", "bob"]
+    task_id = await tasks.record.adelay("from-async")
+    later_id = await tasks.record.aschedule("later", delay=60)
+    other_id = await aexecute_later("default", tasks.record.name, ["raw"], delay=0)
+    assert len({task_id, later_id, other_id}) == 3
+    assert queue_stats("default") == {"ready": 2, "in_flight": 0, "delayed": 1, "dead": 0}
+
+
+async def test_a_thousand_waiters_share_one_blocking_connection() -> None:
+    lock = Lock("crowd", timeout=10, wait=60)
+    holder_ready = asyncio.Event()
+    release = asyncio.Event()
+    connections_before = server_connections()
+
+    async def hold() -> None:
+        async with lock:
+            holder_ready.set()
+            await release.wait()
+
+    holder = asyncio.create_task(hold())
+    await holder_ready.wait()
+    got = 0
+
+    async def wait_for_it() -> None:
+        nonlocal got
+        async with lock:
+            got += 1
+
+    waiters = [asyncio.create_task(wait_for_it()) for _ in range(1000)]
+    await asyncio.sleep(0.5)
+    # 1,000 waiters, all blocked: one blocking connection for them all.
+    assert loop_clients().hub.blocking == 1
+    assert server_connections() - connections_before <= command_pool_size() + 1
+    release.set()
+    await asyncio.wait_for(asyncio.gather(holder, *waiters), timeout=60)
+    assert got == 1000
+
+
+async def test_wait_counts_from_the_call_and_a_cancelled_waiter_leaves_the_line() -> None:
+    semaphore = Semaphore("line", 1, timeout=10)
+    held = await semaphore.aacquire()
+    started = time.monotonic()
+    assert await semaphore.aacquire(wait=0.3) is None
+    assert 0.25 <= time.monotonic() - started < 2
+    waiter = asyncio.create_task(semaphore.aacquire(wait=30))
+    await asyncio.sleep(0.1)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await asyncio.sleep(0.05)  # the background release of its place in line
+    assert await semaphore.arelease(held)
+    # Nobody is left in line ahead of a newcomer.
+    assert await semaphore.aacquire() is not None
+
+
+# -- one Lock object shared by threads and tasks -------------------------------------------
+SHARED = Lock("shared-invoice", timeout=10, wait=60)
+
+
+async def test_a_module_level_lock_excludes_threads_and_tasks_alike() -> None:
+    guard = threading.Lock()
+    inside = most = entries = 0
+
+    def enter() -> None:
+        nonlocal inside, most, entries
+        with guard:
+            inside += 1
+            entries += 1
+            most = max(most, inside)
+
+    def leave() -> None:
+        nonlocal inside
+        with guard:
+            inside -= 1
+
+    def thread_body() -> None:
+        for _ in range(15):
+            with SHARED:
+                enter()
+                time.sleep(0.001)
+                leave()
+
+    async def task_body() -> None:
+        for _ in range(3):
+            async with SHARED:
+                enter()
+                await asyncio.sleep(0.001)
+                leave()
+
+    threads = [threading.Thread(target=thread_body) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    await asyncio.gather(*(task_body() for _ in range(40)))
+    for thread in threads:
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+    assert entries == 4 * 15 + 40 * 3
+    assert most == 1
+
+
+async def test_a_lock_is_not_reentrant_for_one_task() -> None:
+    async with SHARED:
+        with pytest.raises(Exception, match="not re-entrant"):
+            await SHARED.aacquire()
+        assert SHARED.token is not None
+
+        async def other_task() -> bool:
+            # Another task is another holder: it cannot take the lock while it is held.
+            return await SHARED.aacquire(wait=0)
+
+        assert await asyncio.create_task(other_task()) is False
+    assert SHARED.token is None
+
+
+# -- through Django's ASGI handler -----------------------------------------------------
+@pytest.mark.parametrize("executor_threads", [None, 2])
+async def test_a_hundred_requests_to_an_async_locked_view(executor_threads) -> None:
+    if executor_threads:
+        cut_default_executor(executor_threads)
+    views.hot_occupancy.reset()
+    client = AsyncClient()
+    responses = await asyncio.wait_for(
+        asyncio.gather(*(client.get("/hot/") for _ in range(100))), timeout=60
+    )
+    assert [response.status_code for response in responses] == [200] * 100
+    assert views.hot_occupancy.entries == 100
+    assert views.hot_occupancy.most == 1  # one at a time
+
+
+@pytest.mark.parametrize("executor_threads", [None, 2])
+async def test_a_hundred_requests_under_a_middleware_rule_with_wait(executor_threads) -> None:
+    if executor_threads:
+        cut_default_executor(executor_threads)
+    views.busy_occupancy.reset()
+    rule = {"name": "busy", "path": "^/limited/busy-async/", "limit": 2, "timeout": 10}
+    with override_settings(
+        MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE],
+        RCOORD={**settings.RCOORD, "CONCURRENCY_LIMITS": [{**rule, "wait": 60}]},
+    ):
+        client = AsyncClient()
+        responses = await asyncio.wait_for(
+            asyncio.gather(*(client.get("/limited/busy-async/") for _ in range(100))),
+            timeout=60,
+        )
+    assert [response.status_code for response in responses] == [200] * 100
+    assert views.busy_occupancy.entries == 100
+    assert views.busy_occupancy.most == 2  # at most two at once, and both used
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_views_with_a_user_key_serve_a_signed_in_user() -> None:
+    user = await get_user_model().objects.acreate(username="ann")
+    client = AsyncClient()
+    await client.aforce_login(user)
+    response = await client.get("/profile-async/")
+    assert response.status_code == 200
+    assert response.json()["user"] == "ann"
+    assert [(await client.get("/download-async/")).status_code for _ in range(3)] == [
+        200,
+        200,
+        429,
+    ]
+    # The counter is the user's own.
+    assert get_client().exists(ratelimit_key(f"download:{user.pk}"))
+
+
+def ratelimit_key(name: str) -> str:
+    from django_rcoord.keys import KeySpace
+
+    return KeySpace("ratelimit", name).key("window")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_user_scoped_middleware_rule_on_the_async_path() -> None:
+    user = await get_user_model().objects.acreate(username="bea")
+    rule = {"name": "per-user", "path": "^/limited/busy-async/", "limit": 1, "timeout": 10}
+    with override_settings(
+        MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE],
+        RCOORD={**settings.RCOORD, "CONCURRENCY_LIMITS": [{**rule, "scope": "user"}]},
+    ):
+        client = AsyncClient()
+        await client.aforce_login(user)
+        semaphore = Semaphore(f"per-user:user:{user.pk}", 1, timeout=10)
+        held = await semaphore.aacquire()
+        assert (await client.get("/limited/busy-async/")).status_code == 503
+        await semaphore.arelease(held)
+        assert (await client.get("/limited/busy-async/")).status_code == 200
+
+
+# -- async tasks ---------------------------------------------------------------------------
+@pytest.mark.django_db(transaction=True)
+def test_an_async_task_runs_in_a_worker_and_its_effect_is_seen() -> None:
+    for index in range(5):
+        tasks.record_async.delay(f"a{index}")
+    assert Worker(["default"], burst=True).run() == 5
+    assert sorted(ran()) == [f"a{index}" for index in range(5)]
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_task_runs_in_a_worker_process() -> None:
+    tasks.record_async.delay("from-a-process")
+    worker = start_worker("--burst")
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert ran() == ["from-a-process"]
+    assert "never awaited" not in output

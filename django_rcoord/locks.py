@@ -40,7 +40,7 @@ from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout, R
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait
-from django_rcoord.waiting import Repeater, await_signal, spawn, wait_for_signal
+from django_rcoord.waiting import Repeater, Waiting, spawn, wait_for_signal
 
 __all__ = [
     "Lock",
@@ -352,22 +352,29 @@ class Lock:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         client = self.async_client
-        while True:
-            attempt = asyncio.ensure_future(self._atry_acquire(client, identifier))
-            try:
-                result = await asyncio.shield(attempt)
-            except asyncio.CancelledError:
-                attempt.add_done_callback(
-                    lambda done: self._give_back_late_grant(done, client, identifier)
-                )
-                raise
-            if result > 0:
-                hold = self._granted_async(holder, identifier, result, client)
-                return hold is not None
-            block = self._failed_attempt(result, deadline, loop.time())
-            if block is None:
-                return False
-            await await_signal(client, self._signal_key, block)
+        waiting: Waiting | None = None
+        try:
+            while True:
+                attempt = asyncio.ensure_future(self._atry_acquire(client, identifier))
+                try:
+                    result = await asyncio.shield(attempt)
+                except asyncio.CancelledError:
+                    attempt.add_done_callback(
+                        lambda done: self._give_back_late_grant(done, client, identifier)
+                    )
+                    raise
+                if result > 0:
+                    self._granted_async(holder, identifier, result, client)
+                    return True
+                block = self._failed_attempt(result, deadline, loop.time())
+                if block is None:
+                    return False
+                if waiting is None:
+                    waiting = Waiting(client, self._signal_key)
+                await waiting.wait(block)
+        finally:
+            if waiting is not None:
+                waiting.leave()
 
     def _give_back_late_grant(
         self, done: asyncio.Future[int], client: Any, identifier: str

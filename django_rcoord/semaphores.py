@@ -37,7 +37,7 @@ from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
-from django_rcoord.waiting import await_signal, spawn, wait_for_signal
+from django_rcoord.waiting import Waiting, spawn, wait_for_signal
 
 __all__ = [
     "Semaphore",
@@ -231,32 +231,38 @@ class Semaphore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         woken = False
-        while True:
-            remaining = deadline - loop.time()
-            keys, args = self._acquire_call(identifier, remaining > 0, woken)
-            attempt = asyncio.ensure_future(
-                arun_script("semaphore_acquire", client, keys=keys, args=args)
-            )
-            try:
-                result = await asyncio.shield(attempt)
-            except asyncio.CancelledError:
-                # Granted or queued in flight: either way the identifier is given up after.
-                attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
-                raise
-            if result[0] == 1:
-                return identifier
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                if wait > 0:
-                    await self._arelease(client, identifier)  # leave the line
-                return None
-            try:
-                woken = await await_signal(
-                    client, self._signal_key, self._block_after(result, remaining)
+        waiting: Waiting | None = None
+        try:
+            while True:
+                remaining = deadline - loop.time()
+                keys, args = self._acquire_call(identifier, remaining > 0, woken)
+                attempt = asyncio.ensure_future(
+                    arun_script("semaphore_acquire", client, keys=keys, args=args)
                 )
-            except asyncio.CancelledError:
-                spawn(self._arelease(client, identifier))  # leave the line
-                raise
+                try:
+                    result = await asyncio.shield(attempt)
+                except asyncio.CancelledError:
+                    # Granted or queued in flight: either way, give the identifier up after.
+                    attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
+                    raise
+                if result[0] == 1:
+                    return identifier
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    if wait > 0:
+                        await self._arelease(client, identifier)  # leave the line
+                    return None
+                if waiting is None:
+                    waiting = Waiting(client, self._signal_key)
+                try:
+                    # In this loop, the line for wake-ups follows the tickets.
+                    woken = await waiting.wait(self._block_after(result, remaining), result[2])
+                except asyncio.CancelledError:
+                    spawn(self._arelease(client, identifier))  # leave the line
+                    raise
+        finally:
+            if waiting is not None:
+                waiting.leave()
 
     async def arelease(self, identifier: str) -> bool:
         """``release`` for async code."""

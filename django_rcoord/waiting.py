@@ -1,7 +1,7 @@
 """How parts wait without polling Redis, and how async code waits without blocking its loop.
 
 Sync waiters ``BLPOP`` a wake-up list themselves (``wait_for_signal``). Async
-waiters go through their event loop's ``SignalHub`` (``await_signal``): the
+waiters go through their event loop's ``SignalHub`` (``Waiting``): the
 waiters of one loop on one wake-up list share a single blocking ``BLPOP``, on
 a connection no short command uses, and take its tokens in the order they
 came. A waiter costs a future, not a thread or a connection.
@@ -10,7 +10,7 @@ came. A waiter costs a future, not a thread or a connection.
 from __future__ import annotations
 
 import asyncio
-import collections
+import bisect
 import logging
 import math
 import threading
@@ -50,13 +50,34 @@ HUB_BLOCK = 1.0
 RETURNED_TOKEN_MS = 60_000
 
 
-async def await_signal(client: Any, key: str, seconds: float) -> bool:
-    """Wait up to ``seconds`` for a wake-up token on the list ``key``; True if one came.
+class Waiting:
+    """One async waiter's place in line for wake-up tokens of the list ``key``.
 
+    ``await wait(seconds)`` returns True when a token came, False when
+    ``seconds`` passed. The place is taken at the first ``wait`` and kept
+    between waits (a waiter that asks Redis again in between does not go to the
+    back of the line); ``leave()`` gives it up. ``order`` (a fair semaphore's
+    ticket) places the waiter among the others by it; without one, by arrival.
     ``client`` is the redis.asyncio client of the caller's commands (the
     configured one, or one passed as ``client=``).
     """
-    return await signal_hub(client).wait(key, seconds)
+
+    __slots__ = ("_hub", "_key", "future", "joined", "order")
+
+    def __init__(self, client: Any, key: str) -> None:
+        self._hub = signal_hub(client)
+        self._key = key
+        self.future: asyncio.Future[bool] | None = None  # set while waiting
+        self.joined = False
+        self.order: float = math.inf
+
+    async def wait(self, seconds: float, order: float | None = None) -> bool:
+        if order is not None and not self.joined:
+            self.order = order
+        return await self._hub.wait(self._key, self, seconds)
+
+    def leave(self) -> None:
+        self._hub.leave(self._key, self)
 
 
 _hubs_of_clients: weakref.WeakKeyDictionary[Any, SignalHub] = weakref.WeakKeyDictionary()
@@ -79,33 +100,36 @@ def signal_hub(client: Any) -> SignalHub:
 class SignalHub:
     """The waiters of one event loop on wake-up lists.
 
-    Per list: a line of waiters (futures, in arrival order) and, while the line
-    is not empty, one task blocking in ``BLPOP`` on ``waits``; each token it
-    takes goes to the first waiter still waiting, or back to the list when none
-    is left. At most ``RCOORD["ASYNC_WAIT_CONNECTIONS"]`` lists are blocked on
-    at once; beyond that a list waits for a free connection in arrival order,
-    and its waiters still wake at their own deadlines. Short commands (a
-    holder's release) never go through ``waits``.
+    Per list: a line of places (``Waiting``, in arrival order) and, while the
+    line is not empty, one task blocking in ``BLPOP`` on ``waits``; each token it
+    takes goes to the first place whose waiter is waiting now, or back to the
+    list when none is. At most ``RCOORD["ASYNC_WAIT_CONNECTIONS"]`` lists are
+    blocked on at once; beyond that a list waits for a free connection in
+    arrival order, and its waiters still wake at their own deadlines. Short
+    commands (a holder's release) never go through ``waits``.
     """
 
     def __init__(self, waits: Any, commands: Any) -> None:
         self._waits = waits
         self._commands = commands
-        self._lines: dict[str, collections.deque[asyncio.Future[bool]]] = {}
+        self._lines: dict[str, list[Waiting]] = {}
         self._servers: dict[str, asyncio.Task[None]] = {}
         self._connections = asyncio.Semaphore(conf.ASYNC_WAIT_CONNECTIONS)
         self._block = min(HUB_BLOCK, _socket_timeout_cap(waits))
-
         #: How many lists are blocked on now (one connection of ``waits`` each).
         self.blocking = 0
 
-    async def wait(self, key: str, seconds: float) -> bool:
+    async def wait(self, key: str, place: Waiting, seconds: float) -> bool:
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bool] = loop.create_future()
-        line = self._lines.setdefault(key, collections.deque())
-        line.append(waiter)
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = []
+        if not place.joined:
+            bisect.insort_right(line, place, key=_order)
+            place.joined = True
         if key not in self._servers:
             self._servers[key] = loop.create_task(self._serve(key, line))
+        waiter = place.future = loop.create_future()
         timer = loop.call_later(max(0.0, seconds), _expire, waiter)
         try:
             return await waiter
@@ -115,17 +139,20 @@ class SignalHub:
             raise
         finally:
             timer.cancel()
-            try:
-                line.remove(waiter)
-            except ValueError:
-                pass
+            place.future = None
 
-    async def _serve(self, key: str, line: collections.deque[asyncio.Future[bool]]) -> None:
+    def leave(self, key: str, place: Waiting) -> None:
+        line = self._lines.get(key)
+        if place.joined and line is not None:
+            line.remove(place)
+        place.joined = False
+
+    async def _serve(self, key: str, line: list[Waiting]) -> None:
         try:
             async with self._connections:
                 self.blocking += 1
                 try:
-                    while _anyone_waits(line):
+                    while line:
                         popped = await self._waits.blpop([key], timeout=self._block)
                         if popped is not None:
                             self._hand_on(key, line)
@@ -136,20 +163,19 @@ class SignalHub:
         except Exception as exc:
             # Redis is unreachable or refused: wake the line, whose next attempt reports it.
             logger.warning("waiting on %s failed: %s", key, exc)
-            while line:
-                _wake(line.popleft(), True)
+            for place in line:
+                if place.future is not None:
+                    _wake(place.future)
         finally:
             if self._servers.get(key) is asyncio.current_task():
                 del self._servers[key]
             if not line and self._lines.get(key) is line:
                 del self._lines[key]
-            elif line and key not in self._servers and not asyncio.get_running_loop().is_closed():
-                self._servers[key] = asyncio.get_running_loop().create_task(self._serve(key, line))
 
-    def _hand_on(self, key: str, line: collections.deque[asyncio.Future[bool]]) -> None:
-        """Give a taken token to the first waiter still waiting, or back to Redis."""
-        while line:
-            if _wake(line.popleft(), True):
+    def _hand_on(self, key: str, line: list[Waiting]) -> None:
+        """Give a taken token to the first place waiting now, or back to Redis."""
+        for place in line:
+            if place.future is not None and _wake(place.future):
                 return
         spawn(self._return_token(key))
 
@@ -172,21 +198,20 @@ class SignalHub:
 _background: set[asyncio.Task[Any]] = set()
 
 
-def _anyone_waits(line: collections.deque[asyncio.Future[bool]]) -> bool:
-    while line and line[0].done():
-        line.popleft()
-    return bool(line)
+def _order(place: Waiting) -> float:
+    return place.order
 
 
-def _wake(waiter: asyncio.Future[bool], value: bool) -> bool:
+def _wake(waiter: asyncio.Future[bool]) -> bool:
     if waiter.done():
         return False
-    waiter.set_result(value)
+    waiter.set_result(True)
     return True
 
 
 def _expire(waiter: asyncio.Future[bool]) -> None:
-    _wake(waiter, False)
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 def spawn(coroutine: Any) -> asyncio.Task[Any]:

@@ -3,6 +3,7 @@ and follow it across a failover (real redis-server processes, one in sentinel mo
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord.connection import get_client
+from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.embedded import EmbeddedRedis, find_executable, free_port
 from django_rcoord.locks import Lock, LockNotReplicated
 from tests.procs import wait_until
@@ -99,6 +100,8 @@ def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
         assert get_client().info("server")["tcp_port"] == primary.port
         first_token = lock.token
         lock.release()
+        # The async client comes from the same alias: Sentinel's primary, WAIT included.
+        assert asyncio.run(async_lock_port()) == primary.port
 
         sentinel = redis.Redis(port=sentinel_port)
 
@@ -132,5 +135,22 @@ def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
         new_primary = replica.client()
         owner = new_primary.get(acquired[0]._owner_key)
         assert owner == acquired[0].identifier.encode()  # granted by the new primary
-        assert int(new_primary.get(acquired[0]._fence_key)) == first_token + 1
+        assert int(new_primary.get(acquired[0]._fence_key)) == first_token + 2
         new_primary.close()
+        # A new event loop's async client asks the sentinel too: it reaches the new primary.
+        assert asyncio.run(async_lock_port()) == replica.port
+
+
+async def async_lock_port() -> int:
+    """Take and give back a lock with the async API; the port of the server that granted it."""
+    for _ in range(300):
+        lock = Lock("sentinel-lock", wait=0)
+        try:
+            if await lock.aacquire():
+                port = (await get_async_client().info("server"))["tcp_port"]
+                await lock.arelease()
+                return port
+        except (redis.ConnectionError, redis.ReadOnlyError, LockNotReplicated):
+            pass  # a pooled connection to the old primary; the pool drops it
+        await asyncio.sleep(0.1)
+    raise AssertionError("no async lock within 30 s")

@@ -10,7 +10,8 @@
 -- ARGV[6]  waiter lease, ms (a waiter that stops asking loses its place after this)
 -- ARGV[7]  woken: 1 when the caller consumed a wake-up token before this call
 -- Returns  {1} when the permit is granted;
---          {0, ms} when not, ms = time until the earliest holder's lease ends (-1: none).
+--          {0, ms, ticket} when not, ms = time until the earliest holder's lease ends (-1: none),
+--          ticket = the caller's place in line (-1: not in line).
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local identifier, limit = ARGV[1], tonumber(ARGV[2])
@@ -39,9 +40,12 @@ end
 
 -- Waiters of both kinds are counted, so that releases wake only when someone waits;
 -- only a fair semaphore makes them take turns.
+local ticket = -1
 if queue then
-    if not redis.call('ZSCORE', KEYS[2], identifier) then
-        redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[4]), identifier)
+    ticket = tonumber(redis.call('ZSCORE', KEYS[2], identifier))
+    if not ticket then
+        ticket = redis.call('INCR', KEYS[4])
+        redis.call('ZADD', KEYS[2], ticket, identifier)
     end
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), identifier)
 end
@@ -53,6 +57,6 @@ end
 
 local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if #earliest == 0 then
-    return {0, -1}
+    return {0, -1, ticket}
 end
-return {0, tonumber(earliest[2]) - now}
+return {0, tonumber(earliest[2]) - now, ticket}

@@ -14,7 +14,16 @@ import importlib
 import sys
 import time
 
-SCENARIOS = ("floor", "locks", "semaphores", "autocomplete", "queues", "delayed", "market")
+SCENARIOS = (
+    "floor",
+    "locks",
+    "semaphores",
+    "autocomplete",
+    "queues",
+    "delayed",
+    "market",
+    "asgi",
+)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,7 +27,7 @@ import binascii
 import unicodedata
 from typing import Any
 
-from django_rcoord.connection import resolve_async_client, resolve_client
+from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.keys import KeySpace
 
 __all__ = [
@@ -100,7 +100,8 @@ def join_guild(guild: str, user: str, *, client: Any = None) -> None:
 
 
 async def ajoin_guild(guild: str, user: str, *, client: Any = None) -> None:
-    await resolve_async_client(client).zadd(_members_key(guild), {_entry(user): 0})
+    client = await aresolve_client(client)
+    await client.zadd(_members_key(guild), {_entry(user): 0})
 
 
 def leave_guild(guild: str, user: str, *, client: Any = None) -> None:
@@ -108,7 +109,8 @@ def leave_guild(guild: str, user: str, *, client: Any = None) -> None:
 
 
 async def aleave_guild(guild: str, user: str, *, client: Any = None) -> None:
-    await resolve_async_client(client).zrem(_members_key(guild), _entry(user))
+    client = await aresolve_client(client)
+    await client.zrem(_members_key(guild), _entry(user))
 
 
 def _entry_or_none(user: str) -> bytes | None:
@@ -129,7 +131,8 @@ async def ais_guild_member(guild: str, user: str, *, client: Any = None) -> bool
     entry = _entry_or_none(user)
     if entry is None:
         return False
-    return await resolve_async_client(client).zscore(_members_key(guild), entry) is not None
+    client = await aresolve_client(client)
+    return await client.zscore(_members_key(guild), entry) is not None
 
 
 def _page_query(
@@ -183,7 +186,8 @@ async def aautocomplete_page(
 ) -> tuple[list[str], str | None]:
     """``autocomplete_page`` for async code."""
     key, low, high, options = _page_query(guild, prefix, limit, after)
-    return _page(await resolve_async_client(client).zrange(key, low, high, **options), limit)
+    client = await aresolve_client(client)
+    return _page(await client.zrange(key, low, high, **options), limit)
 
 
 def autocomplete_on_prefix(
@@ -234,7 +238,8 @@ def add_update_contact(user: str, contact: str, *, client: Any = None) -> None:
 
 
 async def aadd_update_contact(user: str, contact: str, *, client: Any = None) -> None:
-    async with resolve_async_client(client).pipeline(transaction=True) as pipe:
+    client = await aresolve_client(client)
+    async with client.pipeline(transaction=True) as pipe:
         _queue_contact_update(pipe, user, contact)
         await pipe.execute()
 
@@ -251,7 +256,8 @@ def remove_contact(user: str, contact: str, *, client: Any = None) -> None:
 
 
 async def aremove_contact(user: str, contact: str, *, client: Any = None) -> None:
-    await resolve_async_client(client).lrem(_contacts_key(user), 0, contact)
+    client = await aresolve_client(client)
+    await client.lrem(_contacts_key(user), 0, contact)
 
 
 def fetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> list[str]:
@@ -260,7 +266,8 @@ def fetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> li
 
 
 async def afetch_autocomplete_list(user: str, prefix: str, *, client: Any = None) -> list[str]:
-    contacts = await resolve_async_client(client).lrange(_contacts_key(user), 0, -1)
+    client = await aresolve_client(client)
+    contacts = await client.lrange(_contacts_key(user), 0, -1)
     return _matching(contacts, prefix)
 
 

@@ -191,6 +191,20 @@ def resolve_async_client(client: Any = None) -> Any:
     return client
 
 
+async def aresolve_client(client: Any = None) -> Any:
+    """``resolve_async_client``, ready for many tasks at once.
+
+    redis.asyncio's cluster client maps the cluster's slots on first use, and
+    commands sent by many tasks before that map exists race each other; its
+    ``initialize()`` is safe to share (and a no-op once done), so every async
+    path awaits it first.
+    """
+    client = resolve_async_client(client)
+    if is_async_cluster(client):
+        await client.initialize()
+    return client
+
+
 def is_async_client(client: Any) -> bool:
     """True for a ``redis.asyncio`` client, cluster client or pipeline."""
     from redis.asyncio.cluster import ClusterPipeline, RedisCluster
@@ -430,6 +444,7 @@ async def aslot_pipeline(client: Any, key: str | bytes, *, transaction: bool = T
     """
     if not is_async_cluster(client):
         return client.pipeline(transaction=transaction)
+    await client.initialize()  # see aresolve_client
     node = client.get_node_from_key(key)
     clients = loop_clients()
     if clients.node_clients is None:
@@ -437,7 +452,7 @@ async def aslot_pipeline(client: Any, key: str | bytes, *, transaction: bool = T
     node_client = clients.node_clients.get(node.name)
     if node_client is None:
         node_client = redis.asyncio.Redis(
-            host=node.host, port=node.port, **_portable(node.connection_kwargs)
+            **{**_portable(node.connection_kwargs), "host": node.host, "port": node.port}
         )
         clients.node_clients[node.name] = node_client
     return node_client.pipeline(transaction=transaction)

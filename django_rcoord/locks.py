@@ -31,8 +31,8 @@ from typing import Any
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import (
+    aresolve_client,
     aslot_pipeline,
-    resolve_async_client,
     resolve_client,
     slot_pipeline,
 )
@@ -322,9 +322,8 @@ class Lock:
         logger.warning("Lock %r was lost before the block that held it raised", self.name)
 
     # -- async -------------------------------------------------------------
-    @property
-    def async_client(self) -> Any:
-        return resolve_async_client(self._client)
+    async def _aclient(self) -> Any:
+        return await aresolve_client(self._client)
 
     async def _atry_acquire(self, client: Any, identifier: str) -> int:
         keys, args = [self._owner_key, self._fence_key], [identifier, self._ttl_ms]
@@ -351,7 +350,7 @@ class Lock:
         holder, identifier, wait = self._start(wait)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        client = self.async_client
+        client = await self._aclient()
         waiting: Waiting | None = None
         try:
             while True:
@@ -409,7 +408,8 @@ class Lock:
             hold.renewer.cancel()
         elif isinstance(hold.renewer, Repeater):
             hold.renewer.stop()
-        if not await self._arelease_identifier(self.async_client, hold.identifier):
+        client = await self._aclient()
+        if not await self._arelease_identifier(client, hold.identifier):
             raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
 
     async def _arelease_identifier(self, client: Any, identifier: str) -> bool:
@@ -420,7 +420,8 @@ class Lock:
         """``extend`` for async code."""
         hold = self._hold_to_extend()
         ttl_ms = self._extend_ms(seconds)
-        if not await self._aextend_identifier(self.async_client, hold.identifier, ttl_ms):
+        client = await self._aclient()
+        if not await self._aextend_identifier(client, hold.identifier, ttl_ms):
             raise self._lost_now(hold)
 
     async def _aextend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
@@ -435,7 +436,8 @@ class Lock:
         hold = self._live_hold()
         if hold is None:
             return False
-        return _is_identifier(await self.async_client.get(self._owner_key), hold.identifier)
+        client = await self._aclient()
+        return _is_identifier(await client.get(self._owner_key), hold.identifier)
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():

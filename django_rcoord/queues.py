@@ -32,7 +32,7 @@ from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_async_client, resolve_client, slot_pipeline
+from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.scripts import arun_script, run_script
@@ -177,7 +177,8 @@ async def _aenqueue(
     delay_ms: int,
 ) -> str:
     task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
-    await arun_script("task_enqueue", resolve_async_client(client), keys=keys, args=argv)
+    client = await aresolve_client(client)
+    await arun_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
 
 

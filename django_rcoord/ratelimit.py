@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import resolve_async_client, resolve_client
+from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import is_positive_int
@@ -74,7 +74,7 @@ def allow_once(key: str, seconds: float, *, client: Any = None) -> bool:
 
 async def aallow_once(key: str, seconds: float, *, client: Any = None) -> bool:
     """``allow_once`` for async code."""
-    client = resolve_async_client(client)
+    client = await aresolve_client(client)
     return bool(await client.set(_once_key(key), 1, nx=True, px=_window_ms(seconds)))
 
 
@@ -90,9 +90,8 @@ def hit(key: str, limit: int, seconds: float, *, client: Any = None) -> RateLimi
 async def ahit(key: str, limit: int, seconds: float, *, client: Any = None) -> RateLimitResult:
     """``hit`` for async code."""
     counter = _window_key(key, limit)
-    reply = await arun_script(
-        "ratelimit_hit", resolve_async_client(client), keys=[counter], args=[_window_ms(seconds)]
-    )
+    client = await aresolve_client(client)
+    reply = await arun_script("ratelimit_hit", client, keys=[counter], args=[_window_ms(seconds)])
     return _result(reply, limit)
 
 
@@ -118,4 +117,5 @@ def reset(key: str, *, client: Any = None) -> None:
 
 async def areset(key: str, *, client: Any = None) -> None:
     """``reset`` for async code."""
-    await resolve_async_client(client).delete(*_both_keys(key))
+    client = await aresolve_client(client)
+    await client.delete(*_both_keys(key))

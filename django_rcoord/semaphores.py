@@ -32,7 +32,7 @@ import uuid
 from types import TracebackType
 from typing import Any
 
-from django_rcoord.connection import resolve_async_client, resolve_client
+from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import KeySpace
 from django_rcoord.scripts import arun_script, run_script
@@ -216,9 +216,8 @@ class Semaphore:
             self._warn_expired()
 
     # -- async ----------------------------------------------------------------
-    @property
-    def async_client(self) -> Any:
-        return resolve_async_client(self._client)
+    async def _aclient(self) -> Any:
+        return await aresolve_client(self._client)
 
     async def aacquire(self, wait: float = 0) -> str | None:
         """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
@@ -226,7 +225,7 @@ class Semaphore:
         The wait is counted from this call. A cancelled waiter leaves the line,
         and gives back a permit its last attempt got in flight.
         """
-        client = self.async_client
+        client = await self._aclient()
         identifier = uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
@@ -266,7 +265,7 @@ class Semaphore:
 
     async def arelease(self, identifier: str) -> bool:
         """``release`` for async code."""
-        return await self._arelease(self.async_client, identifier)
+        return await self._arelease(await self._aclient(), identifier)
 
     async def _arelease(self, client: Any, identifier: str) -> bool:
         keys, args = self._release_call(identifier)
@@ -277,7 +276,7 @@ class Semaphore:
         return bool(
             await arun_script(
                 "semaphore_refresh",
-                self.async_client,
+                await self._aclient(),
                 keys=[self._holders_key],
                 args=[identifier, self._lease_ms],
             )
@@ -285,7 +284,7 @@ class Semaphore:
 
     async def aholders(self) -> int:
         """``holders`` for async code."""
-        client = self.async_client
+        client = await self._aclient()
         return int(await client.zcount(self._holders_key, _after(await client.time()), "+inf"))
 
     async def __aenter__(self) -> str:

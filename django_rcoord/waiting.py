@@ -141,6 +141,10 @@ class SignalHub:
             timer.cancel()
             place.future = None
 
+    def waiting(self, key: str) -> int:
+        """How many waiters of this loop are in line on the list ``key``."""
+        return len(self._lines.get(key, ()))
+
     def leave(self, key: str, place: Waiting) -> None:
         line = self._lines.get(key)
         if place.joined and line is not None:
@@ -150,6 +154,7 @@ class SignalHub:
     async def _serve(self, key: str, line: list[Waiting]) -> None:
         try:
             async with self._connections:
+                await connection.aresolve_client(self._waits)
                 self.blocking += 1
                 try:
                     while line:

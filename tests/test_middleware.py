@@ -206,6 +206,8 @@ async def test_async_fail_open_with_a_stopped_redis(
     stopped_redis_alias: str, fail_open: bool, async_client
 ) -> None:
     rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
-    with limits(rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None):
+    with limits(
+        rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None, ASYNC_CLIENT_FACTORY=None
+    ):
         response = await async_client.get("/limited/slow-async/")
     assert response.status_code == (200 if fail_open else 503)

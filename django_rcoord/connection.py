@@ -10,6 +10,7 @@ connections belong to the loop that opened them) and closed with that loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import weakref
@@ -422,8 +423,22 @@ _PORTABLE_KWARGS = frozenset(
 )
 
 
+@functools.cache
+def _driver_info() -> Any:
+    """redis-py's CLIENT SETINFO data, looked up once (it reads package metadata, which
+    costs about a millisecond per new connection when left to redis-py)."""
+    try:
+        from redis.driver_info import DriverInfo
+        from redis.utils import get_lib_version
+    except ImportError:  # redis-py < 7
+        return None
+    return DriverInfo(lib_version=get_lib_version())
+
+
 def _portable(kwargs: dict[str, Any] | None) -> dict[str, Any]:
     portable = {key: value for key, value in (kwargs or {}).items() if key in _PORTABLE_KWARGS}
+    if "lib_name" not in portable and "lib_version" not in portable and _driver_info():
+        portable["driver_info"] = _driver_info()
     retry = (kwargs or {}).get("retry")
     if retry is not None:
         from redis.asyncio.retry import Retry

@@ -91,6 +91,7 @@ def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
         **settings.RCOORD,
         "CONNECTION": "sentinel",
         "CLIENT_FACTORY": None,
+        "ASYNC_CLIENT_FACTORY": None,
         "LOCK_REPLICAS": 1,  # each grant is on the replica before acquire returns
         "LOCK_REPLICA_TIMEOUT": 5,
     }

@@ -1,4 +1,5 @@
-"""``RCOORD["CLIENT_FACTORY"]`` for Redis Cluster: every part of django-rcoord uses it.
+"""``RCOORD["CLIENT_FACTORY"]`` and ``RCOORD["ASYNC_CLIENT_FACTORY"]`` for Redis Cluster:
+every part of django-rcoord uses them (the async one in async code).
 
 ``settings.REDIS_CLUSTER_URL`` names any one node (``redis://host:port/0``);
 the client discovers the others and routes each command to its slot's primary.
@@ -6,6 +7,7 @@ the client discovers the others and routes each command to its slot's primary.
 
 from __future__ import annotations
 
+import redis.asyncio.cluster
 from django.conf import settings
 from redis.cluster import RedisCluster
 
@@ -13,4 +15,11 @@ from redis.cluster import RedisCluster
 def client() -> RedisCluster:
     return RedisCluster.from_url(
         settings.REDIS_CLUSTER_URL, socket_timeout=5, socket_connect_timeout=5
+    )
+
+
+def async_client() -> redis.asyncio.cluster.RedisCluster:
+    # redis.asyncio's cluster client refuses commands past max_connections per node.
+    return redis.asyncio.cluster.RedisCluster.from_url(
+        settings.REDIS_CLUSTER_URL, socket_timeout=5, socket_connect_timeout=5, max_connections=1000
     )

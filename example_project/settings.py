@@ -102,6 +102,7 @@ if REDIS_CLUSTER_URL:
     # django-redis has no cluster client, so Django's own cache and the
     # sessions live elsewhere (a local cache and the database here).
     RCOORD["CLIENT_FACTORY"] = "example_project.redis_cluster.client"
+    RCOORD["ASYNC_CLIENT_FACTORY"] = "example_project.redis_cluster.async_client"
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     SESSION_ENGINE = "django.contrib.sessions.backends.db"
 

@@ -31,3 +31,10 @@ def async_client() -> redis.asyncio.cluster.RedisCluster:
 def client_for_url(url: str) -> redis.Redis | RedisCluster:
     """A new client of the kind the suite runs against, for ``url``."""
     return (RedisCluster if ENABLED else redis.Redis).from_url(url)
+
+
+def connections(client: redis.Redis | RedisCluster) -> int:
+    """How many client connections the server (every node of a cluster) has now."""
+    if isinstance(client, RedisCluster):
+        return sum(len(clients) for clients in client.client_list(target_nodes="all").values())
+    return len(client.client_list())

@@ -34,7 +34,7 @@ from django_rcoord.locks import Lock
 from django_rcoord.queues import aexecute_later, queue_stats
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.worker import Worker
-from tests import tasks, views
+from tests import cluster, tasks, views
 from tests.test_queues import output_of, ran, start_worker
 
 MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
@@ -83,7 +83,7 @@ class StallWatch:
 
 
 def server_connections() -> int:
-    return len(get_client().client_list())
+    return cluster.connections(get_client())
 
 
 def command_pool_size() -> int:

@@ -65,7 +65,7 @@ def test_cache_without_raw_client_is_a_clear_error() -> None:
 
 # -- async clients -----------------------------------------------------------------------
 def _server_clients() -> int:
-    return len(get_client().client_list())
+    return cluster.connections(get_client())
 
 
 async def test_async_client_reaches_the_same_server() -> None:

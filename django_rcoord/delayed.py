@@ -24,7 +24,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
-from django_rcoord.queues import QueueKeys, known_groups, known_queues, recover_and_promote
+from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
+from django_rcoord.queue_keys import QueueKeys
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import wait_for_signal
 

@@ -31,15 +31,10 @@ from django.db import close_old_connections
 from django_rcoord.conf import conf
 from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
-from django_rcoord.queues import (
-    PermanentFailure,
-    QueueKeys,
-    autodiscover_tasks,
-    decode_message,
-    get_task,
-    recover_and_promote,
-    same_group,
-)
+from django_rcoord.messages import decode_message
+from django_rcoord.queue_admin import recover_and_promote
+from django_rcoord.queue_keys import QueueKeys, same_group
+from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import Repeater, wait_for_signal
 

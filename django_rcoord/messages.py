@@ -1,0 +1,50 @@
+"""Task messages: JSON (never pickle), stored once per task id."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+
+
+def encode_message(
+    task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[str, str]:
+    """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry."""
+    task_id = uuid.uuid4().hex
+    body = {
+        "id": task_id,
+        "task": task_name,
+        "queue": queue,
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "enqueued_at": time.time(),
+    }
+    try:
+        return task_id, json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"Arguments of task {task_name!r} must be JSON-serializable "
+            f"(dates, decimals and UUIDs become strings): {exc}"
+        ) from exc
+
+
+def decode_message(body: bytes | str | None) -> dict[str, Any] | None:
+    """The message as a dict, or None when it is not a JSON object."""
+    if body is None:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value

@@ -1,0 +1,121 @@
+"""Putting tasks on queues: one script call per task (or one pipeline for many), now or
+later by the Redis server's clock; sync and async."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
+from django_rcoord.messages import encode_message
+from django_rcoord.queue_keys import WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.scripts import arun_script, run_script
+
+__all__ = ["aexecute_later", "enqueue_many", "execute_later"]
+
+
+def _enqueue_call(
+    task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any], delay_ms: int
+) -> tuple[str, list[str], list[Any]]:
+    """(task id, KEYS, ARGV) of the task_enqueue script for a new message."""
+    keys = QueueKeys.of(queue)
+    task_id, body = encode_message(task_name, queue, args, kwargs)
+    return (
+        task_id,
+        [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
+        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS],
+    )
+
+
+def _enqueue(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    delay_ms: int,
+) -> str:
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    run_script("task_enqueue", client, keys=keys, args=argv)
+    return task_id
+
+
+async def _aenqueue(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    delay_ms: int,
+) -> str:
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    client = await aresolve_client(client)
+    await arun_script("task_enqueue", client, keys=keys, args=argv)
+    return task_id
+
+
+def _delay_ms(delay: float | datetime.timedelta | None, eta: datetime.datetime | None) -> int:
+    if delay is not None and eta is not None:
+        raise ValueError("give delay or eta, not both")
+    if eta is not None:
+        if eta.tzinfo is None:
+            raise ValueError("eta must be an aware datetime")
+        seconds = (eta - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    elif isinstance(delay, datetime.timedelta):
+        seconds = delay.total_seconds()
+    else:
+        seconds = delay or 0
+    if seconds < 0 and eta is None:
+        raise ValueError("delay must not be negative")
+    return max(0, int(seconds * 1000))
+
+
+def execute_later(
+    queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
+) -> str:
+    """The book's execute_later: queue task ``name`` with ``args`` (after ``delay`` seconds).
+
+    Returns the task id. One round trip.
+    """
+    return _enqueue(resolve_client(client), name, queue, args, {}, _delay_ms(delay, None))
+
+
+async def aexecute_later(
+    queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
+) -> str:
+    """``execute_later`` for async code (redis.asyncio, one round trip)."""
+    return await _aenqueue(client, name, queue, args, {}, _delay_ms(delay, None))
+
+
+def enqueue_many(
+    calls: Iterable[tuple[Any, Sequence[Any], dict[str, Any]]],
+    *,
+    queue: str | None = None,
+    client: Any = None,
+) -> list[str]:
+    """Queue many tasks in one round trip per queue group: ``calls`` is (task or name,
+    args, kwargs) triples (a task: a ``@task`` of django_rcoord.queues).
+
+    A name (not a Task) needs ``queue``. Returns the ids in order. Each group
+    is one pipeline (on Redis Cluster a group is one slot, on one primary).
+    """
+    client = resolve_client(client)
+    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any]]]] = {}
+    count = 0
+    for count, (target, args, kwargs) in enumerate(calls, 1):
+        if not isinstance(target, str):  # a registered task
+            name, target_queue = target.name, queue or target.queue
+        elif queue is None:
+            raise ValueError("enqueue_many needs queue= for tasks given by name")
+        else:
+            name, target_queue = target, queue
+        group = QueueKeys.of(target_queue).group
+        by_group.setdefault(group, []).append((count - 1, name, target_queue, args, kwargs))
+    ids = [""] * count
+    for entries in by_group.values():
+        with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
+            for index, name, target_queue, args, kwargs in entries:
+                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs, 0)
+            pipe.execute()
+    return ids

@@ -1,0 +1,123 @@
+"""The registry of the project's own tasks: ``@task`` and the worker's look-up by name."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import importlib.util
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from django.apps import apps
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.messages import encode_message
+from django_rcoord.producer import _aenqueue, _delay_ms, _enqueue
+from django_rcoord.queue_keys import QueueKeys
+
+__all__ = ["PermanentFailure", "Task", "autodiscover_tasks", "get_task", "task"]
+
+
+class PermanentFailure(Exception):
+    """Raise from a task to send it to the dead letters at once, without retries."""
+
+
+_registry: dict[str, Task] = {}
+
+
+class Task:
+    """A registered task: call it to run it here, ``delay()`` to queue it."""
+
+    def __init__(
+        self, function: Callable[..., Any], name: str, queue: str, max_retries: int
+    ) -> None:
+        self.function = function
+        self.name = name
+        self.queue = queue
+        self.max_retries = max_retries
+        self.signature = inspect.signature(function)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def delay(self, *args: Any, **kwargs: Any) -> str:
+        """Queue a run with these arguments; returns the task id (one round trip)."""
+        return _enqueue(resolve_client(None), self.name, self.queue, args, kwargs, 0)
+
+    def schedule(
+        self,
+        *args: Any,
+        delay: float | datetime.timedelta | None = None,
+        eta: datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
+        return _enqueue(
+            resolve_client(None), self.name, self.queue, args, kwargs, _delay_ms(delay, eta)
+        )
+
+    async def adelay(self, *args: Any, **kwargs: Any) -> str:
+        """``delay`` for async code (redis.asyncio, one round trip)."""
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, 0)
+
+    async def aschedule(
+        self,
+        *args: Any,
+        delay: float | datetime.timedelta | None = None,
+        eta: datetime.datetime | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """``schedule`` for async code (redis.asyncio, one round trip)."""
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, _delay_ms(delay, eta))
+
+    def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
+        """Queue the run when the current database transaction commits (at once outside one)."""
+        from django.db import transaction
+
+        encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
+        transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue!r} max_retries={self.max_retries}>"
+
+
+def task(
+    name: str | None = None, *, queue: str = "default", max_retries: int = 3
+) -> Callable[[Callable[..., Any]], Task]:
+    """Register a function as a task. ``max_retries`` counts retries after the first attempt."""
+    if callable(name):
+        raise TypeError("use @task() or @task(name=...), with parentheses")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise ValueError("max_retries must be an int >= 0")
+    QueueKeys.of(queue)  # an unusable queue name fails at import time
+
+    def register(function: Callable[..., Any]) -> Task:
+        task_name = name or f"{function.__module__}.{function.__qualname__}"
+        existing = _registry.get(task_name)
+        if existing is not None and existing.function is not function:
+            same_place = (
+                existing.function.__module__ == function.__module__
+                and existing.function.__qualname__ == function.__qualname__
+            )
+            if not same_place:  # a module imported twice registers the same function again
+                raise ValueError(f"two tasks are named {task_name!r}")
+        registered = Task(function, task_name, queue, max_retries)
+        _registry[task_name] = registered
+        return registered
+
+    return register
+
+
+def get_task(name: str) -> Task | None:
+    return _registry.get(name)
+
+
+def autodiscover_tasks() -> None:
+    """Import the ``tasks`` module of every installed app (as a worker does at start)."""
+    for config in apps.get_app_configs():
+        module_name = f"{config.name}.tasks"
+        if importlib.util.find_spec(module_name) is not None:
+            importlib.import_module(module_name)

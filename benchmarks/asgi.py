@@ -215,20 +215,7 @@ def _http_table(
                     _load(ports[name], f"/{view}/{flavour}/", clients, requests, time_limit)
                 )
             )
-        latencies = sorted(latency for run_ in runs for latency in run_["latencies"])
-        rows.append(
-            Measurement(
-                name,
-                "-",
-                [run_["ok"] / run_["seconds"] for run_ in runs],
-                note=_note(runs, requests),
-                extra={
-                    "p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
-                    "p99_ms": round(percentile(latencies, 0.99), 1) if latencies else None,
-                    "errors": sum(run_["errors"] for run_ in runs),
-                },
-            )
-        )
+        rows.append(_row(name, runs, requests))
     return Table(
         f"{what}: {clients:,} concurrent clients, {requests:,} requests, 2 ms hold",
         "requests/s",
@@ -247,26 +234,29 @@ def _ceiling_table(bench: Bench, ports: dict[str, int], repeats: int, time_limit
             asyncio.run(_load(ports[name], f"/plain/{flavour}/", 100, 1000, time_limit))
             for _ in range(repeats)
         ]
-        latencies = sorted(latency for run_ in runs for latency in run_["latencies"])
-        rows.append(
-            Measurement(
-                name,
-                "-",
-                [run_["ok"] / run_["seconds"] for run_ in runs],
-                note=_note(runs, 1000),
-                extra={
-                    "p50_ms": round(percentile(latencies, 0.5), 1),
-                    "p99_ms": round(percentile(latencies, 0.99), 1),
-                    "errors": sum(run_["errors"] for run_ in runs),
-                },
-            )
-        )
+        rows.append(_row(name, runs, 1000))
     return Table(
         "The servers alone: a 2 ms view, no lock or limit, 100 clients, 1,000 requests",
         "requests/s",
         rows,
         floor=NATIVE,
         extra_columns=EXTRA,
+    )
+
+
+def _row(name: str, runs: list[dict[str, Any]], requests: int) -> Measurement:
+    """A table row from the runs of one server: requests/s per run, latencies over all."""
+    latencies = sorted(latency for run_ in runs for latency in run_["latencies"])
+    return Measurement(
+        name,
+        "-",
+        [run_["ok"] / run_["seconds"] for run_ in runs],
+        note=_note(runs, requests),
+        extra={
+            "p50_ms": round(percentile(latencies, 0.5), 1) if latencies else None,
+            "p99_ms": round(percentile(latencies, 0.99), 1) if latencies else None,
+            "errors": sum(run_["errors"] for run_ in runs),
+        },
     )
 
 
@@ -316,7 +306,7 @@ async def _load(
     return {
         "ok": ok,
         "seconds": seconds,
-        "latencies": [latency for latency in latencies],
+        "latencies": latencies,
         "statuses": dict(statuses),
         "unfinished": requests - answered,
         "errors": requests - ok,

@@ -90,6 +90,16 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E007",
             )
         )
+    result_ttl = user.get("TASK_RESULT_TTL", DEFAULTS["TASK_RESULT_TTL"])
+    if not is_number(result_ttl) or not result_ttl >= 1:
+        errors.append(
+            Error(
+                "settings.RCOORD['TASK_RESULT_TTL'] must be a number of seconds of at least 1, "
+                f"not {result_ttl!r}.",
+                hint="The default keeps finished results for a day (86400).",
+                id="rcoord.E017",
+            )
+        )
     errors.extend(_check_autocomplete(user))
     errors.extend(_check_lock_replicas(user))
     errors.extend(

@@ -37,6 +37,9 @@ DEFAULTS: dict[str, Any] = {
     # TASK_RETRY_BACKOFF_MAX.
     "TASK_RETRY_BACKOFF": 1.0,
     "TASK_RETRY_BACKOFF_MAX": 600.0,
+    # Seconds a finished task's result record (status, times, errors, return value)
+    # is kept.
+    "TASK_RESULT_TTL": 86400,
     # Queues `manage.py run_email_worker` watches by default, highest priority first.
     "EMAIL_QUEUES": ["email"],
     # Guild-member autocomplete: suggestions per query, and who may search a guild
@@ -112,6 +115,10 @@ class RcoordSettings:
     @property
     def TASK_RETRY_BACKOFF_MAX(self) -> float:
         return get("TASK_RETRY_BACKOFF_MAX")
+
+    @property
+    def TASK_RESULT_TTL(self) -> float:
+        return get("TASK_RESULT_TTL")
 
     @property
     def EMAIL_QUEUES(self) -> list[str]:

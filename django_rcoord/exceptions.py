@@ -34,3 +34,8 @@ class SemaphoreTimeout(RcoordError):
 class LockNotReplicated(RcoordError):
     """A lock was granted, but fewer replicas than ``RCOORD["LOCK_REPLICAS"]``
     acknowledged it in time; the grant was given back."""
+
+
+class TaskNotRunnable(RcoordError):
+    """A queued task cannot run in this worker: its message is not a task, its name is not
+    registered, or it does not accept its arguments. (Recorded in its result's errors.)"""

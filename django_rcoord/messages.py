@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+
+from django_rcoord.queue_keys import QueueKeys, new_task_id
 
 
 def encode_message(
     task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[str, str]:
     """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry."""
-    task_id = uuid.uuid4().hex
+    task_id = new_task_id(QueueKeys.of(queue).group)
     body = {
         "id": task_id,
         "task": task_name,

@@ -9,7 +9,7 @@ from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.messages import encode_message
-from django_rcoord.queue_keys import WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = ["aexecute_later", "enqueue_many", "execute_later"]
@@ -24,7 +24,7 @@ def _enqueue_call(
     return (
         task_id,
         [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
-        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS],
+        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS],
     )
 
 

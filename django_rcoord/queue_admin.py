@@ -3,16 +3,27 @@ and the overview ``rcoord_status`` prints."""
 
 from __future__ import annotations
 
+import datetime
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.messages import _text, decode_message
-from django_rcoord.queue_keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queue_keys import (
+    DEFAULT_GROUP,
+    GROUP_KEYS_MS,
+    WAKE_TOKEN_MS,
+    QueueKeys,
+    group_of_task_id,
+)
 from django_rcoord.scripts import run_script
 
 __all__ = [
+    "TaskRecord",
     "dead_letters",
+    "get_result",
     "known_groups",
     "known_queues",
     "overview",
@@ -45,8 +56,9 @@ def recover_and_promote(
             queue.delayed,
             queue.wake,
             queue.lateness,
+            queue.results,
         ],
-        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES],
+        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES, GROUP_KEYS_MS],
     )
     return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
 
@@ -92,7 +104,15 @@ def requeue_dead(queue: str, *, client: Any = None) -> int:
         run_script(
             "task_requeue_dead",
             resolve_client(client),
-            keys=[keys.dead, keys.ready, keys.failures, keys.errors, keys.wake],
+            keys=[
+                keys.dead,
+                keys.ready,
+                keys.failures,
+                keys.errors,
+                keys.wake,
+                keys.results,
+                keys.results_expiry,
+            ],
             args=[WAKE_TOKEN_MS],
         )
     )
@@ -163,3 +183,113 @@ def overview(*, client: Any = None) -> dict[str, Any]:
                 {"id": worker_id, "queues": watched.decode().split(","), "running": current}
             )
     return {"queues": queues, "workers": workers, "promotion_lateness": lateness}
+
+
+# -- results -------------------------------------------------------------------------
+#: The statuses of a task's record (the values of Django's Tasks framework).
+READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What is known of one task: written by the scripts that queue, take and finish it.
+
+    ``errors`` holds one ``{"exception_class_path", "traceback"}`` per failed
+    attempt; ``worker_ids`` one worker id per attempt. Times are the Redis
+    server's (``enqueued_at``: the producer's clock), as aware UTC datetimes.
+    """
+
+    id: str
+    task: str | None
+    queue: str | None
+    status: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_at: datetime.datetime | None
+    started_at: datetime.datetime | None
+    last_attempted_at: datetime.datetime | None
+    finished_at: datetime.datetime | None
+    worker_ids: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    return_value: Any = None
+
+    @property
+    def attempts(self) -> int:
+        return len(self.worker_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (SUCCESSFUL, FAILED)
+
+
+def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
+    """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
+    task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
+    or not a task id. One round trip."""
+    group = group_of_task_id(task_id)
+    if group is None:
+        return None
+    keys = QueueKeys.of(f"{group}/q")
+    # On the slot's primary: its TIME is the clock the records' expiry was set by.
+    with slot_pipeline(resolve_client(client), keys.messages, transaction=False) as pipe:
+        pipe.hget(keys.messages, task_id)
+        pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
+        pipe.zscore(keys.results_expiry, task_id)
+        pipe.hget(keys.errors, task_id)
+        pipe.time()
+        message, (state, value, errors, finished_message), expires, last_error, now = pipe.execute()
+    return record_from(
+        task_id, message, state, value, errors, finished_message, expires, last_error, now
+    )
+
+
+def record_from(
+    task_id: str,
+    message: bytes | None,
+    state: bytes | None,
+    value: bytes | None,
+    errors: bytes | None,
+    finished_message: bytes | None,
+    expires: float | None,
+    last_error: bytes | None,
+    now: tuple[int, int],
+) -> TaskRecord | None:
+    """A ``TaskRecord`` from what ``get_result`` read (None when there is no such task)."""
+    body = decode_message(message) or decode_message(finished_message)
+    if body is None:
+        return None
+    if expires is not None and expires <= now[0] * 1000 + now[1] // 1000:
+        state = value = errors = None  # expired, not swept yet
+        if message is None:
+            return None
+    parts = (state.decode() if state else "").split("|")
+    parts += [""] * (5 - len(parts))
+    # A queued task without a record is READY; a dead letter whose record expired, FAILED.
+    status = parts[0] or (FAILED if last_error is not None else READY)
+    if errors is None and last_error is not None:
+        errors = json.dumps([{"exception_class_path": "", "traceback": _text(last_error)}])
+    return TaskRecord(
+        id=task_id,
+        task=body.get("task"),
+        queue=body.get("queue"),
+        status=status,
+        args=body.get("args") or [],
+        kwargs=body.get("kwargs") or {},
+        enqueued_at=_from_seconds(body.get("enqueued_at")),
+        started_at=_from_ms(parts[1]),
+        last_attempted_at=_from_ms(parts[2]),
+        finished_at=_from_ms(parts[3]),
+        worker_ids=[worker for worker in parts[4].split(",") if worker],
+        errors=json.loads(errors) if errors else [],
+        return_value=json.loads(value) if value and status == SUCCESSFUL else None,
+    )
+
+
+def _from_ms(text: str) -> datetime.datetime | None:
+    return _from_seconds(int(text) / 1000) if text else None
+
+
+def _from_seconds(seconds: Any) -> datetime.datetime | None:
+    if not isinstance(seconds, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)

@@ -8,6 +8,8 @@ spread load over Redis Cluster with several groups served by separate workers.
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +19,10 @@ from django_rcoord.keys import KeySpace
 DEFAULT_GROUP = "main"
 #: Lifetime of unconsumed wake-up tokens (workers' and pollers' lists), ms.
 WAKE_TOKEN_MS = 60_000
+#: How long a group's list of queues (and its lateness samples) outlive its last task, ms.
+GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
+
+_TASK_UUID = re.compile(r"[0-9a-f]{32}\Z")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class QueueKeys:
     in_flight: str
     delayed: str
     dead: str
+    results: str
+    results_expiry: str
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
@@ -64,6 +72,8 @@ class QueueKeys:
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),
             dead=space.key(f"dead:{queue}"),
+            results=space.key("results"),
+            results_expiry=space.key("results-expiry"),
         )
 
 
@@ -76,3 +86,23 @@ def same_group(names: Sequence[str]) -> list[QueueKeys]:
             + ", ".join(names)
         )
     return keys
+
+
+def new_task_id(group: str) -> str:
+    """A new task id; it names its group ("reports/<hex>"; the default group's are bare hex),
+    so its result record can be found from the id alone."""
+    hex_id = uuid.uuid4().hex
+    return hex_id if group == DEFAULT_GROUP else f"{group}/{hex_id}"
+
+
+def group_of_task_id(task_id: object) -> str | None:
+    """The group a task id names, or None when it is not a task id."""
+    if not isinstance(task_id, str):
+        return None
+    group, slash, hex_id = task_id.rpartition("/")
+    if not _TASK_UUID.match(hex_id) or (slash and not group):
+        return None
+    try:
+        return QueueKeys.of(f"{group}/q").group if group else DEFAULT_GROUP
+    except InvalidName:
+        return None

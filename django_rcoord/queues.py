@@ -23,7 +23,9 @@ from django_rcoord.messages import decode_message, encode_message
 from django_rcoord.producer import _enqueue, aexecute_later, enqueue_many, execute_later
 from django_rcoord.queue_admin import (
     LATENESS_SAMPLES,
+    TaskRecord,
     dead_letters,
+    get_result,
     known_groups,
     known_queues,
     overview,
@@ -42,6 +44,7 @@ __all__ = [
     "PermanentFailure",
     "QueueKeys",
     "Task",
+    "TaskRecord",
     "aexecute_later",
     "autodiscover_tasks",
     "dead_letters",
@@ -49,6 +52,7 @@ __all__ = [
     "encode_message",
     "enqueue_many",
     "execute_later",
+    "get_result",
     "get_task",
     "known_groups",
     "known_queues",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import os
 import socket
@@ -26,10 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
+from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
 from django_rcoord.queue_admin import recover_and_promote
@@ -45,6 +48,35 @@ IDLE_CHECK = 1.0
 #: Seconds a worker's heartbeat lives without renewal.
 HEARTBEAT_TTL = 15
 RECOVER_BATCH = 500
+
+
+@dataclass
+class Outcome:
+    """How a run ended: ``kind`` 'ack', 'retry' or 'dead'; for failures the error text (a
+    traceback), the error entry of the result record and the retry delay; for 'ack' the
+    return value as JSON."""
+
+    kind: str
+    task_name: str
+    error: str = ""
+    error_class: str = ""
+    delay_ms: int = 0
+    value_json: str = "null"
+
+    @property
+    def error_entry(self) -> str:
+        if not self.error:
+            return ""
+        return json.dumps({"exception_class_path": self.error_class, "traceback": self.error})
+
+
+def not_runnable(task_name: str, reason: str) -> Outcome:
+    """A task that cannot run here (bad message, unknown task, wrong arguments): dead."""
+    return Outcome("dead", task_name, reason, _class_path(TaskNotRunnable))
+
+
+def _class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 @dataclass
@@ -84,17 +116,8 @@ class Worker:
         self.processed = 0
         first = self.queues[0]
         self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
-        # The finish script's seven leading keys (unused when there is nothing to finish).
-        self._take_only_keys = [
-            first.messages,
-            first.owners,
-            first.failures,
-            first.errors,
-            first.in_flight,
-            first.delayed,
-            first.dead,
-            *self._take_keys,
-        ]
+        # The finish script's leading keys (unused when there is nothing to finish).
+        self._take_only_keys = [*self._finish_keys(first), *self._take_keys]
         space = KeySpace("queue", first.group)
         self._workers_key = space.key("workers")
         self._heartbeat_key = space.key(f"worker:{self.id}")
@@ -198,9 +221,28 @@ class Worker:
             "task_finish",
             self.client,
             keys=self._take_only_keys,
-            args=["", self.id, "ack", "", 0, self._lease_ms],
+            args=["", self.id, "ack", "", 0, self._lease_ms, "", "", self._result_ttl_ms],
         )
         return self._job(following)
+
+    @property
+    def _result_ttl_ms(self) -> int:
+        return max(1000, int(conf.TASK_RESULT_TTL * 1000))
+
+    @staticmethod
+    def _finish_keys(queue: QueueKeys) -> list[str]:
+        """The task_finish script's keys for a task of ``queue`` (before the take pairs)."""
+        return [
+            queue.messages,
+            queue.owners,
+            queue.failures,
+            queue.errors,
+            queue.in_flight,
+            queue.delayed,
+            queue.dead,
+            queue.results,
+            queue.results_expiry,
+        ]
 
     def _job(self, result: Any) -> Job | None:
         if not result:
@@ -212,16 +254,15 @@ class Worker:
     def _process(self, job: Job) -> Job | None:
         """Run ``job``, finish it, and return the next job (taken in the same round trip)."""
         started = time.perf_counter()
-        outcome, error, delay_ms, name = self._execute(job)
+        outcome = self._execute(job)
         took_ms = (time.perf_counter() - started) * 1000
         next_queues = [] if self._should_stop_after_this() else self._take_keys
-        finished, following = self._finish(job, outcome, error, delay_ms, next_queues)
+        finished, following = self._finish(job, outcome, next_queues)
         self.processed += 1
-        if outcome == "retry":  # look for it when it is due, not at the next routine check
-            self._next_check = min(self._next_check, time.monotonic() + delay_ms / 1000)
-        if not finished:
-            outcome = "lease lost (it runs again elsewhere)"
-        logger.info("task %s %s %s in %.1f ms", job.id, name, outcome, took_ms)
+        if outcome.kind == "retry":  # look for it when it is due, not at the next routine check
+            self._next_check = min(self._next_check, time.monotonic() + outcome.delay_ms / 1000)
+        said = outcome.kind if finished else "lease lost (it runs again elsewhere)"
+        logger.info("task %s %s %s in %.1f ms", job.id, outcome.task_name, said, took_ms)
         return self._job(following)
 
     def _should_stop_after_this(self) -> bool:
@@ -229,42 +270,51 @@ class Worker:
             return True
         return self.max_tasks is not None and self.processed + 1 >= self.max_tasks
 
-    def _execute(self, job: Job) -> tuple[str, str, int, str]:
-        """Run the task: (outcome, error text, retry delay ms, task name)."""
+    def _execute(self, job: Job) -> Outcome:
+        """Run the task and say how it ended."""
         message = decode_message(job.body)
         if message is None or not isinstance(message.get("task"), str):
-            return "dead", "undecodable message (not a JSON object with a task name)", 0, "?"
+            return not_runnable("?", "undecodable message (not a JSON object with a task name)")
         name = message["task"]
         registered = get_task(name)
         if registered is None:
-            return "dead", f"unknown task {name!r} (not registered in this worker)", 0, name
+            return not_runnable(name, f"unknown task {name!r} (not registered in this worker)")
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
-            return "dead", "args must be a JSON list and kwargs a JSON object", 0, name
+            return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
         try:
             registered.signature.bind(*args, **kwargs)
         except TypeError as exc:
-            return "dead", f"the task does not accept these arguments: {exc}", 0, name
+            return not_runnable(name, f"the task does not accept these arguments: {exc}")
         self._running = job
         close_old_connections()
         try:
-            result = registered.function(*args, **kwargs)
-            if inspect.isawaitable(result):
-                self._await(result)
+            value = registered.function(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = self._await(value)
         except PermanentFailure as exc:
-            return "dead", f"PermanentFailure: {exc}", 0, name
-        except Exception:
-            error = traceback.format_exc()
+            return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
+        except (Exception, SystemExit) as exc:  # SystemExit fails the task, not the worker
+            outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
             if job.failures < registered.max_retries:
                 backoff = min(
                     conf.TASK_RETRY_BACKOFF * 2**job.failures, conf.TASK_RETRY_BACKOFF_MAX
                 )
-                return "retry", error, int(backoff * 1000), name
-            return "dead", error, 0, name
+                outcome.kind, outcome.delay_ms = "retry", int(backoff * 1000)
+            return outcome
         finally:
             self._running = None
             close_old_connections()
-        return "ack", "", 0, name
+        try:
+            return Outcome("ack", name, value_json=json.dumps(value, cls=DjangoJSONEncoder))
+        except (TypeError, ValueError) as exc:
+            # Running it again would return the same: dead at once, and the worker goes on.
+            return Outcome(
+                "dead",
+                name,
+                f"the return value of task {name!r} cannot be stored as JSON: {exc}",
+                _class_path(type(exc)),
+            )
 
     def _await(self, awaitable: Any) -> Any:
         """Run an async task to its end on this worker's own event loop."""
@@ -292,26 +342,34 @@ class Worker:
             run_script(
                 "task_renew",
                 self.client,
-                keys=[job.queue.owners, job.queue.in_flight],
-                args=[job.id, self.id, lease_ms or self._lease_ms],
+                keys=[
+                    job.queue.owners,
+                    job.queue.in_flight,
+                    job.queue.results,
+                    job.queue.results_expiry,
+                ],
+                args=[
+                    job.id,
+                    self.id,
+                    lease_ms or self._lease_ms,
+                    self._result_ttl_ms + self._lease_ms,
+                ],
             )
         )
 
-    def _finish(
-        self, job: Job, outcome: str, error: str, delay_ms: int, next_queues: list[str]
-    ) -> tuple[int, Any]:
-        queue = job.queue
-        keys = [
-            queue.messages,
-            queue.owners,
-            queue.failures,
-            queue.errors,
-            queue.in_flight,
-            queue.delayed,
-            queue.dead,
-            *next_queues,
+    def _finish(self, job: Job, outcome: Outcome, next_queues: list[str]) -> tuple[int, Any]:
+        keys = [*self._finish_keys(job.queue), *next_queues]
+        args = [
+            job.id,
+            self.id,
+            outcome.kind,
+            outcome.error,
+            outcome.delay_ms,
+            self._lease_ms,
+            outcome.value_json,
+            outcome.error_entry,
+            self._result_ttl_ms,
         ]
-        args = [job.id, self.id, outcome, error, delay_ms, self._lease_ms]
         # Keep trying through a Redis outage: until it is recorded, the task's lease
         # would make it run again.
         backoff = 0.5
@@ -344,6 +402,7 @@ class Worker:
         self._last_heartbeat = now
         with self.client.pipeline(transaction=False) as pipe:
             pipe.sadd(self._workers_key, self.id)
+            pipe.expire(self._workers_key, HEARTBEAT_TTL * 4)  # gone once every worker is
             pipe.set(
                 self._heartbeat_key,
                 ",".join(queue.name for queue in self.queues),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import time
 
@@ -69,3 +70,24 @@ async def record_async(marker: str) -> None:
     """An async task: its effect goes through the worker loop's async client."""
     await asyncio.sleep(0.001)
     await get_async_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def add_numbers(a: int, b: int) -> dict:
+    """A return value with a date in it (DjangoJSONEncoder makes it a string)."""
+    return {"sum": a + b, "on": datetime.date(2026, 11, 23)}
+
+
+@task(queue="default", max_retries=3)
+def return_unstorable() -> object:
+    return object()
+
+
+@task(queue="default", max_retries=0)
+def exit_the_process() -> None:
+    raise SystemExit(3)
+
+
+@task(queue="reports/pdf")
+def render_pdf(name: str) -> str:
+    return f"{name}.pdf"

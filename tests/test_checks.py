@@ -51,6 +51,8 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"ASYNC_CLIENT_FACTORY": "tests.factories.missing"}}, ["rcoord.E015"]),
         ({"RCOORD": {"ASYNC_CLIENT_FACTORY": "tests.factories.not_callable"}}, ["rcoord.E015"]),
         ({"RCOORD": {"ASYNC_WAIT_CONNECTIONS": 0}}, ["rcoord.E016"]),
+        ({"RCOORD": {"TASK_RESULT_TTL": 0}}, ["rcoord.E017"]),
+        ({"RCOORD": {"TASK_RESULT_TTL": "1 day"}}, ["rcoord.E017"]),
         ({"RCOORD": {"ASYNC_WAIT_CONNECTIONS": "50"}}, ["rcoord.E016"]),
         ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
         ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),

@@ -29,7 +29,7 @@ from django_rcoord.queues import (
     send_sold_email_via_queue,
     task,
 )
-from django_rcoord.worker import Worker
+from django_rcoord.worker import Outcome, Worker
 from tests import tasks
 from tests.procs import wait_until
 
@@ -224,9 +224,9 @@ def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     other._recover_if_due(force=True)
     second = other._take()
     assert second is not None and second.id == job.id
-    finished, _ = slow._finish(job, "ack", "", 0, [])
+    finished, _ = slow._finish(job, Outcome("ack", "tests.tasks.record"), [])
     assert finished == 0  # the lease was lost: the other worker owns the task now
-    finished, _ = other._finish(second, "ack", "", 0, [])
+    finished, _ = other._finish(second, Outcome("ack", "tests.tasks.record"), [])
     assert finished == 1
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 

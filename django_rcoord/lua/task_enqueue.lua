@@ -5,10 +5,15 @@
 -- KEYS[6]  schedule LIST of the group (wakes delayed-task pollers)
 -- ARGV[1]  task id   ARGV[2] message JSON   ARGV[3] queue name   ARGV[4] delay, ms (0: now)
 -- ARGV[5]  wake-up token lifetime, ms
+-- ARGV[6]  how long the group's list of queues outlives its last task, ms
 -- Returns  1
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('SADD', KEYS[4], ARGV[3])
 local delay = tonumber(ARGV[4])
+local keep = delay + tonumber(ARGV[6])
+if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[4], keep)
+end
 if delay > 0 then
     local time = redis.call('TIME')
     local due = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + delay

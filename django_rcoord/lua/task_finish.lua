@@ -1,14 +1,21 @@
 -- Finish a task this worker holds (acknowledge, retry later, or dead-letter it), and in the
--- same step take the next task, so that a busy worker needs one round trip per task.
+-- same step take the next task, so that a busy worker needs one round trip per task. Both
+-- steps keep the tasks' result records (status, times, worker ids, errors, return value).
 -- With an empty task id, only take the next task.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts)   KEYS[4] errors HASH (id -> last error)
 -- KEYS[5]  in-flight ZSET of the finished task's queue   KEYS[6] its delayed ZSET
 -- KEYS[7]  its dead LIST
--- KEYS[8..] pairs, in priority order, of the queues to take the next task from:
+-- KEYS[8]  results HASH of the group: <id> -> 'STATUS|started|last attempted|finished|workers'
+--          (times in server ms, worker ids comma-separated), <id>:v -> return value JSON,
+--          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
+-- KEYS[9]  results expiry ZSET (id -> when its finished record expires, ms)
+-- KEYS[10..] pairs, in priority order, of the queues to take the next task from:
 --          ready LIST, in-flight ZSET (none: take nothing)
 -- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] outcome: 'ack' | 'retry' | 'dead'
 -- ARGV[4]  error text (retry, dead)   ARGV[5] retry delay, ms (retry)   ARGV[6] lease, ms
+-- ARGV[7]  return value JSON (ack)   ARGV[8] error entry JSON (retry, dead)
+-- ARGV[9]  how long a finished result is kept, ms
 -- Returns  {finished, next} where finished is 1, or 0 when this worker no longer held the task
 --          (its lease ran out and another worker has it: nothing about it is changed), and
 --          next is {id, message, queue index, failures} or 0 when no task was taken.
@@ -16,26 +23,83 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local id = ARGV[1]
 local finished = 0
+local result_ttl = tonumber(ARGV[9])
+-- The records' keys live as long as the longest-lived record needs (running tasks renew it).
+local keep = result_ttl + tonumber(ARGV[6])
+
+local function load_state(task_id)
+    local raw = redis.call('HGET', KEYS[8], task_id)
+    local state = {}
+    if raw then
+        for part in string.gmatch(raw .. '|', '([^|]*)|') do
+            state[#state + 1] = part
+        end
+    end
+    for index = #state + 1, 5 do
+        state[index] = ''
+    end
+    return state
+end
+
+local function save_state(task_id, state)
+    redis.call('HSET', KEYS[8], task_id, table.concat(state, '|'))
+end
+
+local function add_error(task_id, entry)
+    local field = task_id .. ':e'
+    local errors = redis.call('HGET', KEYS[8], field)
+    if errors then
+        redis.call('HSET', KEYS[8], field, string.sub(errors, 1, -2) .. ',' .. entry .. ']')
+    else
+        redis.call('HSET', KEYS[8], field, '[' .. entry .. ']')
+    end
+end
+
 if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], id) then
     finished = 1
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[2], id)
+    local state = load_state(id)
     if ARGV[3] == 'ack' then
+        state[1] = 'SUCCESSFUL'
+        state[4] = now
+        redis.call('HSET', KEYS[8], id .. ':v', ARGV[7])
+        local message = redis.call('HGET', KEYS[1], id)
+        if message then
+            redis.call('HSET', KEYS[8], id .. ':m', message)
+        end
         redis.call('HDEL', KEYS[1], id)
         redis.call('HDEL', KEYS[3], id)
         redis.call('HDEL', KEYS[4], id)
+        redis.call('ZADD', KEYS[9], now + result_ttl, id)
     else
+        add_error(id, ARGV[8])
         redis.call('HINCRBY', KEYS[3], id, 1)
         redis.call('HSET', KEYS[4], id, ARGV[4])
         if ARGV[3] == 'retry' then
+            state[1] = 'READY'
             redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), id)
+            keep = keep + tonumber(ARGV[5])
         else
+            state[1] = 'FAILED'
+            state[4] = now
             redis.call('RPUSH', KEYS[7], id)
+            redis.call('ZADD', KEYS[9], now + result_ttl, id)
         end
+    end
+    save_state(id, state)
+    -- Finished records expire a while later; drop a few that have.
+    local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, 16)
+    for _, old in ipairs(expired) do
+        redis.call('HDEL', KEYS[8], old, old .. ':v', old .. ':e', old .. ':m')
+    end
+    if #expired > 0 then
+        redis.call('ZREM', KEYS[9], unpack(expired))
     end
 end
 
-for index = 8, #KEYS, 2 do
+local taken = 0
+for index = 10, #KEYS, 2 do
     local next_id = redis.call('LPOP', KEYS[index])
     while next_id do
         local message = redis.call('HGET', KEYS[1], next_id)
@@ -43,10 +107,29 @@ for index = 8, #KEYS, 2 do
             redis.call('ZADD', KEYS[index + 1], now + tonumber(ARGV[6]), next_id)
             redis.call('HSET', KEYS[2], next_id, ARGV[2])
             local failures = tonumber(redis.call('HGET', KEYS[3], next_id) or '0')
-            return {finished, {next_id, message, (index - 6) / 2, failures}}
+            local state = load_state(next_id)
+            state[1] = 'RUNNING'
+            if state[2] == '' then
+                state[2] = now
+            end
+            state[3] = now
+            state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
+            save_state(next_id, state)
+            taken = {next_id, message, (index - 8) / 2, failures}
+            break
         end
         -- An id whose message is gone was acknowledged already (a duplicate): skip it.
         next_id = redis.call('LPOP', KEYS[index])
     end
+    if taken ~= 0 then
+        break
+    end
 end
-return {finished, 0}
+if finished == 1 or taken ~= 0 then
+    for key_index = 8, 9 do
+        if redis.call('PTTL', KEYS[key_index]) < keep then
+            redis.call('PEXPIRE', KEYS[key_index], keep)
+        end
+    end
+end
+return {finished, taken}

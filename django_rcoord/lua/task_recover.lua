@@ -3,8 +3,9 @@
 -- By the server's clock; run by workers when idle and by the delayed-task poller.
 -- KEYS[1]  owners HASH   KEYS[2] ready LIST   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
 -- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
+-- KEYS[7]  results HASH of the group (a task put back is READY again)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
--- ARGV[3]  how many lateness samples to keep
+-- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples, ms
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none)}
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -16,6 +17,12 @@ end
 if #expired > 0 then
     redis.call('ZREM', KEYS[3], unpack(expired))
     redis.call('HDEL', KEYS[1], unpack(expired))
+    for _, id in ipairs(expired) do
+        local state = redis.call('HGET', KEYS[7], id)
+        if state then
+            redis.call('HSET', KEYS[7], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
+        end
+    end
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
 local promoted = #due / 2
@@ -29,6 +36,7 @@ if promoted > 0 then
     redis.call('ZREM', KEYS[4], unpack(ids))
     redis.call('LPUSH', KEYS[6], unpack(lateness))
     redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
+    redis.call('PEXPIRE', KEYS[6], ARGV[4])
 end
 local moved = #expired + promoted
 if moved > 0 then

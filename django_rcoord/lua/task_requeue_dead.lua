@@ -1,6 +1,7 @@
 -- Move every dead letter of a queue back to the end of the queue, with fresh retries.
 -- KEYS[1]  dead LIST   KEYS[2] ready LIST   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  wake LIST of the group
+-- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: READY again)
+-- KEYS[7]  results expiry ZSET (a requeued task's record no longer expires)
 -- ARGV[1]  wake-up token lifetime, ms
 -- Returns  how many tasks were requeued.
 local moved = 0
@@ -12,6 +13,13 @@ while true do
     redis.call('RPUSH', KEYS[2], unpack(ids))
     redis.call('HDEL', KEYS[3], unpack(ids))
     redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('ZREM', KEYS[7], unpack(ids))
+    for _, id in ipairs(ids) do
+        local state = redis.call('HGET', KEYS[6], id)
+        if state then
+            redis.call('HSET', KEYS[6], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
+        end
+    end
     redis.call('LTRIM', KEYS[1], #ids, -1)
     moved = moved + #ids
 end

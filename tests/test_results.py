@@ -1,0 +1,192 @@
+"""Result records of the project's own tasks: ``queues.get_result(task_id)``."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import time
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from django_rcoord.connection import get_client
+from django_rcoord.queues import enqueue_many, execute_later, get_result, queue_stats, requeue_dead
+from django_rcoord.worker import Worker
+from tests import tasks
+from tests.procs import wait_until
+from tests.test_queues import output_of, ran, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_all(*queues: str) -> int:
+    return Worker(list(queues or ["default"]), burst=True).run()
+
+
+def test_a_queued_task_is_ready_with_its_arguments() -> None:
+    before = datetime.datetime.now(datetime.timezone.utc)
+    task_id = tasks.record.delay("r1")
+    record = get_result(task_id)
+    assert record.status == "READY"
+    assert record.task == "tests.tasks.record"
+    assert record.queue == "default"
+    assert record.args == ["r1"] and record.kwargs == {}
+    assert before - datetime.timedelta(seconds=1) <= record.enqueued_at
+    assert record.started_at is record.finished_at is None
+    assert record.attempts == 0 and record.errors == []
+    assert not record.is_finished
+
+
+def test_a_finished_task_is_successful_with_its_return_value() -> None:
+    task_id = tasks.add_numbers.delay(2, b=3)
+    assert run_all() == 1
+    record = get_result(task_id)
+    assert record.status == "SUCCESSFUL"
+    assert record.return_value == {"sum": 5, "on": "2026-11-23"}
+    assert record.args == [2] and record.kwargs == {"b": 3}
+    assert record.enqueued_at <= record.started_at <= record.finished_at
+    assert record.last_attempted_at == record.started_at
+    assert record.attempts == 1 and len(record.worker_ids[0]) > 10
+    assert record.errors == []
+
+
+def test_running_is_seen_from_another_process() -> None:
+    task_id = tasks.record_slowly.delay("slow", 1.5)
+    worker = start_worker("--burst")
+    try:
+        wait_until(lambda: get_result(task_id).status == "RUNNING", timeout=60)
+        record = get_result(task_id)
+        assert record.started_at is not None and record.finished_at is None
+        assert record.worker_ids[0].split(":")[1] == str(worker.pid)
+        wait_until(lambda: get_result(task_id).status == "SUCCESSFUL", timeout=60)
+    finally:
+        output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+
+
+def test_a_failed_task_keeps_its_error_and_traceback() -> None:
+    task_id = tasks.always_fail.delay("f1")
+    run_all()
+    record = get_result(task_id)
+    assert record.status == "FAILED"
+    assert record.finished_at is not None
+    (error,) = record.errors
+    assert error["exception_class_path"] == "builtins.ValueError"
+    assert "f1 always fails" in error["traceback"] and "Traceback" in error["traceback"]
+    assert record.return_value is None
+
+
+def test_retries_count_as_attempts_and_keep_each_error() -> None:
+    task_id = tasks.fail_then_succeed.delay("r2", 2)
+    deadline = time.monotonic() + 30
+    while get_result(task_id).status != "SUCCESSFUL" and time.monotonic() < deadline:
+        run_all()
+        time.sleep(0.05)
+    record = get_result(task_id)
+    assert record.status == "SUCCESSFUL"
+    assert record.attempts == 3
+    assert [error["exception_class_path"] for error in record.errors] == [
+        "builtins.RuntimeError",
+        "builtins.RuntimeError",
+    ]
+    assert record.started_at < record.last_attempted_at <= record.finished_at
+
+
+def test_a_return_value_json_cannot_carry_fails_the_task_and_the_worker_goes_on() -> None:
+    bad = tasks.return_unstorable.delay()
+    good = tasks.record.delay("after")
+    assert run_all() == 2
+    record = get_result(bad)
+    assert record.status == "FAILED"
+    assert record.attempts == 1  # not retried: it would return the same
+    assert "cannot be stored as JSON" in record.errors[0]["traceback"]
+    assert get_result(good).status == "SUCCESSFUL"
+    assert ran() == ["after"]
+
+
+def test_system_exit_fails_the_task_not_the_worker() -> None:
+    exiting = tasks.exit_the_process.delay()
+    after = tasks.record.delay("still-here")
+    worker = start_worker("--burst")
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert get_result(exiting).status == "FAILED"
+    assert get_result(exiting).errors[0]["exception_class_path"] == "builtins.SystemExit"
+    assert get_result(after).status == "SUCCESSFUL"
+
+
+def test_a_task_that_cannot_run_here_is_failed_with_the_reason() -> None:
+    task_id = execute_later("default", "tests.tasks.no_such_task", [1])
+    run_all()
+    record = get_result(task_id)
+    assert record.status == "FAILED"
+    assert record.errors[0]["exception_class_path"] == "django_rcoord.exceptions.TaskNotRunnable"
+    assert "unknown task" in record.errors[0]["traceback"]
+
+
+def test_a_requeued_dead_letter_is_ready_again() -> None:
+    task_id = tasks.always_fail.delay("again")
+    run_all()
+    assert get_result(task_id).status == "FAILED"
+    assert requeue_dead("default") == 1
+    assert get_result(task_id).status == "READY"
+    assert len(get_result(task_id).errors) == 1  # its history is kept
+
+
+def test_ids_name_their_group_and_unknown_ids_have_no_record() -> None:
+    task_id = tasks.render_pdf.delay("invoice")
+    assert task_id.startswith("reports/")
+    run_all("reports/pdf")
+    assert get_result(task_id).return_value == "invoice.pdf"
+    assert get_result("0" * 32) is None
+    for malformed in ("", "nope", "reports/", "x" * 32, "{bad}/" + "0" * 32, 42, None):
+        assert get_result(malformed) is None
+
+
+def test_a_worker_killed_mid_task_runs_it_again_and_counts_both_attempts() -> None:
+    task_id = tasks.record_slowly.delay("k1", 1.0)
+    victim = start_worker(lease=1.5)
+    wait_until(lambda: get_result(task_id).status == "RUNNING", timeout=60)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    rescuer = start_worker(lease=1.5)  # takes it again once the dead worker's lease ends
+    try:
+        wait_until(lambda: get_result(task_id).status == "SUCCESSFUL", timeout=60)
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        output_of(rescuer, 30)
+    record = get_result(task_id)
+    assert record.status == "SUCCESSFUL"
+    assert record.attempts == 2
+    assert record.worker_ids[0] != record.worker_ids[1]
+
+
+def test_finished_records_expire(redis_client) -> None:
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
+        first = tasks.record.delay("e1")
+        run_all()
+        assert get_result(first).status == "SUCCESSFUL"
+        time.sleep(1.2)
+        assert get_result(first) is None  # expired (swept later)
+        tasks.record.delay("e2")
+        run_all()  # its finish sweeps the expired record
+    fields = [field.decode() for field in redis_client.hkeys(results_key())]
+    assert not any(field.startswith(first) for field in fields)
+
+
+def results_key() -> str:
+    from django_rcoord.queue_keys import QueueKeys
+
+    return QueueKeys.of("default").results
+
+
+def test_thirty_finished_tasks_leave_no_key_without_an_expiry(redis_client) -> None:
+    enqueue_many([(tasks.add_numbers, (index, 1), {}) for index in range(30)])
+    assert run_all() == 30
+    keys = list(redis_client.scan_iter(count=1000))  # every primary's, on a cluster
+    assert keys
+    lasting = [key for key in keys if redis_client.pttl(key) == -1]
+    assert lasting == []
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert get_client().hlen(results_key()) == 30 * 3  # state, value, message per task

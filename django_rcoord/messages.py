@@ -13,7 +13,11 @@ from django_rcoord.queue_keys import QueueKeys, new_task_id
 
 
 def encode_message(
-    task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any]
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
     """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry."""
     task_id = new_task_id(QueueKeys.of(queue).group)
@@ -24,6 +28,7 @@ def encode_message(
         "args": list(args),
         "kwargs": dict(kwargs),
         "enqueued_at": time.time(),
+        **(extra or {}),
     }
     try:
         return task_id, json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":"))

@@ -16,11 +16,16 @@ __all__ = ["aexecute_later", "enqueue_many", "execute_later"]
 
 
 def _enqueue_call(
-    task_name: str, queue: str, args: Sequence[Any], kwargs: dict[str, Any], delay_ms: int
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    delay_ms: int,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[str, list[str], list[Any]]:
     """(task id, KEYS, ARGV) of the task_enqueue script for a new message."""
     keys = QueueKeys.of(queue)
-    task_id, body = encode_message(task_name, queue, args, kwargs)
+    task_id, body = encode_message(task_name, queue, args, kwargs, extra)
     return (
         task_id,
         [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
@@ -35,8 +40,9 @@ def _enqueue(
     args: Sequence[Any],
     kwargs: dict[str, Any],
     delay_ms: int,
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms, extra)
     run_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
 
@@ -48,8 +54,9 @@ async def _aenqueue(
     args: Sequence[Any],
     kwargs: dict[str, Any],
     delay_ms: int,
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms, extra)
     client = await aresolve_client(client)
     await arun_script("task_enqueue", client, keys=keys, args=argv)
     return task_id

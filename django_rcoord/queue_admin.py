@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.messages import _text, decode_message
 from django_rcoord.queue_keys import (
@@ -22,6 +22,7 @@ from django_rcoord.scripts import run_script
 
 __all__ = [
     "TaskRecord",
+    "aget_result",
     "dead_letters",
     "get_result",
     "known_groups",
@@ -202,6 +203,7 @@ class TaskRecord:
     id: str
     task: str | None
     queue: str | None
+    backend: str | None  # the Tasks framework backend alias of a framework task
     status: str
     args: list[Any]
     kwargs: dict[str, Any]
@@ -232,29 +234,41 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     keys = QueueKeys.of(f"{group}/q")
     # On the slot's primary: its TIME is the clock the records' expiry was set by.
     with slot_pipeline(resolve_client(client), keys.messages, transaction=False) as pipe:
-        pipe.hget(keys.messages, task_id)
-        pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
-        pipe.zscore(keys.results_expiry, task_id)
-        pipe.hget(keys.errors, task_id)
-        pipe.time()
-        message, (state, value, errors, finished_message), expires, last_error, now = pipe.execute()
-    return record_from(
-        task_id, message, state, value, errors, finished_message, expires, last_error, now
-    )
+        _read_record(pipe, keys, task_id)
+        return record_from(task_id, *pipe.execute())
+
+
+async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
+    """``get_result`` for async code (redis.asyncio, one round trip)."""
+    group = group_of_task_id(task_id)
+    if group is None:
+        return None
+    keys = QueueKeys.of(f"{group}/q")
+    pipe = await aslot_pipeline(await aresolve_client(client), keys.messages, transaction=False)
+    async with pipe:
+        _read_record(pipe, keys, task_id)
+        return record_from(task_id, *await pipe.execute())
+
+
+def _read_record(pipe: Any, keys: QueueKeys, task_id: str) -> None:
+    """Queue the reads of one record on ``pipe`` (``record_from`` takes their replies)."""
+    pipe.hget(keys.messages, task_id)
+    pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
+    pipe.zscore(keys.results_expiry, task_id)
+    pipe.hget(keys.errors, task_id)
+    pipe.time()
 
 
 def record_from(
     task_id: str,
     message: bytes | None,
-    state: bytes | None,
-    value: bytes | None,
-    errors: bytes | None,
-    finished_message: bytes | None,
+    fields: list[bytes | None],
     expires: float | None,
     last_error: bytes | None,
     now: tuple[int, int],
 ) -> TaskRecord | None:
-    """A ``TaskRecord`` from what ``get_result`` read (None when there is no such task)."""
+    """A ``TaskRecord`` from what ``_read_record`` read (None when there is no such task)."""
+    state, value, errors, finished_message = fields
     body = decode_message(message) or decode_message(finished_message)
     if body is None:
         return None
@@ -272,6 +286,7 @@ def record_from(
         id=task_id,
         task=body.get("task"),
         queue=body.get("queue"),
+        backend=body.get("backend"),
         status=status,
         args=body.get("args") or [],
         kwargs=body.get("kwargs") or {},

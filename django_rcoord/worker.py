@@ -14,6 +14,7 @@ works as in an ASGI view.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import json
 import logging
@@ -35,7 +36,7 @@ from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
-from django_rcoord.queue_admin import recover_and_promote
+from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote
 from django_rcoord.queue_keys import QueueKeys, same_group
 from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
@@ -85,6 +86,15 @@ class Job:
     body: bytes
     queue: QueueKeys
     failures: int  # failed attempts before this one
+    state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
+
+    @property
+    def record(self) -> TaskRecord | None:
+        """Its result record as it is now (RUNNING), from what the take script returned."""
+        body = self.body.encode() if isinstance(self.body, str) else self.body
+        return record_from(
+            self.id, body, [self.state.encode(), None, None, None], None, None, (0, 0)
+        )
 
 
 class Worker:
@@ -247,8 +257,14 @@ class Worker:
     def _job(self, result: Any) -> Job | None:
         if not result:
             return None
-        task_id, body, queue_index, failures = result
-        return Job(task_id.decode(), body, self.queues[int(queue_index) - 1], int(failures))
+        task_id, body, queue_index, failures, state = result
+        return Job(
+            task_id.decode(),
+            body,
+            self.queues[int(queue_index) - 1],
+            int(failures),
+            state.decode(),
+        )
 
     # -- one task --------------------------------------------------------------
     def _process(self, job: Job) -> Job | None:
@@ -277,6 +293,8 @@ class Worker:
             return not_runnable("?", "undecodable message (not a JSON object with a task name)")
         name = message["task"]
         registered = get_task(name)
+        if registered is None and message.get("backend"):
+            return self._execute_framework_task(job, message, name)
         if registered is None:
             return not_runnable(name, f"unknown task {name!r} (not registered in this worker)")
         args, kwargs = message.get("args", []), message.get("kwargs", {})
@@ -286,17 +304,29 @@ class Worker:
             registered.signature.bind(*args, **kwargs)
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
+        return self._call(job, name, registered.function, args, kwargs, registered.max_retries)
+
+    def _call(
+        self,
+        job: Job,
+        name: str,
+        function: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        max_retries: int,
+    ) -> Outcome:
+        """Call a task function (awaiting an async one) and say how it ended."""
         self._running = job
         close_old_connections()
         try:
-            value = registered.function(*args, **kwargs)
+            value = function(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = self._await(value)
         except PermanentFailure as exc:
             return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
         except (Exception, SystemExit) as exc:  # SystemExit fails the task, not the worker
             outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
-            if job.failures < registered.max_retries:
+            if job.failures < max_retries:
                 backoff = min(
                     conf.TASK_RETRY_BACKOFF * 2**job.failures, conf.TASK_RETRY_BACKOFF_MAX
                 )
@@ -315,6 +345,53 @@ class Worker:
                 f"the return value of task {name!r} cannot be stored as JSON: {exc}",
                 _class_path(type(exc)),
             )
+
+    def _execute_framework_task(self, job: Job, message: dict[str, Any], name: str) -> Outcome:
+        """Run a task of Django's Tasks framework (enqueued by RedisTaskBackend)."""
+        from django_rcoord import tasks_framework as framework
+        from django_rcoord.task_backend import (
+            RedisTaskBackend,
+            framework_task,
+            result_from_record,
+        )
+
+        task = framework_task(name)
+        if task is None:
+            return not_runnable(name, f"{name!r} is not a Tasks framework task")
+        try:
+            backend = framework.task_backends[message["backend"]]
+        except Exception as exc:
+            return not_runnable(name, f"no Tasks backend {message['backend']!r}: {exc}")
+        if not isinstance(backend, RedisTaskBackend):
+            return not_runnable(name, f"backend {backend.alias!r} is not RedisTaskBackend")
+        args, kwargs = message.get("args", []), message.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
+        result = result_from_record(task, job.record)
+        if task.takes_context:
+            args = [framework.TaskContext(task_result=result), *args]
+        try:
+            inspect.signature(task.func).bind(*args, **kwargs)
+        except TypeError as exc:
+            return not_runnable(name, f"the task does not accept these arguments: {exc}")
+        sender = type(backend)
+        framework.task_started.send(sender, task_result=result)
+        outcome = self._call(job, name, task.func, args, kwargs, backend.max_retries)
+        if outcome.kind != "retry":
+            now = datetime.datetime.now(datetime.timezone.utc)
+            object.__setattr__(result, "finished_at", now)
+            if outcome.kind == "ack":
+                object.__setattr__(result, "status", framework.TaskResultStatus.SUCCESSFUL)
+                object.__setattr__(result, "_return_value", json.loads(outcome.value_json))
+            else:
+                object.__setattr__(result, "status", framework.TaskResultStatus.FAILED)
+                result.errors.append(
+                    framework.TaskError(
+                        exception_class_path=outcome.error_class, traceback=outcome.error
+                    )
+                )
+            framework.task_finished.send(sender, task_result=result)
+        return outcome
 
     def _await(self, awaitable: Any) -> Any:
         """Run an async task to its end on this worker's own event loop."""

@@ -20,7 +20,16 @@ INSTALLED_APPS = [
     # The example project's pages are tested too (mounted under /example/).
     "example_project",
     "tests",  # for tests/tasks.py, discovered by workers
+    "django_tasks",  # Django's Tasks framework, backported to Django 5.2
 ]
+
+# Django's Tasks framework on django-rcoord's queues (tests/framework_tasks.py).
+TASKS = {
+    "default": {
+        "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
+        "QUEUES": ["default", "email", "slow"],
+    }
+}
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

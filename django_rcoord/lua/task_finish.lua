@@ -18,7 +18,8 @@
 -- ARGV[9]  how long a finished result is kept, ms
 -- Returns  {finished, next} where finished is 1, or 0 when this worker no longer held the task
 --          (its lease ran out and another worker has it: nothing about it is changed), and
---          next is {id, message, queue index, failures} or 0 when no task was taken.
+--          next is {id, message, queue index, failures, record state} or 0 when no task was
+--          taken.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local id = ARGV[1]
@@ -115,7 +116,7 @@ for index = 10, #KEYS, 2 do
             state[3] = now
             state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
             save_state(next_id, state)
-            taken = {next_id, message, (index - 8) / 2, failures}
+            taken = {next_id, message, (index - 8) / 2, failures, table.concat(state, '|')}
             break
         end
         -- An id whose message is gone was acknowledged already (a duplicate): skip it.

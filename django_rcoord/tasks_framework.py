@@ -1,0 +1,44 @@
+"""Django's Tasks framework, wherever it comes from: the one import shim.
+
+Django 6.0 and newer ship it as ``django.tasks``; on Django 5.2 the
+``django-tasks`` backport (``pip install "django-rcoord[tasks]"``) provides the
+same API as ``django_tasks``. Everything django-rcoord uses of it is imported
+here, and only here.
+"""
+
+from __future__ import annotations
+
+try:  # Django >= 6.0
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskError
+    from django.tasks.exceptions import InvalidTask as InvalidTaskError
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+
+    SOURCE = "django.tasks"
+except ImportError:  # Django 5.2 with the backport
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskError, TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+    SOURCE = "django_tasks"
+
+__all__ = [
+    "SOURCE",
+    "BaseTaskBackend",
+    "InvalidTaskError",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultStatus",
+    "task",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+]

@@ -1,0 +1,40 @@
+"""Tasks of Django's Tasks framework, run by RedisTaskBackend (tests/test_task_backend.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from django_rcoord.connection import get_client
+from django_rcoord.tasks_framework import task
+
+RAN = "test:framework-ran"
+
+
+@task()
+def add(a: int, b: int) -> int:
+    get_client().rpush(RAN, f"add:{a}+{b}")
+    return a + b
+
+
+@task()
+def boom(marker: str) -> None:
+    raise ValueError(f"{marker} went boom")
+
+
+@task(takes_context=True)
+def attempt_number(context, marker: str) -> dict:  # noqa: ANN001  (the framework's TaskContext)
+    return {"attempt": context.attempt, "id": context.task_result.id, "marker": marker}
+
+
+@task()
+async def add_later(a: int, b: int) -> int:
+    await asyncio.sleep(0.001)
+    return a + b
+
+
+@task(queue_name="slow")
+def sleep_then_return(seconds: float) -> str:
+    get_client().rpush("test:framework-started", "1")
+    time.sleep(seconds)
+    return "woke"

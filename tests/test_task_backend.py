@@ -1,0 +1,199 @@
+"""RedisTaskBackend: Django's Tasks framework on django-rcoord's queues, with real workers."""
+
+from __future__ import annotations
+
+import datetime
+import signal
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from django_rcoord.connection import get_client
+from django_rcoord.queues import queue_stats
+from django_rcoord.task_backend import RedisTaskBackend
+from django_rcoord.tasks_framework import (
+    InvalidTaskError,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_backends,
+    task_enqueued,
+    task_finished,
+    task_started,
+)
+from django_rcoord.worker import Worker
+from tests import framework_tasks, tasks
+from tests.procs import wait_until
+from tests.test_queues import output_of, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_all(*queues: str) -> int:
+    return Worker(list(queues or ["default"]), burst=True).run()
+
+
+def test_the_backend_says_what_it_supports() -> None:
+    backend = task_backends["default"]
+    assert isinstance(backend, RedisTaskBackend)
+    assert backend.supports_defer and backend.supports_async_task and backend.supports_get_result
+
+
+def test_enqueue_is_ready_then_a_worker_process_makes_it_successful() -> None:
+    result = framework_tasks.add.enqueue(2, b=3)
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [2] and result.kwargs == {"b": 3}
+    fetched = framework_tasks.add.get_result(result.id)
+    assert fetched.status == TaskResultStatus.READY and fetched.task == framework_tasks.add
+    worker = start_worker("--burst")
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 5
+    assert result.attempts == 1 and result.worker_ids[0].split(":")[1] == str(worker.pid)
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert result.errors == []
+
+
+def test_a_task_that_raises_is_failed_at_once_with_its_traceback() -> None:
+    result = framework_tasks.boom.enqueue("b1")
+    run_all()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1  # no retries unless OPTIONS asks for them
+    (error,) = result.errors
+    assert error.exception_class_path == "builtins.ValueError"
+    assert error.exception_class is ValueError
+    assert "b1 went boom" in error.traceback
+    assert queue_stats("default")["dead"] == 1
+
+
+def test_options_can_ask_for_retries() -> None:
+    tasks_setting = {
+        "default": {**settings.TASKS["default"], "OPTIONS": {"MAX_RETRIES": 2}},
+    }
+    with override_settings(
+        TASKS=tasks_setting, RCOORD={**settings.RCOORD, "TASK_RETRY_BACKOFF": 0.01}
+    ):
+        result = framework_tasks.boom.enqueue("b2")
+        for _ in range(20):
+            run_all()
+            if task_backends["default"].get_result(result.id).is_finished:
+                break
+        result = task_backends["default"].get_result(result.id)
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 3 and len(result.errors) == 3
+
+
+def test_context_gives_the_result_and_the_attempt() -> None:
+    result = framework_tasks.attempt_number.enqueue("c1")
+    run_all()
+    result.refresh()
+    assert result.return_value == {"attempt": 1, "id": result.id, "marker": "c1"}
+
+
+def test_async_task_functions_are_awaited() -> None:
+    result = framework_tasks.add_later.enqueue(20, 22)
+    run_all()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+
+
+def test_a_worker_killed_mid_task_runs_it_again() -> None:
+    result = framework_tasks.sleep_then_return.enqueue(1.0)
+    victim = start_worker(lease=1.5, queues=("slow",))
+    wait_until(lambda: get_client().llen("test:framework-started") >= 1, timeout=60)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    rescuer = start_worker(lease=1.5, queues=("slow",))
+    try:
+        wait_until(lambda: task_backends["default"].get_result(result.id).is_finished, timeout=60)
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        output_of(rescuer, 30)
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.attempts == 2
+    assert result.return_value == "woke"
+
+
+def test_run_after_waits_in_the_delayed_set() -> None:
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
+    result = framework_tasks.add.using(run_after=later).enqueue(1, 1)
+    assert queue_stats("default")["delayed"] == 1
+    assert run_all() == 0
+    assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
+
+
+def test_the_framework_signals_are_sent() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def receiver(name: str):  # noqa: ANN202
+        def receive(sender, task_result, **kwargs):  # noqa: ANN001, ANN202
+            seen.append((name, str(task_result.status)))
+
+        return receive
+
+    receivers = {signal: receiver(name) for name, signal in (
+        ("enqueued", task_enqueued), ("started", task_started), ("finished", task_finished)
+    )}  # fmt: skip
+    for signal_, function in receivers.items():
+        signal_.connect(function)
+    try:
+        framework_tasks.add.enqueue(1, 2)
+        run_all()
+    finally:
+        for signal_, function in receivers.items():
+            signal_.disconnect(function)
+    assert seen == [("enqueued", "READY"), ("started", "RUNNING"), ("finished", "SUCCESSFUL")]
+
+
+def test_missing_and_foreign_ids_do_not_exist() -> None:
+    backend = task_backends["default"]
+    own_task_id = tasks.record.delay("not-framework")
+    for result_id in ("0" * 32, "nope", "", own_task_id):
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(result_id)
+
+
+def test_queues_are_validated() -> None:
+    with pytest.raises(InvalidTaskError):
+        framework_tasks.add.using(queue_name="nowhere")
+    with pytest.raises(InvalidTaskError):
+        framework_tasks.add.using(priority=5)  # not supported yet: refused, not ignored
+
+
+def test_one_worker_runs_both_kinds_of_task() -> None:
+    own = tasks.record.delay("own")
+    framework = framework_tasks.add.enqueue(3, 4)
+    assert run_all() == 2
+    framework.refresh()
+    assert framework.return_value == 7
+    from django_rcoord.queues import get_result
+
+    assert get_result(own).status == "SUCCESSFUL"
+
+
+async def test_async_enqueue_and_results() -> None:
+    result = await framework_tasks.add.aenqueue(5, 6)
+    fetched = await framework_tasks.add.aget_result(result.id)
+    assert fetched.status == TaskResultStatus.READY
+    with pytest.raises(TaskResultDoesNotExist):
+        await task_backends["default"].aget_result("0" * 32)
+    await result.arefresh()
+    assert result.status == TaskResultStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("params", "check_id"),
+    [
+        ({"OPTIONS": {"RETRIES": 1}}, "rcoord.E018"),
+        ({"OPTIONS": {"MAX_RETRIES": -1}}, "rcoord.E018"),
+        ({"QUEUES": ["bad{name}/", "default"]}, "rcoord.E019"),
+        ({"QUEUES": ["reports/pdf", "default"]}, "rcoord.W003"),
+    ],
+)
+def test_backend_checks(params: dict, check_id: str) -> None:
+    backend = RedisTaskBackend("checked", {"QUEUES": ["default"], **params})
+    assert check_id in [message.id for message in backend.check()]

@@ -20,16 +20,18 @@ def _enqueue_call(
     queue: str,
     args: Sequence[Any],
     kwargs: dict[str, Any],
-    delay_ms: int,
+    when: tuple[int, int],
     extra: dict[str, Any] | None = None,
 ) -> tuple[str, list[str], list[Any]]:
-    """(task id, KEYS, ARGV) of the task_enqueue script for a new message."""
+    """(task id, KEYS, ARGV) of the task_enqueue script for a new message; ``when`` is
+    (delay ms, due time ms since the epoch or 0), see ``_when``."""
     keys = QueueKeys.of(queue)
     task_id, body = encode_message(task_name, queue, args, kwargs, extra)
+    delay_ms, due_at_ms = when
     return (
         task_id,
         [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
-        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS],
+        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms],
     )
 
 
@@ -39,10 +41,10 @@ def _enqueue(
     queue: str,
     args: Sequence[Any],
     kwargs: dict[str, Any],
-    delay_ms: int,
+    when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms, extra)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra)
     run_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
 
@@ -53,29 +55,30 @@ async def _aenqueue(
     queue: str,
     args: Sequence[Any],
     kwargs: dict[str, Any],
-    delay_ms: int,
+    when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, delay_ms, extra)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra)
     client = await aresolve_client(client)
     await arun_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
 
 
-def _delay_ms(delay: float | datetime.timedelta | None, eta: datetime.datetime | None) -> int:
+def _when(
+    delay: float | datetime.timedelta | None, eta: datetime.datetime | None = None
+) -> tuple[int, int]:
+    """(delay ms, due time ms since the epoch or 0) for the enqueue script: a delay counts
+    from the moment the server stores the task, an ``eta`` is read on the server's clock."""
     if delay is not None and eta is not None:
         raise ValueError("give delay or eta, not both")
     if eta is not None:
         if eta.tzinfo is None:
             raise ValueError("eta must be an aware datetime")
-        seconds = (eta - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-    elif isinstance(delay, datetime.timedelta):
-        seconds = delay.total_seconds()
-    else:
-        seconds = delay or 0
-    if seconds < 0 and eta is None:
+        return 0, max(1, int(eta.timestamp() * 1000))
+    seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) else delay or 0
+    if seconds < 0:
         raise ValueError("delay must not be negative")
-    return max(0, int(seconds * 1000))
+    return int(seconds * 1000), 0
 
 
 def execute_later(
@@ -85,14 +88,14 @@ def execute_later(
 
     Returns the task id. One round trip.
     """
-    return _enqueue(resolve_client(client), name, queue, args, {}, _delay_ms(delay, None))
+    return _enqueue(resolve_client(client), name, queue, args, {}, _when(delay))
 
 
 async def aexecute_later(
     queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
-    return await _aenqueue(client, name, queue, args, {}, _delay_ms(delay, None))
+    return await _aenqueue(client, name, queue, args, {}, _when(delay))
 
 
 def enqueue_many(
@@ -123,6 +126,6 @@ def enqueue_many(
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
             for index, name, target_queue, args, kwargs in entries:
-                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs, 0)
+                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs)
             pipe.execute()
     return ids

@@ -77,5 +77,4 @@ def send_sold_email_via_queue(
         send_sold_email.queue,
         (seller, item, price, buyer),
         {},
-        0,
     )

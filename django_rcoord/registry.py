@@ -13,7 +13,7 @@ from django.apps import apps
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.messages import encode_message
-from django_rcoord.producer import _aenqueue, _delay_ms, _enqueue
+from django_rcoord.producer import _aenqueue, _enqueue, _when
 from django_rcoord.queue_keys import QueueKeys
 
 __all__ = ["PermanentFailure", "Task", "autodiscover_tasks", "get_task", "task"]
@@ -45,7 +45,7 @@ class Task:
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip)."""
-        return _enqueue(resolve_client(None), self.name, self.queue, args, kwargs, 0)
+        return _enqueue(resolve_client(None), self.name, self.queue, args, kwargs)
 
     def schedule(
         self,
@@ -56,12 +56,12 @@ class Task:
     ) -> str:
         """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
         return _enqueue(
-            resolve_client(None), self.name, self.queue, args, kwargs, _delay_ms(delay, eta)
+            resolve_client(None), self.name, self.queue, args, kwargs, _when(delay, eta)
         )
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
-        return await _aenqueue(None, self.name, self.queue, args, kwargs, 0)
+        return await _aenqueue(None, self.name, self.queue, args, kwargs)
 
     async def aschedule(
         self,
@@ -71,7 +71,7 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
-        return await _aenqueue(None, self.name, self.queue, args, kwargs, _delay_ms(delay, eta))
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, _when(delay, eta))
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""

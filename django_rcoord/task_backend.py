@@ -26,7 +26,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.producer import _aenqueue, _enqueue
+from django_rcoord.producer import _aenqueue, _enqueue, _when
 from django_rcoord.queue_admin import TaskRecord, aget_result, get_result
 from django_rcoord.queue_keys import QueueKeys
 from django_rcoord.tasks_framework import (
@@ -59,24 +59,20 @@ class RedisTaskBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES", 0))
 
     # -- producing ---------------------------------------------------------------
-    def _message(self, task: Task) -> tuple[str, int, dict[str, Any]]:
+    def _message(self, task: Task) -> tuple[str, tuple[int, int], dict[str, Any]]:
         self.validate_task(task)
-        delay_ms = 0
-        if task.run_after is not None:
-            now = datetime.datetime.now(datetime.timezone.utc)
-            delay_ms = max(0, int((task.run_after - now).total_seconds() * 1000))
-        return task.queue_name, delay_ms, {"backend": self.alias}
+        # run_after is read on the Redis server's clock, like every due time.
+        when = _when(None, task.run_after) if task.run_after is not None else (0, 0)
+        return task.queue_name, when, {"backend": self.alias}
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        queue, delay_ms, extra = self._message(task)
-        task_id = _enqueue(
-            resolve_client(None), task.module_path, queue, args, kwargs, delay_ms, extra
-        )
+        queue, when, extra = self._message(task)
+        task_id = _enqueue(resolve_client(None), task.module_path, queue, args, kwargs, when, extra)
         return self._enqueued(task, task_id, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        queue, delay_ms, extra = self._message(task)
-        task_id = await _aenqueue(None, task.module_path, queue, args, kwargs, delay_ms, extra)
+        queue, when, extra = self._message(task)
+        task_id = await _aenqueue(None, task.module_path, queue, args, kwargs, when, extra)
         return self._enqueued(task, task_id, args, kwargs)
 
     def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:

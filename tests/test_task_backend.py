@@ -10,7 +10,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import queue_stats
+from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.task_backend import RedisTaskBackend
 from django_rcoord.tasks_framework import (
     InvalidTaskError,
@@ -118,12 +118,22 @@ def test_a_worker_killed_mid_task_runs_it_again() -> None:
     assert result.return_value == "woke"
 
 
-def test_run_after_waits_in_the_delayed_set() -> None:
-    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
+def test_run_after_waits_in_the_delayed_set_until_the_servers_clock_reaches_it() -> None:
+    now_seconds, now_micros = get_client().time()
+    server_now = datetime.datetime.fromtimestamp(
+        now_seconds + now_micros / 1e6, tz=datetime.timezone.utc
+    )
+    later = server_now + datetime.timedelta(seconds=60)
     result = framework_tasks.add.using(run_after=later).enqueue(1, 1)
     assert queue_stats("default")["delayed"] == 1
     assert run_all() == 0
     assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
+    due_ms = get_client().zscore(QueueKeys.of("default").delayed, result.id)
+    assert due_ms == int(later.timestamp() * 1000)  # the due time itself, not a delay
+    soon = framework_tasks.add.using(run_after=server_now + datetime.timedelta(seconds=0.3))
+    quick = soon.enqueue(2, 2)
+    wait_until(lambda: run_all() == 1, timeout=10)
+    assert task_backends["default"].get_result(quick.id).return_value == 4
 
 
 def test_the_framework_signals_are_sent() -> None:

@@ -6,18 +6,22 @@
 -- ARGV[1]  task id   ARGV[2] message JSON   ARGV[3] queue name   ARGV[4] delay, ms (0: now)
 -- ARGV[5]  wake-up token lifetime, ms
 -- ARGV[6]  how long the group's list of queues outlives its last task, ms
+-- ARGV[7]  due time, ms since the epoch on this server's clock (0: use the delay)
 -- Returns  1
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local delay = tonumber(ARGV[4])
+if tonumber(ARGV[7]) > 0 then
+    delay = tonumber(ARGV[7]) - now
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('SADD', KEYS[4], ARGV[3])
-local delay = tonumber(ARGV[4])
-local keep = delay + tonumber(ARGV[6])
+local keep = math.max(delay, 0) + tonumber(ARGV[6])
 if redis.call('PTTL', KEYS[4]) < keep then
     redis.call('PEXPIRE', KEYS[4], keep)
 end
 if delay > 0 then
-    local time = redis.call('TIME')
-    local due = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) + delay
-    redis.call('ZADD', KEYS[3], due, ARGV[1])
+    redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
     -- A poller sleeping until a later due time wakes to recompute its sleep.
     redis.call('RPUSH', KEYS[6], 1)
     redis.call('LTRIM', KEYS[6], -16, -1)

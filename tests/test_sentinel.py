@@ -19,6 +19,14 @@ from django_rcoord.locks import Lock, LockNotReplicated
 from tests.procs import wait_until
 
 SERVICE = "rcoord-primary"
+# What a pooled connection to the old primary can answer during and just after a failover
+# (the pool drops such connections; the next attempt reaches the new primary).
+FAILOVER_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.ReadOnlyError,
+    LockNotReplicated,
+)
 
 
 @pytest.fixture
@@ -128,7 +136,7 @@ def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
                 if lock.acquire():
                     acquired.append(lock)
                     return True
-            except (redis.ConnectionError, redis.ReadOnlyError, LockNotReplicated):
+            except FAILOVER_ERRORS:
                 pass  # a pooled connection to the old primary; the pool drops it
             return False
 
@@ -151,7 +159,7 @@ async def async_lock_port() -> int:
                 port = (await get_async_client().info("server"))["tcp_port"]
                 await lock.arelease()
                 return port
-        except (redis.ConnectionError, redis.ReadOnlyError, LockNotReplicated):
+        except FAILOVER_ERRORS:
             pass  # a pooled connection to the old primary; the pool drops it
         await asyncio.sleep(0.1)
     raise AssertionError("no async lock within 30 s")

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
@@ -206,19 +207,22 @@ async def aresolve_client(client: Any = None) -> Any:
     return client
 
 
+#: The classes of redis.asyncio clients and pipelines (looked up on every resolve).
+_ASYNC_CLIENT_CLASSES = (
+    redis.asyncio.Redis,
+    redis.asyncio.client.Pipeline,
+    redis.asyncio.cluster.RedisCluster,
+    redis.asyncio.cluster.ClusterPipeline,
+)
+
+
 def is_async_client(client: Any) -> bool:
     """True for a ``redis.asyncio`` client, cluster client or pipeline."""
-    from redis.asyncio.cluster import ClusterPipeline, RedisCluster
-
-    return isinstance(
-        client, (redis.asyncio.Redis, redis.asyncio.client.Pipeline, RedisCluster, ClusterPipeline)
-    )
+    return isinstance(client, _ASYNC_CLIENT_CLASSES)
 
 
 def is_async_cluster(client: Any) -> bool:
-    from redis.asyncio.cluster import RedisCluster
-
-    return isinstance(client, RedisCluster)
+    return isinstance(client, redis.asyncio.cluster.RedisCluster)
 
 
 def loop_clients() -> LoopClients:

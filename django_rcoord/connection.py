@@ -335,7 +335,7 @@ def async_client_like(client: Any, *, max_connections: int | None = None) -> Any
     from redis.sentinel import SentinelConnectionPool
 
     pool = client.connection_pool
-    kwargs = _portable_connection_kwargs(pool)
+    kwargs = _portable(pool.connection_kwargs)
     if isinstance(pool, SentinelConnectionPool):
         from redis.asyncio.sentinel import Sentinel
 
@@ -449,10 +449,6 @@ def _portable(kwargs: dict[str, Any] | None) -> dict[str, Any]:
 
         portable["retry"] = Retry(retry._backoff, retry._retries, retry._supported_errors)
     return portable
-
-
-def _portable_connection_kwargs(pool: Any) -> dict[str, Any]:
-    return _portable(pool.connection_kwargs)
 
 
 async def aslot_pipeline(client: Any, key: str | bytes, *, transaction: bool = True) -> Any:

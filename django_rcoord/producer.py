@@ -22,17 +22,29 @@ def _enqueue_call(
     kwargs: dict[str, Any],
     when: tuple[int, int],
     extra: dict[str, Any] | None = None,
+    priority: int = 0,
 ) -> tuple[str, list[str], list[Any]]:
     """(task id, KEYS, ARGV) of the task_enqueue script for a new message; ``when`` is
-    (delay ms, due time ms since the epoch or 0), see ``_when``."""
+    (delay ms, due time ms since the epoch or 0), see ``_when``; ``priority`` -100..100
+    (higher runs first within the queue)."""
     keys = QueueKeys.of(queue)
+    if check_priority(priority):
+        # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
+        extra = {**(extra or {}), "priority": priority}
     task_id, body = encode_message(task_name, queue, args, kwargs, extra)
     delay_ms, due_at_ms = when
     return (
         task_id,
         [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
-        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms],
+        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority],
     )
+
+
+def check_priority(priority: Any) -> int:
+    """``priority`` if it is a whole number in -100..100 (the Tasks framework's range)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise ValueError(f"a task priority is an int from -100 to 100, not {priority!r}")
+    return priority
 
 
 def _enqueue(
@@ -43,8 +55,9 @@ def _enqueue(
     kwargs: dict[str, Any],
     when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
+    priority: int = 0,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
     run_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
 
@@ -57,8 +70,9 @@ async def _aenqueue(
     kwargs: dict[str, Any],
     when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
+    priority: int = 0,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra)
+    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
     client = await aresolve_client(client)
     await arun_script("task_enqueue", client, keys=keys, args=argv)
     return task_id
@@ -111,21 +125,22 @@ def enqueue_many(
     is one pipeline (on Redis Cluster a group is one slot, on one primary).
     """
     client = resolve_client(client)
-    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any]]]] = {}
+    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any], int]]] = {}
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
         if not isinstance(target, str):  # a registered task
-            name, target_queue = target.name, queue or target.queue
+            name, target_queue, priority = target.name, queue or target.queue, target.priority
         elif queue is None:
             raise ValueError("enqueue_many needs queue= for tasks given by name")
         else:
-            name, target_queue = target, queue
+            name, target_queue, priority = target, queue, 0
         group = QueueKeys.of(target_queue).group
-        by_group.setdefault(group, []).append((count - 1, name, target_queue, args, kwargs))
+        entry = (count - 1, name, target_queue, args, kwargs, priority)
+        by_group.setdefault(group, []).append(entry)
     ids = [""] * count
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
-            for index, name, target_queue, args, kwargs in entries:
-                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs)
+            for index, name, target_queue, args, kwargs, priority in entries:
+                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs, priority=priority)
             pipe.execute()
     return ids

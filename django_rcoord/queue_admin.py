@@ -58,8 +58,10 @@ def recover_and_promote(
             queue.wake,
             queue.lateness,
             queue.results,
+            queue.messages,
+            queue.queues,
         ],
-        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES, GROUP_KEYS_MS],
+        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES, GROUP_KEYS_MS, queue.queue],
     )
     return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
 
@@ -69,7 +71,7 @@ def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead."""
     keys = QueueKeys.of(queue)
     with resolve_client(client).pipeline(transaction=False) as pipe:
-        pipe.llen(keys.ready)
+        pipe.zcard(keys.ready)
         pipe.zcard(keys.in_flight)
         pipe.zcard(keys.delayed)
         pipe.llen(keys.dead)
@@ -113,15 +115,17 @@ def requeue_dead(queue: str, *, client: Any = None) -> int:
                 keys.wake,
                 keys.results,
                 keys.results_expiry,
+                keys.messages,
+                keys.queues,
             ],
-            args=[WAKE_TOKEN_MS],
+            args=[WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS],
         )
     )
 
 
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:
     """Names of the queues of ``group`` that have ever had a task."""
-    members = resolve_client(client).smembers(KeySpace("queue", group).key("queues"))
+    members = resolve_client(client).hkeys(KeySpace("queue", group).key("queues"))
     names = sorted(member.decode() for member in members)
     return names if group == DEFAULT_GROUP else [f"{group}/{name}" for name in names]
 
@@ -139,8 +143,9 @@ def known_groups(*, client: Any = None) -> list[str]:
 
 
 def overview(*, client: Any = None) -> dict[str, Any]:
-    """Every known queue (counts, oldest ready task, next due delayed task), the live
-    workers and their tasks, and the lateness of the last 100 promotions per group."""
+    """Every known queue (counts, the age of the task that runs next, next due delayed
+    task), the live workers and their tasks, and the lateness of the last 100 promotions
+    per group."""
     client = resolve_client(client)
     now_seconds, now_micros = client.time()
     now = now_seconds + now_micros / 1e6
@@ -151,8 +156,8 @@ def overview(*, client: Any = None) -> dict[str, Any]:
         for name in known_queues(group, client=client):
             keys = QueueKeys.of(name)
             stats = queue_stats(name, client=client)
-            oldest_id = client.lindex(keys.ready, 0)
-            oldest = decode_message(client.hget(keys.messages, oldest_id)) if oldest_id else None
+            head = client.zrange(keys.ready, 0, 0)
+            oldest = decode_message(client.hget(keys.messages, head[0])) if head else None
             age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
             first_due = client.zrange(keys.delayed, 0, 0, withscores=True)
             next_due_in = first_due[0][1] / 1000 - now if first_due else None
@@ -204,6 +209,7 @@ class TaskRecord:
     task: str | None
     queue: str | None
     backend: str | None  # the Tasks framework backend alias of a framework task
+    priority: int
     status: str
     args: list[Any]
     kwargs: dict[str, Any]
@@ -287,6 +293,7 @@ def record_from(
         task=body.get("task"),
         queue=body.get("queue"),
         backend=body.get("backend"),
+        priority=body.get("priority", 0),
         status=status,
         args=body.get("args") or [],
         kwargs=body.get("kwargs") or {},

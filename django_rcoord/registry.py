@@ -13,7 +13,7 @@ from django.apps import apps
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.messages import encode_message
-from django_rcoord.producer import _aenqueue, _enqueue, _when
+from django_rcoord.producer import _aenqueue, _enqueue, _when, check_priority
 from django_rcoord.queue_keys import QueueKeys
 
 __all__ = ["PermanentFailure", "Task", "autodiscover_tasks", "get_task", "task"]
@@ -30,12 +30,18 @@ class Task:
     """A registered task: call it to run it here, ``delay()`` to queue it."""
 
     def __init__(
-        self, function: Callable[..., Any], name: str, queue: str, max_retries: int
+        self,
+        function: Callable[..., Any],
+        name: str,
+        queue: str,
+        max_retries: int,
+        priority: int = 0,
     ) -> None:
         self.function = function
         self.name = name
         self.queue = queue
         self.max_retries = max_retries
+        self.priority = priority
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -45,7 +51,9 @@ class Task:
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip)."""
-        return _enqueue(resolve_client(None), self.name, self.queue, args, kwargs)
+        return _enqueue(
+            resolve_client(None), self.name, self.queue, args, kwargs, priority=self.priority
+        )
 
     def schedule(
         self,
@@ -56,12 +64,18 @@ class Task:
     ) -> str:
         """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
         return _enqueue(
-            resolve_client(None), self.name, self.queue, args, kwargs, _when(delay, eta)
+            resolve_client(None),
+            self.name,
+            self.queue,
+            args,
+            kwargs,
+            _when(delay, eta),
+            priority=self.priority,
         )
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
-        return await _aenqueue(None, self.name, self.queue, args, kwargs)
+        return await _aenqueue(None, self.name, self.queue, args, kwargs, priority=self.priority)
 
     async def aschedule(
         self,
@@ -71,7 +85,9 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
-        return await _aenqueue(None, self.name, self.queue, args, kwargs, _when(delay, eta))
+        return await _aenqueue(
+            None, self.name, self.queue, args, kwargs, _when(delay, eta), priority=self.priority
+        )
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""
@@ -81,18 +97,24 @@ class Task:
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 
     def __repr__(self) -> str:
-        return f"<Task {self.name} queue={self.queue!r} max_retries={self.max_retries}>"
+        return (
+            f"<Task {self.name} queue={self.queue!r} max_retries={self.max_retries} "
+            f"priority={self.priority}>"
+        )
 
 
 def task(
-    name: str | None = None, *, queue: str = "default", max_retries: int = 3
+    name: str | None = None, *, queue: str = "default", max_retries: int = 3, priority: int = 0
 ) -> Callable[[Callable[..., Any]], Task]:
-    """Register a function as a task. ``max_retries`` counts retries after the first attempt."""
+    """Register a function as a task. ``max_retries`` counts retries after the first attempt;
+    ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
+    the order they were queued."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     if not isinstance(max_retries, int) or max_retries < 0:
         raise ValueError("max_retries must be an int >= 0")
     QueueKeys.of(queue)  # an unusable queue name fails at import time
+    check_priority(priority)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -104,7 +126,7 @@ def task(
             )
             if not same_place:  # a module imported twice registers the same function again
                 raise ValueError(f"two tasks are named {task_name!r}")
-        registered = Task(function, task_name, queue, max_retries)
+        registered = Task(function, task_name, queue, max_retries, priority)
         _registry[task_name] = registered
         return registered
 

@@ -12,6 +12,7 @@ the same ``Script`` objects.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -20,6 +21,15 @@ from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+_INCLUDE = re.compile(rb"^--! include (\w+)$", re.MULTILINE)
+
+
+def _source(name: str, package: str) -> bytes:
+    """The script's text, each ``--! include <name>`` line replaced by ``lua/<name>.lua``
+    (helpers several scripts share, defined once)."""
+    source = resources.files(package).joinpath("lua", f"{name}.lua").read_bytes()
+    return _INCLUDE.sub(lambda match: _source(match[1].decode(), package).rstrip(b"\n"), source)
+
 
 @functools.cache
 def get_script(name: str, package: str = "django_rcoord") -> Script:
@@ -27,7 +37,7 @@ def get_script(name: str, package: str = "django_rcoord") -> Script:
 
     Projects keep their own scripts the same way (``package="myapp"``).
     """
-    source = resources.files(package).joinpath("lua", f"{name}.lua").read_bytes()
+    source = _source(name, package)
     # Given bytes, Script needs no client to compute its SHA1, so one object
     # serves every client (Redis, RedisCluster, pipelines) of the process.
     return Script(None, source)

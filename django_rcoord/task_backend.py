@@ -49,8 +49,7 @@ class RedisTaskBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    # Priorities need an ordered ready queue; until then the framework refuses them.
-    supports_priority = False
+    supports_priority = True
 
     @property
     def max_retries(self) -> int:
@@ -59,20 +58,37 @@ class RedisTaskBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES", 0))
 
     # -- producing ---------------------------------------------------------------
-    def _message(self, task: Task) -> tuple[str, tuple[int, int], dict[str, Any]]:
+    def _when(self, task: Task) -> tuple[int, int]:
         self.validate_task(task)
         # run_after is read on the Redis server's clock, like every due time.
-        when = _when(None, task.run_after) if task.run_after is not None else (0, 0)
-        return task.queue_name, when, {"backend": self.alias}
+        return _when(None, task.run_after) if task.run_after is not None else (0, 0)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        queue, when, extra = self._message(task)
-        task_id = _enqueue(resolve_client(None), task.module_path, queue, args, kwargs, when, extra)
+        when = self._when(task)
+        task_id = _enqueue(
+            resolve_client(None),
+            task.module_path,
+            task.queue_name,
+            args,
+            kwargs,
+            when,
+            {"backend": self.alias},
+            task.priority,
+        )
         return self._enqueued(task, task_id, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        queue, when, extra = self._message(task)
-        task_id = await _aenqueue(None, task.module_path, queue, args, kwargs, when, extra)
+        when = self._when(task)
+        task_id = await _aenqueue(
+            None,
+            task.module_path,
+            task.queue_name,
+            args,
+            kwargs,
+            when,
+            {"backend": self.alias},
+            task.priority,
+        )
         return self._enqueued(task, task_id, args, kwargs)
 
     def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:
@@ -158,6 +174,8 @@ def framework_task(path: str | None) -> Task | None:
 
 def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     """The framework's ``TaskResult`` of a django-rcoord result record."""
+    if (task.queue_name, task.priority) != (record.queue, record.priority):
+        task = task.using(queue_name=record.queue, priority=record.priority)
     result = TaskResult(
         task=task,
         id=record.id,

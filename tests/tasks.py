@@ -26,6 +26,16 @@ def record_slowly(marker: str, seconds: float) -> None:
     get_client().rpush(RAN, marker)
 
 
+@task(queue="default", priority=50)
+def record_urgent(marker: str) -> None:
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default", priority=-50)
+def record_whenever(marker: str) -> None:
+    get_client().rpush(RAN, marker)
+
+
 @task(queue="default", max_retries=3)
 def fail_then_succeed(marker: str, failures: int) -> None:
     client = get_client()

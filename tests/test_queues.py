@@ -24,7 +24,9 @@ from django_rcoord.queues import (
     dead_letters,
     enqueue_many,
     execute_later,
+    get_result,
     queue_stats,
+    recover_and_promote,
     requeue_dead,
     send_sold_email_via_queue,
     task,
@@ -81,7 +83,7 @@ def test_delay_stores_a_json_message_in_one_queue() -> None:
     task_id = tasks.record.delay("a")
     keys = QueueKeys.of("default")
     client = get_client()
-    assert client.lrange(keys.ready, 0, -1) == [task_id.encode()]
+    assert client.zrange(keys.ready, 0, -1) == [task_id.encode()]
     message = json.loads(client.hget(keys.messages, task_id))
     assert message["task"] == "tests.tasks.record"
     assert message["args"] == ["a"] and message["kwargs"] == {}
@@ -198,7 +200,7 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     keys = QueueKeys.of("default")
     client = get_client()
     client.hset(keys.messages, "garbage", b"\x80not json")
-    client.rpush(keys.ready, "garbage")
+    client.zadd(keys.ready, {"garbage": 0})  # the front of the queue
     execute_later("default", "no.such.task", [1])
     tasks.record.delay("a", "surplus argument")
     tasks.always_fail.delay("boom")
@@ -213,6 +215,44 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     assert "unknown task 'no.such.task'" in errors[1]
     assert "does not accept these arguments" in errors[2]
     assert "ValueError: boom always fails" in errors[3]
+
+
+def test_task_priorities_order_one_queue_and_equal_ones_keep_their_order() -> None:
+    tasks.record.delay("a0")
+    tasks.record_whenever.delay("w0")
+    tasks.record_urgent.delay("u0")
+    tasks.record.delay("a1")
+    tasks.record_urgent.schedule("u-delayed", delay=0.2)
+    enqueue_many([(tasks.record_urgent, ["u1"], {}), (tasks.record, ["a2"], {})])
+    keys = QueueKeys.of("default")
+    # Promoted when due: it joins the back of its priority, behind u0 and u1.
+    wait_until(lambda: recover_and_promote(keys)[1] == 1, timeout=10)
+    Worker(["default"], burst=True).run()
+    assert ran() == ["u0", "u1", "u-delayed", "a0", "a1", "a2", "w0"]
+
+
+def test_a_task_whose_lease_ran_out_goes_back_to_the_front_of_its_priority() -> None:
+    tasks.record.delay("first")
+    tasks.record.delay("second")
+    tasks.record_urgent.delay("urgent")
+    tasks.record_whenever.delay("whenever")
+    dying = Worker(["default"], lease=0.1)
+    taken = [dying._take(), dying._take()]  # urgent, then first; then the worker dies
+    assert [json.loads(job.body)["args"] for job in taken] == [["urgent"], ["first"]]
+    time.sleep(0.2)
+    assert recover_and_promote(QueueKeys.of("default"))[0] == 2
+    tasks.record_urgent.delay("urgent-later")
+    tasks.record.delay("third")
+    Worker(["default"], burst=True).run()
+    assert ran() == ["urgent", "urgent-later", "first", "second", "third", "whenever"]
+    for job in taken:
+        assert get_result(job.id).attempts == 2
+
+
+def test_priorities_out_of_range_are_refused() -> None:
+    for bad in (101, -101, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="priority"):
+            task(priority=bad)  # type: ignore[arg-type]
 
 
 def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:

@@ -37,6 +37,30 @@ def test_the_backend_says_what_it_supports() -> None:
     backend = task_backends["default"]
     assert isinstance(backend, RedisTaskBackend)
     assert backend.supports_defer and backend.supports_async_task and backend.supports_get_result
+    assert backend.supports_priority
+
+
+def test_a_higher_priority_runs_first_and_equal_priorities_keep_their_order() -> None:
+    priorities = [0, -5, 10, 0, 10, 100, -100, -5]
+    results = [
+        framework_tasks.add.using(priority=priority).enqueue(index, 0)
+        for index, priority in enumerate(priorities)
+    ]
+    run_all()
+    by_priority = sorted(range(len(priorities)), key=lambda index: -priorities[index])
+    ran = [marker.decode() for marker in get_client().lrange(framework_tasks.RAN, 0, -1)]
+    assert ran == [f"add:{index}+0" for index in by_priority]
+    for result, priority in zip(results, priorities, strict=True):
+        fetched = framework_tasks.add.get_result(result.id)
+        assert fetched.status == TaskResultStatus.SUCCESSFUL
+        assert fetched.task.priority == priority
+
+
+def test_a_priority_out_of_range_is_refused_before_anything_is_stored() -> None:
+    for bad in (101, -101):
+        with pytest.raises(InvalidTaskError):
+            framework_tasks.add.using(priority=bad)
+    assert queue_stats("default")["ready"] == 0
 
 
 def test_enqueue_is_ready_then_a_worker_process_makes_it_successful() -> None:
@@ -170,8 +194,6 @@ def test_missing_and_foreign_ids_do_not_exist() -> None:
 def test_queues_are_validated() -> None:
     with pytest.raises(InvalidTaskError):
         framework_tasks.add.using(queue_name="nowhere")
-    with pytest.raises(InvalidTaskError):
-        framework_tasks.add.using(priority=5)  # not supported yet: refused, not ignored
 
 
 def test_one_worker_runs_both_kinds_of_task() -> None:

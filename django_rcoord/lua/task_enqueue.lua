@@ -1,13 +1,16 @@
 -- Store a task message and queue it now, or schedule it for later, by the server's clock.
--- KEYS[1]  messages HASH (task id -> message JSON)   KEYS[2] ready LIST of the queue (task ids)
+-- KEYS[1]  messages HASH (task id -> message JSON)   KEYS[2] ready ZSET of the queue (task ids)
 -- KEYS[3]  delayed ZSET of the queue (task id -> due time, ms)
--- KEYS[4]  queues SET of the group (queue names)      KEYS[5] wake LIST of the group (workers)
+-- KEYS[4]  queues HASH of the group (queue name -> its counter)
+-- KEYS[5]  wake LIST of the group (workers)
 -- KEYS[6]  schedule LIST of the group (wakes delayed-task pollers)
 -- ARGV[1]  task id   ARGV[2] message JSON   ARGV[3] queue name   ARGV[4] delay, ms (0: now)
 -- ARGV[5]  wake-up token lifetime, ms
 -- ARGV[6]  how long the group's list of queues outlives its last task, ms
 -- ARGV[7]  due time, ms since the epoch on this server's clock (0: use the delay)
+-- ARGV[8]  priority, -100..100 (higher runs first; delayed tasks read it from the message)
 -- Returns  1
+--! include _ready
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local delay = tonumber(ARGV[4])
@@ -15,12 +18,12 @@ if tonumber(ARGV[7]) > 0 then
     delay = tonumber(ARGV[7]) - now
 end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('SADD', KEYS[4], ARGV[3])
 local keep = math.max(delay, 0) + tonumber(ARGV[6])
-if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-end
 if delay > 0 then
+    redis.call('HINCRBY', KEYS[4], ARGV[3], 0)
+    if redis.call('PTTL', KEYS[4]) < keep then
+        redis.call('PEXPIRE', KEYS[4], keep)
+    end
     redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
     -- A poller sleeping until a later due time wakes to recompute its sleep.
     redis.call('RPUSH', KEYS[6], 1)
@@ -28,7 +31,7 @@ if delay > 0 then
     redis.call('PEXPIRE', KEYS[6], ARGV[5])
     return 1
 else
-    redis.call('RPUSH', KEYS[2], ARGV[1])
+    ready_add(KEYS[2], KEYS[4], ARGV[3], keep, ARGV[1], tonumber(ARGV[8]), false)
 end
 -- Wake an idle worker to take the task.
 redis.call('RPUSH', KEYS[5], 1)

@@ -11,7 +11,7 @@
 --          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
 -- KEYS[9]  results expiry ZSET (id -> when its finished record expires, ms)
 -- KEYS[10..] pairs, in priority order, of the queues to take the next task from:
---          ready LIST, in-flight ZSET (none: take nothing)
+--          ready ZSET (highest priority first), in-flight ZSET (none: take nothing)
 -- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] outcome: 'ack' | 'retry' | 'dead'
 -- ARGV[4]  error text (retry, dead)   ARGV[5] retry delay, ms (retry)   ARGV[6] lease, ms
 -- ARGV[7]  return value JSON (ack)   ARGV[8] error entry JSON (retry, dead)
@@ -101,8 +101,9 @@ end
 
 local taken = 0
 for index = 10, #KEYS, 2 do
-    local next_id = redis.call('LPOP', KEYS[index])
-    while next_id do
+    local popped = redis.call('ZPOPMIN', KEYS[index])
+    while popped[1] do
+        local next_id = popped[1]
         local message = redis.call('HGET', KEYS[1], next_id)
         if message then
             redis.call('ZADD', KEYS[index + 1], now + tonumber(ARGV[6]), next_id)
@@ -120,7 +121,7 @@ for index = 10, #KEYS, 2 do
             break
         end
         -- An id whose message is gone was acknowledged already (a duplicate): skip it.
-        next_id = redis.call('LPOP', KEYS[index])
+        popped = redis.call('ZPOPMIN', KEYS[index])
     end
     if taken ~= 0 then
         break

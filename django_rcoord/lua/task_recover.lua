@@ -1,18 +1,24 @@
--- Put back tasks whose lease ran out (their worker died) at the front of their queue, and
--- move delayed tasks that are due to the back of it, recording how late each was moved.
--- By the server's clock; run by workers when idle and by the delayed-task poller.
--- KEYS[1]  owners HASH   KEYS[2] ready LIST   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
+-- Put back tasks whose lease ran out (their worker died) at the front of their priority in
+-- their queue, and move delayed tasks that are due to the back of theirs, recording how late
+-- each was moved. By the server's clock; run by workers when idle and by the delayed-task
+-- poller.
+-- KEYS[1]  owners HASH   KEYS[2] ready ZSET   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
 -- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
 -- KEYS[7]  results HASH of the group (a task put back is READY again)
+-- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
--- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples, ms
+-- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
+--          of the group's list of queues, ms   ARGV[5] queue name
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none)}
+--! include _ready
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local batch = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
-for i = #expired, 1, -1 do
-    redis.call('LPUSH', KEYS[2], expired[i])
+local keep = tonumber(ARGV[4])
+for _, id in ipairs(expired) do
+    local priority = message_priority(redis.call('HGET', KEYS[8], id))
+    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, true)
 end
 if #expired > 0 then
     redis.call('ZREM', KEYS[3], unpack(expired))
@@ -32,8 +38,11 @@ if promoted > 0 then
         ids[#ids + 1] = due[i]
         lateness[#lateness + 1] = now - tonumber(due[i + 1])
     end
-    redis.call('RPUSH', KEYS[2], unpack(ids))
     redis.call('ZREM', KEYS[4], unpack(ids))
+    for _, id in ipairs(ids) do
+        local priority = message_priority(redis.call('HGET', KEYS[8], id))
+        ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, false)
+    end
     redis.call('LPUSH', KEYS[6], unpack(lateness))
     redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
     redis.call('PEXPIRE', KEYS[6], ARGV[4])

@@ -1,0 +1,34 @@
+-- Ready queues (included by the scripts that queue tasks). A queue's ready tasks are a ZSET
+-- ordered by priority, then by arrival: score = (100 - priority) * 2^45 + seq, where seq is
+-- the queue's own counter (a field of the group's queues HASH). A task put back after its
+-- worker's lease ran out goes to the front of its priority: seq - 2^44. Every score is an
+-- integer below 2^53, exact in a double.
+local READY_BAND = 35184372088832
+local READY_FRONT = 17592186044416
+
+-- The priority a task message carries (-100..100; 0 when it names none or is unreadable).
+local function message_priority(message)
+    if not message or not string.find(message, '"priority"', 1, true) then
+        return 0
+    end
+    local ok, decoded = pcall(cjson.decode, message)
+    local priority = ok and type(decoded) == 'table' and tonumber(decoded.priority)
+    if not priority or priority < -100 or priority > 100 then
+        return 0
+    end
+    return math.floor(priority)
+end
+
+-- Queue task `id` on the ready ZSET `ready` of queue `queue` (its counter in the HASH
+-- `queues`, kept at least `keep_ms`), at the back of its priority, or at the front.
+local function ready_add(ready, queues, queue, keep_ms, id, priority, front)
+    local seq = redis.call('HINCRBY', queues, queue, 1)
+    if redis.call('PTTL', queues) < keep_ms then
+        redis.call('PEXPIRE', queues, keep_ms)
+    end
+    local score = (100 - priority) * READY_BAND + seq
+    if front then
+        score = score - READY_FRONT
+    end
+    redis.call('ZADD', ready, string.format('%.0f', score), id)
+end

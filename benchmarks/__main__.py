@@ -20,6 +20,7 @@ SCENARIOS = (
     "semaphores",
     "autocomplete",
     "queues",
+    "tasks",
     "delayed",
     "market",
     "asgi",

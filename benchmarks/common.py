@@ -41,13 +41,65 @@ def start_redis() -> EmbeddedRedis:
 
 
 def configure_django(url: str) -> None:
-    if not settings.configured:
-        settings.configure(
-            INSTALLED_APPS=["django_rcoord"],
-            CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-            RCOORD={"CONNECTION": "default"},
-        )
-        django.setup()
+    """Django on this Redis: django-rcoord, and the Tasks framework when it is installed
+    (backends "default": django-rcoord's, "rq": django-tasks-rq's when that is installed)."""
+    if settings.configured:
+        return
+    apps = ["django_rcoord"]
+    tasks = {}
+    extra: dict[str, Any] = {}
+    if _installed("django_tasks"):
+        apps.append("django_tasks")
+        tasks["default"] = {
+            "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
+            "QUEUES": ["bench"],
+        }
+    if _installed("django_tasks_rq"):
+        apps.append("django_rq")
+        tasks["rq"] = {"BACKEND": "django_tasks_rq.RQBackend", "QUEUES": ["bench"]}
+        # django-tasks-rq reads results through the "default" queue's connection.
+        extra["RQ_QUEUES"] = {"bench": {"URL": url}, "default": {"URL": url}}
+    settings.configure(
+        INSTALLED_APPS=apps,
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
+        RCOORD={"CONNECTION": "default"},
+        TASKS=tasks,
+        **extra,
+    )
+    django.setup()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+class RoundTrips:
+    """Counts the round trips of this process to Redis: every command or pipeline redis-py
+    sends is one write of its connection (``install()`` wraps that write)."""
+
+    count = 0
+    _installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if cls._installed:
+            return
+        from redis.connection import AbstractConnection
+
+        send = AbstractConnection.send_packed_command
+
+        def counted(connection: Any, command: Any, check_health: bool = True) -> None:
+            cls.count += 1
+            send(connection, command, check_health)
+
+        AbstractConnection.send_packed_command = counted
+        cls._installed = True
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.count = 0
 
 
 def redis_version(client: redis.Redis) -> str:

@@ -10,12 +10,15 @@ import pytest
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.scripts import get_script, run_script
 
-SCRIPTS = [
+LUA_FILES = [
     (package, entry.name.removesuffix(".lua"))
     for package in ("django_rcoord", "example_project")
     for entry in resources.files(package).joinpath("lua").iterdir()
     if entry.name.endswith(".lua")
 ]
+# "_name.lua" files are helpers scripts include ("--! include _name"), not scripts.
+SCRIPTS = [(package, name) for package, name in LUA_FILES if not name.startswith("_")]
+HELPERS = [(package, name) for package, name in LUA_FILES if name.startswith("_")]
 
 
 def source(package: str, name: str) -> str:
@@ -45,6 +48,30 @@ def test_scripts_touch_keys_only_through_keys(package: str, name: str) -> None:
         if command.upper() == "TIME":
             continue
         assert first.startswith("KEYS["), f"{name}: {call.group(0)}"
+
+
+def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> None:
+    assert HELPERS, "the ready-queue helper is shared by several scripts"
+    for package, helper in HELPERS:
+        code = source(package, helper)
+        functions = dict(re.findall(r"local function (\w+)\(([^)]*)\)", code))
+        parameters = {name.strip() for names in functions.values() for name in names.split(",")}
+        key_parameters = set()
+        for call in re.finditer(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
+            assert call[2].strip() in parameters, f"{helper}: {call[0]}"
+            key_parameters.add(call[2].strip())
+        for package_, name in SCRIPTS:
+            if f"--! include {helper}" not in source(package_, name):
+                continue
+            script = get_script(name, package_).script.decode()
+            assert "--! include" not in script and code.strip() in script
+            # Every key a helper is given is one of the script's KEYS.
+            for function, names in functions.items():
+                arguments = [argument.strip() for argument in names.split(",")]
+                positions = [i for i, arg in enumerate(arguments) if arg in key_parameters]
+                for call in re.finditer(rf"\b{function}\(([^)]*)\)", source(package_, name)):
+                    passed = [argument.strip() for argument in call[1].split(",")]
+                    assert all(passed[i].startswith("KEYS[") for i in positions), call[0]
 
 
 def test_one_script_object_per_name_and_reload_after_flush(redis_client) -> None:

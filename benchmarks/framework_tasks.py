@@ -1,0 +1,21 @@
+"""No-op tasks of Django's Tasks framework for the tasks benchmark: one on django-rcoord's
+backend ("default"), one on django-tasks-rq's ("rq") when it is installed."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from benchmarks import queue_tasks
+from django_rcoord.tasks_framework import task
+
+
+@task(queue_name="bench")
+def rcoord_noop() -> None:
+    queue_tasks.noop()
+
+
+if "rq" in settings.TASKS:
+
+    @task(queue_name="bench", backend="rq")
+    def rq_noop() -> None:
+        queue_tasks.noop()

@@ -1,0 +1,229 @@
+"""Tasks benchmark: enqueue, run and read the result of N no-op tasks of Django's Tasks
+framework, with one worker process.
+
+    python -m benchmarks.tasks [--quick] [--repeats R]
+
+Rows: django-rcoord's RedisTaskBackend, django-tasks-rq (RQ's SimpleWorker, its
+fastest worker), and django-rcoord's own ``@task`` with ``queues.get_result``.
+Each run: the parent enqueues N tasks one call each, then opens the start gate
+of one worker process (imported and connected beforehand), which runs them all
+(``burst``); then the parent reads every result one call each and checks it is
+SUCCESSFUL. End to end = enqueue + run + results. Round trips are counted by the
+client in each process (one per command or pipeline sent); commands by the
+server (commands inside scripts included); memory is the server's used_memory
+after the run over the N results it keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+from benchmarks.common import (
+    Bench,
+    Gate,
+    Measurement,
+    RoundTrips,
+    ScenarioResult,
+    Table,
+    missing,
+    read_result,
+    report,
+    run_benchmark,
+    spawn_workers,
+    stop_workers,
+)
+
+NAME = "tasks"
+
+SYSTEMS = {
+    "rcoord-framework": "django-rcoord RedisTaskBackend",
+    "rq-framework": "django-tasks-rq (RQ SimpleWorker)",
+    "rcoord-task": "django-rcoord @task + queues.get_result",
+}
+PEER_MODULES = {"rq-framework": "django_tasks_rq"}
+
+
+def _calls(system: str):
+    """(enqueue one, get its status) for ``system``, in this process."""
+    if system == "rcoord-task":
+        from django_rcoord.queues import get_result, task
+
+        noop = task(name="bench.noop", queue="bench")(_noop())
+        return noop.delay, lambda task_id: get_result(task_id).status
+    from benchmarks import framework_tasks
+
+    noop = framework_tasks.rcoord_noop if system == "rcoord-framework" else framework_tasks.rq_noop
+    return (
+        lambda: noop.enqueue().id,
+        lambda result_id: str(noop.get_result(result_id).status),
+    )
+
+
+def _noop():
+    from benchmarks import queue_tasks
+
+    return queue_tasks.noop
+
+
+def _drain(system: str):
+    """In the worker process: run every queued task once (the system's own worker)."""
+    if system == "rq-framework":
+        import django_rq
+        from django_tasks_rq import Job
+        from rq import SimpleWorker
+
+        queue = django_rq.get_queue("bench", job_class=Job)
+
+        def work() -> None:
+            worker = SimpleWorker([queue], connection=queue.connection, job_class=Job)
+            worker.work(burst=True, logging_level="ERROR")
+
+        return work
+    from django_rcoord.worker import Worker
+
+    if system == "rcoord-task":
+        from django_rcoord.queues import task
+
+        task(name="bench.noop", queue="bench")(_noop())
+    else:
+        from benchmarks import framework_tasks  # noqa: F401  (the task's module, imported)
+    return lambda: Worker(["bench"], burst=True).run()
+
+
+def drain_worker(system: str, url: str, rounds: str, gate_name: str) -> None:
+    """The worker process: ``rounds`` times, wait at the gate, run everything, report."""
+    import redis
+
+    from benchmarks import queue_tasks
+    from benchmarks.common import configure_django
+
+    os.environ["BENCH_REDIS_URL"] = url
+    configure_django(url)
+    gate = Gate(redis.Redis.from_url(url), gate_name)
+    work = _drain(system)
+    for _ in range(int(rounds)):
+        gate.pass_through()
+        queue_tasks.last_done = 0.0
+        RoundTrips.reset()
+        started = time.time()
+        work()
+        finished = queue_tasks.last_done or time.time()
+        report({"started": started, "finished": finished, "round_trips": RoundTrips.count})
+
+
+def _clear(client) -> None:
+    for pattern in ("rcoord:*", "rq:*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for start in range(0, len(keys), 1000):
+            client.unlink(*keys[start : start + 1000])
+
+
+def run_system(bench: Bench, system: str, count: int, repeats: int) -> Measurement:
+    client = bench.client
+    enqueue_one, status_of = _calls(system)
+    gate_name = f"tasks:{system}"
+    client.flushdb()
+    (child,) = spawn_workers("benchmarks.tasks", [system, bench.url, str(repeats), gate_name], 1)
+    gate = Gate(client, gate_name)
+    totals, phases, trips, commands, memory = [], [], [], [], []
+    try:
+        for round_ in range(1, repeats + 1):
+            gate.wait_ready(1, [child], round_)
+            _clear(client)  # the last round's tasks and results (not the gate's keys)
+            memory_before = client.info("memory")["used_memory"]
+            commands_before = client.info("stats")["total_commands_processed"]
+            RoundTrips.reset()
+            started = time.perf_counter()
+            ids = [enqueue_one() for _ in range(count)]
+            enqueued = time.perf_counter()
+            enqueue_trips = RoundTrips.count
+            gate.open(1)
+            drained = read_result(child)
+            commands_run = client.info("stats")["total_commands_processed"]
+            RoundTrips.reset()
+            read_started = time.perf_counter()
+            statuses = [status_of(task_id) for task_id in ids]
+            read_seconds = time.perf_counter() - read_started
+            result_trips = RoundTrips.count
+            commands_after = client.info("stats")["total_commands_processed"]
+            memory.append((client.info("memory")["used_memory"] - memory_before) / count)
+            bad = [status for status in statuses if "SUCCESSFUL" not in status]
+            if bad:
+                raise RuntimeError(f"{system}: {len(bad)} of {count} not SUCCESSFUL ({bad[0]})")
+            enqueue_seconds = enqueued - started
+            run_seconds = drained["finished"] - drained["started"]
+            totals.append(count / (enqueue_seconds + run_seconds + read_seconds))
+            phases.append((count / enqueue_seconds, count / run_seconds, count / read_seconds))
+            trips.append(
+                (enqueue_trips / count, drained["round_trips"] / count, result_trips / count)
+            )
+            # Each phase's server commands, less the INFO calls and the gate's RPUSH.
+            commands.append((commands_run - commands_before - 2, commands_after - commands_run - 1))
+        child.wait(60)
+    finally:
+        stop_workers([child])
+
+    def median(values, index):
+        return statistics.median(value[index] for value in values)
+
+    enqueue_rt, worker_rt, result_rt = (round(median(trips, i), 2) for i in range(3))
+    row = Measurement(SYSTEMS[system], f"{enqueue_rt:g} + {worker_rt:g} + {result_rt:g}", totals)
+    row.extra["enqueue/s"] = median(phases, 0)
+    row.extra["run/s"] = median(phases, 1)
+    row.extra["get_result/s"] = median(phases, 2)
+    row.extra["worker round trips/task"] = worker_rt
+    row.extra["commands/task"] = round(median(commands, 0) / count + median(commands, 1) / count, 1)
+    row.extra["bytes/result"] = round(statistics.median(memory))
+    return row
+
+
+def run(bench: Bench) -> ScenarioResult:
+    count = bench.pick(quick=300, full=5000)
+    repeats = bench.repeats_or(3)
+    os.environ["BENCH_REDIS_URL"] = bench.url
+    RoundTrips.install()
+    rows = []
+    for system in SYSTEMS:
+        module = PEER_MODULES.get(system)
+        if module:
+            try:
+                __import__(module)
+            except ImportError:
+                reason = f"{module} not installed (pip install -e '.[bench]')"
+                rows.append(missing(SYSTEMS[system], "", reason))
+                continue
+        rows.append(run_system(bench, system, count, repeats))
+    table = Table(
+        f"Enqueue, run (1 worker process) and get the result of {count:,} no-op tasks, "
+        f"{repeats} runs",
+        "tasks/s end to end",
+        rows,
+        floor=rows[0].name,
+        extra_columns=(
+            "enqueue/s",
+            "run/s",
+            "get_result/s",
+            "worker round trips/task",
+            "commands/task",
+            "bytes/result",
+        ),
+        note="round trips per task: enqueue + worker + get_result, counted by the clients; "
+        "commands/task: counted by the server (inside scripts included); bytes/result: "
+        "the server's used_memory after the run, per stored result",
+    )
+    return ScenarioResult(
+        NAME, "Django's Tasks framework", [table], params={"count": count}, repeats=repeats
+    )
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        from benchmarks.common import RoundTrips as _RoundTrips
+
+        _RoundTrips.install()
+        drain_worker(*sys.argv[2:])
+    else:
+        run_benchmark(NAME, __doc__.splitlines()[0])

@@ -396,8 +396,11 @@ class Gate:
     # in the worker process
     def pass_through(self) -> None:
         self.client.incr(self.ready_key)
-        if not self.client.blpop([self.go_key], timeout=300):
-            raise RuntimeError("no go signal within 300 s")
+        # Short blocks: redis-py 8's clients time reads out after 5 s by default.
+        deadline = time.monotonic() + 300
+        while not self.client.blpop([self.go_key], timeout=1):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no go signal within 300 s")
 
 
 def spawn_workers(module: str, args: Sequence[str], processes: int) -> list[subprocess.Popen]:

@@ -115,10 +115,12 @@ def drain_worker(system: str, url: str, rounds: str, gate_name: str) -> None:
 
 
 def _clear(client) -> None:
+    """Delete the last round's keys, freeing their memory now (DEL, not UNLINK), so the
+    next round's memory is measured from a clean start."""
     for pattern in ("rcoord:*", "rq:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         for start in range(0, len(keys), 1000):
-            client.unlink(*keys[start : start + 1000])
+            client.delete(*keys[start : start + 1000])
 
 
 def run_system(bench: Bench, system: str, count: int, repeats: int) -> Measurement:

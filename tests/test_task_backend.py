@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import signal
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.test import override_settings
 
@@ -30,7 +32,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def run_all(*queues: str) -> int:
+    """A worker in this process, until the queues are empty (for settings overridden here
+    and for signals, which are sent in the worker's process)."""
     return Worker(list(queues or ["default"]), burst=True).run()
+
+
+def run_worker_process(*queues: str) -> str:
+    """``manage.py run_email_worker --burst`` in its own process; returns its output."""
+    worker = start_worker("--burst", queues=queues or ("default",))
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    return output
 
 
 def test_the_backend_says_what_it_supports() -> None:
@@ -46,7 +58,7 @@ def test_a_higher_priority_runs_first_and_equal_priorities_keep_their_order() ->
         framework_tasks.add.using(priority=priority).enqueue(index, 0)
         for index, priority in enumerate(priorities)
     ]
-    run_all()
+    run_worker_process()
     by_priority = sorted(range(len(priorities)), key=lambda index: -priorities[index])
     ran = [marker.decode() for marker in get_client().lrange(framework_tasks.RAN, 0, -1)]
     assert ran == [f"add:{index}+0" for index in by_priority]
@@ -82,7 +94,7 @@ def test_enqueue_is_ready_then_a_worker_process_makes_it_successful() -> None:
 
 def test_a_task_that_raises_is_failed_at_once_with_its_traceback() -> None:
     result = framework_tasks.boom.enqueue("b1")
-    run_all()
+    run_worker_process()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.attempts == 1  # no retries unless OPTIONS asks for them
@@ -112,14 +124,14 @@ def test_options_can_ask_for_retries() -> None:
 
 def test_context_gives_the_result_and_the_attempt() -> None:
     result = framework_tasks.attempt_number.enqueue("c1")
-    run_all()
+    run_worker_process()
     result.refresh()
     assert result.return_value == {"attempt": 1, "id": result.id, "marker": "c1"}
 
 
 def test_async_task_functions_are_awaited() -> None:
     result = framework_tasks.add_later.enqueue(20, 22)
-    run_all()
+    run_worker_process()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
 
@@ -150,13 +162,19 @@ def test_run_after_waits_in_the_delayed_set_until_the_servers_clock_reaches_it()
     later = server_now + datetime.timedelta(seconds=60)
     result = framework_tasks.add.using(run_after=later).enqueue(1, 1)
     assert queue_stats("default")["delayed"] == 1
-    assert run_all() == 0
+    run_worker_process()
     assert task_backends["default"].get_result(result.id).status == TaskResultStatus.READY
+    assert queue_stats("default")["delayed"] == 1
     due_ms = get_client().zscore(QueueKeys.of("default").delayed, result.id)
     assert due_ms == int(later.timestamp() * 1000)  # the due time itself, not a delay
     soon = framework_tasks.add.using(run_after=server_now + datetime.timedelta(seconds=0.3))
     quick = soon.enqueue(2, 2)
-    wait_until(lambda: run_all() == 1, timeout=10)
+
+    def ran_when_due() -> bool:
+        run_worker_process()
+        return task_backends["default"].get_result(quick.id).is_finished
+
+    wait_until(ran_when_due, timeout=30)
     assert task_backends["default"].get_result(quick.id).return_value == 4
 
 
@@ -196,10 +214,23 @@ def test_queues_are_validated() -> None:
         framework_tasks.add.using(queue_name="nowhere")
 
 
+def test_a_worker_runs_only_the_queues_it_watches() -> None:
+    slow = framework_tasks.sleep_then_return.enqueue(0)
+    quick = framework_tasks.add.enqueue(1, 1)
+    run_worker_process("default")
+    assert task_backends["default"].get_result(slow.id).status == TaskResultStatus.READY
+    assert task_backends["default"].get_result(quick.id).status == TaskResultStatus.SUCCESSFUL
+    run_worker_process("slow")
+    slow.refresh()
+    assert slow.status == TaskResultStatus.SUCCESSFUL and slow.return_value == "woke"
+    assert slow.task.queue_name == "slow"
+
+
 def test_one_worker_runs_both_kinds_of_task() -> None:
     own = tasks.record.delay("own")
     framework = framework_tasks.add.enqueue(3, 4)
-    assert run_all() == 2
+    output = run_worker_process()
+    assert "stopped after 2 tasks" in output, output
     framework.refresh()
     assert framework.return_value == 7
     from django_rcoord.queues import get_result
@@ -215,6 +246,15 @@ async def test_async_enqueue_and_results() -> None:
         await task_backends["default"].aget_result("0" * 32)
     await result.arefresh()
     assert result.status == TaskResultStatus.READY
+
+
+async def test_hundreds_of_async_enqueues_and_reads_in_one_loop() -> None:
+    results = await asyncio.gather(*(framework_tasks.add.aenqueue(n, 1) for n in range(300)))
+    assert len({result.id for result in results}) == 300
+    await sync_to_async(run_all, thread_sensitive=False)()
+    fetched = await asyncio.gather(*(framework_tasks.add.aget_result(r.id) for r in results))
+    assert [result.status for result in fetched] == [TaskResultStatus.SUCCESSFUL] * 300
+    assert [result.return_value for result in fetched] == [n + 1 for n in range(300)]
 
 
 @pytest.mark.parametrize(

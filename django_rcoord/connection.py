@@ -365,12 +365,24 @@ def async_client_like(client: Any, *, max_connections: int | None = None) -> Any
             f"Cannot build a redis.asyncio client like the sync one: its connections are "
             f"{pool.connection_class.__qualname__}. Set RCOORD['ASYNC_CLIENT_FACTORY']."
         )
-    # A blocking pool: past max_connections, commands queue in the process for a free
-    # connection (in order) instead of failing with "Too many connections".
+    return _queueing_client(
+        connection_class,
+        max_connections or pool.max_connections,
+        getattr(pool, "timeout", None) or POOL_TIMEOUT,
+        kwargs,
+    )
+
+
+def _queueing_client(
+    connection_class: type, max_connections: int, timeout: float, kwargs: dict[str, Any]
+) -> Any:
+    """A ``redis.asyncio.Redis`` on a blocking pool: past ``max_connections``, commands
+    queue in the process for a free connection (in order, up to ``timeout`` seconds)
+    instead of failing with "Too many connections"."""
     pool = redis.asyncio.BlockingConnectionPool(
         connection_class=connection_class,
-        max_connections=max_connections or pool.max_connections,
-        timeout=getattr(pool, "timeout", None) or POOL_TIMEOUT,
+        max_connections=max_connections,
+        timeout=timeout,
         **kwargs,
     )
     # from_pool: the client owns its pool, and closing it disconnects the pool.
@@ -466,8 +478,11 @@ async def aslot_pipeline(client: Any, key: str | bytes, *, transaction: bool = T
         clients.node_clients = {}
     node_client = clients.node_clients.get(node.name)
     if node_client is None:
-        node_client = redis.asyncio.Redis(
-            **{**_portable(node.connection_kwargs), "host": node.host, "port": node.port}
+        node_client = _queueing_client(
+            node.connection_class,
+            node.max_connections,
+            POOL_TIMEOUT,
+            {**_portable(node.connection_kwargs), "host": node.host, "port": node.port},
         )
         clients.node_clients[node.name] = node_client
     return node_client.pipeline(transaction=transaction)

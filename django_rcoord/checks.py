@@ -12,7 +12,9 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from django_rcoord.conf import DEFAULTS
+from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import validate_prefix
+from django_rcoord.queue_keys import one_group
 from django_rcoord.validation import is_number, is_positive_int
 
 
@@ -100,11 +102,81 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E017",
             )
         )
+    errors.extend(_check_task_settings(user))
     errors.extend(_check_autocomplete(user))
     errors.extend(_check_lock_replicas(user))
     errors.extend(
         _check_concurrency_limits(user.get("CONCURRENCY_LIMITS", DEFAULTS["CONCURRENCY_LIMITS"]))
     )
+    return errors
+
+
+def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """The queue's settings: lease, retry backoff, deliveries, the e-mail worker's queues."""
+    errors: list[CheckMessage] = []
+
+    def value(name: str) -> Any:
+        return user.get(name, DEFAULTS[name])
+
+    def bad(name: str, wanted: str, hint: str) -> None:
+        errors.append(
+            Error(
+                f"settings.RCOORD[{name!r}] must be {wanted}, not {value(name)!r}.",
+                hint=hint,
+                id="rcoord.E020",
+            )
+        )
+
+    lease = value("TASK_LEASE")
+    if not is_number(lease) or not lease >= 0.1:
+        bad(
+            "TASK_LEASE",
+            "a number of seconds of at least 0.1",
+            "How long a worker holds a task before another may take it (renewed while the "
+            "task runs); the default is 60.",
+        )
+    backoff, backoff_max = value("TASK_RETRY_BACKOFF"), value("TASK_RETRY_BACKOFF_MAX")
+    if not is_number(backoff) or not backoff >= 0:
+        bad("TASK_RETRY_BACKOFF", "a number of seconds of 0 or more", "The default is 1.0.")
+    if not is_number(backoff_max) or not backoff_max >= 0:
+        bad("TASK_RETRY_BACKOFF_MAX", "a number of seconds of 0 or more", "The default is 600.")
+    elif is_number(backoff) and backoff_max < backoff:
+        bad(
+            "TASK_RETRY_BACKOFF_MAX",
+            f"at least TASK_RETRY_BACKOFF ({backoff!r})",
+            "It caps the doubling retry delay.",
+        )
+    if not is_positive_int(value("TASK_MAX_DELIVERIES")):
+        bad(
+            "TASK_MAX_DELIVERIES",
+            "a positive int",
+            "A task whose worker dies while running it this many times becomes a dead letter; "
+            "the default is 5.",
+        )
+    queues = value("EMAIL_QUEUES")
+    hint = (
+        'A non-empty list of queue names of one queue group, e.g. ["email"] or '
+        '["mail/urgent", "mail/bulk"] (one worker watches one group).'
+    )
+    if not isinstance(queues, (list, tuple)) or not queues:
+        errors.append(
+            Error(
+                f"settings.RCOORD['EMAIL_QUEUES'] must be a non-empty list, not {queues!r}.",
+                hint=hint,
+                id="rcoord.E021",
+            )
+        )
+    else:
+        try:
+            one_group(list(queues))
+        except (InvalidName, ValueError) as exc:
+            errors.append(
+                Error(
+                    f"settings.RCOORD['EMAIL_QUEUES'] cannot be watched by one worker: {exc}",
+                    hint=hint,
+                    id="rcoord.E021",
+                )
+            )
     return errors
 
 
@@ -248,6 +320,16 @@ def _check_connection(alias: object) -> list[CheckMessage]:
                 f"CACHES[{alias!r}] uses the sharded client {client_path!r}.",
                 hint=hint,
                 id="rcoord.E004",
+            )
+        ]
+    pool_kwargs = cache.get("OPTIONS", {}).get("CONNECTION_POOL_KWARGS", {})
+    if isinstance(pool_kwargs, Mapping) and pool_kwargs.get("decode_responses"):
+        return [
+            Error(
+                f"CACHES[{alias!r}] sets decode_responses=True: django-rcoord (and "
+                "django-redis) read replies as bytes.",
+                hint="Remove decode_responses from CONNECTION_POOL_KWARGS.",
+                id="rcoord.E022",
             )
         ]
     return []

@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "CONCURRENCY_LIMITS": [],
     # Seconds a worker holds a task before it counts as dead (renewed while it runs).
     "TASK_LEASE": 60,
+    # A task whose worker dies (or loses Redis) while running it this many times is a dead
+    # letter: it is probably what kills its workers.
+    "TASK_MAX_DELIVERIES": 5,
     # Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
     # TASK_RETRY_BACKOFF_MAX.
     "TASK_RETRY_BACKOFF": 1.0,
@@ -107,6 +110,10 @@ class RcoordSettings:
     @property
     def TASK_LEASE(self) -> float:
         return get("TASK_LEASE")
+
+    @property
+    def TASK_MAX_DELIVERIES(self) -> int:
+        return get("TASK_MAX_DELIVERIES")
 
     @property
     def TASK_RETRY_BACKOFF(self) -> float:

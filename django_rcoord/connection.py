@@ -21,6 +21,7 @@ from typing import Any
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.backoff
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
@@ -41,6 +42,11 @@ REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.TryAgainError,
     redis.exceptions.RedisClusterException,
 )
+
+#: How long a worker or poller that lost Redis waits before its next try, by how many
+#: tries failed in a row: doubling from 0.5 s up to 10 s, each wait a random point in its
+#: upper half, so that the workers of a restarted Redis do not all come back at once.
+RECONNECT_BACKOFF = redis.backoff.EqualJitterBackoff(cap=10.0, base=0.5)
 
 # Clients built by RCOORD["CLIENT_FACTORY"], one per dotted path: a factory is
 # called once per process so its connection pool is shared by every caller.
@@ -128,8 +134,19 @@ def _client_from_factory(path: str) -> Any:
                     f'RCOORD["CLIENT_FACTORY"] {path!r} cannot be imported: {exc} '
                     "(see check rcoord.E005)."
                 ) from exc
-            _factory_clients[path] = factory()
+            _factory_clients[path] = _bytes_client(factory(), "CLIENT_FACTORY")
         return _factory_clients[path]
+
+
+def _bytes_client(client: Any, setting: str) -> Any:
+    """``client``, unless it decodes replies to str: every part reads bytes."""
+    encoder = getattr(client, "get_encoder", None)
+    if encoder is not None and encoder().decode_responses:
+        raise ConnectionNotConfigured(
+            f'RCOORD["{setting}"] returned a client made with decode_responses=True; '
+            "django-rcoord reads replies as bytes: make it without decode_responses."
+        )
+    return client
 
 
 @receiver(setting_changed)
@@ -263,7 +280,7 @@ def _new_async_client(max_connections: int | None = None) -> Any:
                 f'RCOORD["ASYNC_CLIENT_FACTORY"] {factory_path!r} cannot be imported: {exc} '
                 "(see check rcoord.E015)."
             ) from exc
-        return factory()
+        return _bytes_client(factory(), "ASYNC_CLIENT_FACTORY")
     if conf.CLIENT_FACTORY:
         raise ConnectionNotConfigured(
             'RCOORD["CLIENT_FACTORY"] is set but RCOORD["ASYNC_CLIENT_FACTORY"] is not: async '

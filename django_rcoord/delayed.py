@@ -22,7 +22,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
 from django_rcoord.queue_keys import QueueKeys
@@ -106,7 +106,7 @@ class DueTaskPromoter:
     def run(self) -> int:
         """Promote until stopped; returns how many tasks were promoted."""
         logger.info("poller started (interval %ss, batch %d)", self.interval, self.batch)
-        backoff = 0.5
+        failures = 0  # tries in a row that found Redis out of reach
         while not self.stopping.is_set():
             try:
                 _, next_due = self.run_once()
@@ -121,11 +121,12 @@ class DueTaskPromoter:
                         self._queues_read_at = -QUEUE_LIST_REFRESH
                 elif sleep > 0:
                     self.stopping.wait(sleep)
-                backoff = 0.5
+                failures = 0
             except REDIS_UNAVAILABLE as exc:
-                logger.error("poller lost Redis (%s); retrying in %.1fs", exc, backoff)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 10.0)
+                wait = RECONNECT_BACKOFF.compute(failures)
+                failures += 1
+                logger.error("poller lost Redis (%s); retrying in %.1fs", exc, wait)
+                self.stopping.wait(wait)
         logger.info("poller stopped after promoting %d task(s)", self.promoted)
         return self.promoted
 

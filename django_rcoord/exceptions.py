@@ -39,3 +39,9 @@ class LockNotReplicated(RcoordError):
 class TaskNotRunnable(RcoordError):
     """A queued task cannot run in this worker: its message is not a task, its name is not
     registered, or it does not accept its arguments. (Recorded in its result's errors.)"""
+
+
+class WorkerLost(RcoordError):
+    """A task's worker died (or lost Redis) while running it ``RCOORD["TASK_MAX_DELIVERIES"]``
+    times: the task is a dead letter, as it probably kills its workers. (Recorded in its
+    result's errors by the queue's recovery script; never raised.)"""

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace, decode_name
 from django_rcoord.messages import _text, decode_message
@@ -34,6 +36,8 @@ __all__ = [
 ]
 
 
+logger = logging.getLogger(__name__)
+
 #: Lateness samples (ms, due -> promoted) kept per queue group, for rcoord_status.
 LATENESS_SAMPLES = 1000
 
@@ -47,7 +51,7 @@ def recover_and_promote(
     the queue, nor promoted twice, whoever else runs this at the same moment).
     Returns (recovered, promoted, seconds until the next delayed task is due or None).
     """
-    recovered, promoted, due_in_ms = run_script(
+    recovered, promoted, due_in_ms, killed = run_script(
         "task_recover",
         resolve_client(client),
         keys=[
@@ -60,10 +64,35 @@ def recover_and_promote(
             queue.results,
             queue.messages,
             queue.queues,
+            queue.failures,
+            queue.errors,
+            queue.dead,
+            queue.results_expiry,
         ],
-        args=[batch, WAKE_TOKEN_MS, LATENESS_SAMPLES, GROUP_KEYS_MS, queue.queue],
+        args=[
+            batch,
+            WAKE_TOKEN_MS,
+            LATENESS_SAMPLES,
+            GROUP_KEYS_MS,
+            queue.queue,
+            conf.TASK_MAX_DELIVERIES,
+            result_ttl_ms(),
+        ],
     )
+    if killed:
+        logger.error(
+            "%d task(s) of %s made dead letters: their workers died while running them "
+            "%d times (TASK_MAX_DELIVERIES)",
+            killed,
+            queue.name,
+            conf.TASK_MAX_DELIVERIES,
+        )
     return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
+
+
+def result_ttl_ms() -> int:
+    """How long a finished task's record is kept, ms (RCOORD["TASK_RESULT_TTL"])."""
+    return max(1000, int(conf.TASK_RESULT_TTL * 1000))
 
 
 # -- inspecting -------------------------------------------------------------------

@@ -49,12 +49,7 @@ class QueueKeys:
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
-        if not isinstance(name, str):
-            raise InvalidName(f"a queue name must be a str, not {type(name).__name__}")
-        group, slash, queue = name.rpartition("/")
-        if not queue or (slash and not group):
-            raise InvalidName(f"{name!r} is not a queue name ('queue' or 'group/queue')")
-        group = group or DEFAULT_GROUP
+        group, queue = split_queue_name(name)
         space = KeySpace("queue", group)
         return cls(
             name=name,
@@ -77,15 +72,31 @@ class QueueKeys:
         )
 
 
-def same_group(names: Sequence[str]) -> list[QueueKeys]:
-    """The keys of ``names``, which must all be in one group (one hash slot)."""
-    keys = [QueueKeys.of(name) for name in names]
-    if len({queue.group for queue in keys}) > 1:
+def split_queue_name(name: object) -> tuple[str, str]:
+    """(group, queue) of a queue name; InvalidName when it is not one."""
+    if not isinstance(name, str):
+        raise InvalidName(f"a queue name must be a str, not {type(name).__name__}")
+    group, slash, queue = name.rpartition("/")
+    if not queue or (slash and not group):
+        raise InvalidName(f"{name!r} is not a queue name ('queue' or 'group/queue')")
+    return group or DEFAULT_GROUP, queue
+
+
+def one_group(names: Sequence[str]) -> str:
+    """The group of ``names``, which must all be queue names of one group (one hash slot)."""
+    groups = {split_queue_name(name)[0] for name in names}
+    if len(groups) > 1:
         raise ValueError(
             "Queues watched together must be in one group (one Redis Cluster slot): "
             + ", ".join(names)
         )
-    return keys
+    return groups.pop() if groups else DEFAULT_GROUP
+
+
+def same_group(names: Sequence[str]) -> list[QueueKeys]:
+    """The keys of ``names``, which must all be in one group (one hash slot)."""
+    one_group(names)
+    return [QueueKeys.of(name) for name in names]
 
 
 def new_task_id(group: str) -> str:
@@ -103,6 +114,6 @@ def group_of_task_id(task_id: object) -> str | None:
     if not _TASK_UUID.match(hex_id) or (slash and not group):
         return None
     try:
-        return QueueKeys.of(f"{group}/q").group if group else DEFAULT_GROUP
+        return split_queue_name(f"{group}/q")[0] if group else DEFAULT_GROUP
     except InvalidName:
         return None

@@ -28,7 +28,7 @@ from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.producer import _aenqueue, _enqueue, _when
 from django_rcoord.queue_admin import TaskRecord, aget_result, get_result
-from django_rcoord.queue_keys import QueueKeys
+from django_rcoord.queue_keys import split_queue_name
 from django_rcoord.tasks_framework import (
     BaseTaskBackend,
     Task,
@@ -144,7 +144,7 @@ class RedisTaskBackend(BaseTaskBackend):
         groups = set()
         for name in sorted(self.queues):
             try:
-                groups.add(QueueKeys.of(name).group)
+                groups.add(split_queue_name(name)[0])
             except InvalidName as exc:
                 yield checks.Error(
                     f"{where}['QUEUES'] has {name!r}, which is not a queue name: {exc}.",

@@ -32,11 +32,11 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import REDIS_UNAVAILABLE, resolve_client
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
-from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote
+from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote, result_ttl_ms
 from django_rcoord.queue_keys import QueueKeys, same_group
 from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
@@ -158,7 +158,7 @@ class Worker:
             ", ".join(queue.name for queue in self.queues),
             self.lease,
         )
-        backoff = 0.5
+        failures = 0  # tries in a row that found Redis out of reach
         job: Job | None = None
         # One thread per worker renews the running task's lease every third of it.
         renewer = Repeater(self.lease / 3, self._renew_running, name=f"lease-renewer:{self.id}")
@@ -180,17 +180,16 @@ class Worker:
                         self._idle()
                         continue
                     job = self._process(job)
-                    backoff = 0.5
+                    failures = 0
                     if self.max_tasks is not None and self.processed >= self.max_tasks:
                         break
                 except REDIS_UNAVAILABLE as exc:
                     # The task in hand (if any) is safe: its lease brings it back.
                     job = None
-                    logger.error(
-                        "worker %s lost Redis (%s); retrying in %.1fs", self.id, exc, backoff
-                    )
-                    self.stopping.wait(backoff)
-                    backoff = min(backoff * 2, 10.0)
+                    wait = RECONNECT_BACKOFF.compute(failures)
+                    failures += 1
+                    logger.error("worker %s lost Redis (%s); retrying in %.1fs", self.id, exc, wait)
+                    self.stopping.wait(wait)
         finally:
             renewer.stop()
             if job is not None:
@@ -237,7 +236,7 @@ class Worker:
 
     @property
     def _result_ttl_ms(self) -> int:
-        return max(1000, int(conf.TASK_RESULT_TTL * 1000))
+        return result_ttl_ms()
 
     @staticmethod
     def _finish_keys(queue: QueueKeys) -> list[str]:
@@ -414,7 +413,7 @@ class Worker:
         if job is not None and not self._renew(job):
             logger.warning("task %s: lease lost while running (it will run again)", job.id)
 
-    def _renew(self, job: Job, lease_ms: int | None = None) -> bool:
+    def _renew(self, job: Job, lease_ms: int | None = None, *, give_back: bool = False) -> bool:
         return bool(
             run_script(
                 "task_renew",
@@ -430,6 +429,7 @@ class Worker:
                     self.id,
                     lease_ms or self._lease_ms,
                     self._result_ttl_ms + self._lease_ms,
+                    "1" if give_back else "0",
                 ],
             )
         )
@@ -449,8 +449,8 @@ class Worker:
         ]
         # Keep trying through a Redis outage: until it is recorded, the task's lease
         # would make it run again.
-        backoff = 0.5
         deadline = time.monotonic() + self.lease
+        failures = 0
         while True:
             try:
                 finished, following = run_script("task_finish", self.client, keys=keys, args=args)
@@ -459,13 +459,13 @@ class Worker:
                 if time.monotonic() > deadline:
                     raise
                 logger.error("finishing task %s failed (%s); retrying", job.id, exc)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(RECONNECT_BACKOFF.compute(failures))
+                failures += 1
 
     def _give_back(self, job: Job) -> None:
         """A task taken but not run (we are stopping): end its lease now, so it goes back."""
         try:
-            if self._renew(job, lease_ms=1):
+            if self._renew(job, lease_ms=1, give_back=True):
                 time.sleep(0.002)
                 self._recover_if_due(force=True)
         except REDIS_UNAVAILABLE:

@@ -22,4 +22,12 @@ def make_async_client() -> redis.asyncio.Redis:
     )
 
 
+def make_decoding_client() -> redis.Redis:
+    return redis.Redis.from_url(os.environ["RCOORD_TEST_REDIS_URL"], decode_responses=True)
+
+
+def make_decoding_async() -> redis.asyncio.Redis:
+    return redis.asyncio.Redis.from_url(os.environ["RCOORD_TEST_REDIS_URL"], decode_responses=True)
+
+
 not_callable = "a string, not a function"

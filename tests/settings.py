@@ -74,6 +74,7 @@ RCOORD = {
     # Short leases and backoff keep the queue tests quick.
     "TASK_LEASE": float(os.environ.get("RCOORD_TEST_TASK_LEASE", "60")),
     "TASK_RETRY_BACKOFF": 0.05,
+    "TASK_MAX_DELIVERIES": int(os.environ.get("RCOORD_TEST_MAX_DELIVERIES", "5")),
 }
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).

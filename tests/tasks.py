@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import signal
 import time
 
 from django_rcoord.connection import get_async_client, get_client
@@ -49,6 +50,12 @@ def fail_then_succeed(marker: str, failures: int) -> None:
 @task(queue="default", max_retries=0)
 def always_fail(marker: str) -> None:
     raise ValueError(f"{marker} always fails")
+
+
+@task(queue="default")
+def kill_own_worker() -> None:
+    """A poison task: it kills the worker running it, as an OOM kill or a segfault would."""
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 @task(name="tests.noop", queue="bench")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from django.conf import settings
 from django.core.management import call_command
@@ -7,6 +9,8 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_rcoord.checks import check_settings
+from django_rcoord.connection import get_async_client, get_client
+from django_rcoord.exceptions import ConnectionNotConfigured
 
 SHARDED = {
     "BACKEND": "django_redis.cache.RedisCache",
@@ -14,6 +18,11 @@ SHARDED = {
     "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient"},
 }
 LOCMEM = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+DECODING = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": "redis://127.0.0.1:1/0",
+    "OPTIONS": {"CONNECTION_POOL_KWARGS": {"decode_responses": True}},
+}
 RULE = {"name": "api", "path": "^/api/", "limit": 5, "timeout": 30}
 MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
 ASYNC = {"ASYNC_CLIENT_FACTORY": "tests.factories.make_async_client"}
@@ -54,6 +63,21 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"TASK_RESULT_TTL": 0}}, ["rcoord.E017"]),
         ({"RCOORD": {"TASK_RESULT_TTL": "1 day"}}, ["rcoord.E017"]),
         ({"RCOORD": {"ASYNC_WAIT_CONNECTIONS": "50"}}, ["rcoord.E016"]),
+        ({"RCOORD": {"TASK_LEASE": 0}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_LEASE": "60"}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_RETRY_BACKOFF": -1}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_RETRY_BACKOFF_MAX": None}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_RETRY_BACKOFF": 5, "TASK_RETRY_BACKOFF_MAX": 1}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_MAX_DELIVERIES": 0}}, ["rcoord.E020"]),
+        ({"RCOORD": {"TASK_MAX_DELIVERIES": 2.5}}, ["rcoord.E020"]),
+        ({"RCOORD": {"EMAIL_QUEUES": []}}, ["rcoord.E021"]),
+        ({"RCOORD": {"EMAIL_QUEUES": "email"}}, ["rcoord.E021"]),
+        ({"RCOORD": {"EMAIL_QUEUES": ["email", "reports/pdf"]}}, ["rcoord.E021"]),
+        ({"RCOORD": {"EMAIL_QUEUES": ["reports/"]}}, ["rcoord.E021"]),
+        (
+            {"RCOORD": {"CONNECTION": "text"}, "CACHES": {"text": DECODING}},
+            ["rcoord.E022"],
+        ),
         ({"RCOORD": {"KEY_PREFIX": "has{brace}"}}, ["rcoord.E006"]),
         ({"RCOORD": {"KEY_PREFIX": ""}}, ["rcoord.E006"]),
         ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
@@ -135,3 +159,23 @@ def test_rules_without_the_middleware_are_a_warning() -> None:
         MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE],
     ):
         assert check_settings() == []
+
+
+def test_a_factory_client_that_decodes_replies_is_refused_with_the_reason() -> None:
+    cases = [
+        ("CLIENT_FACTORY", "tests.factories.make_decoding_client", get_client),
+        (
+            "ASYNC_CLIENT_FACTORY",
+            "tests.factories.make_decoding_async",
+            lambda: asyncio.run(_async_client()),
+        ),
+    ]
+    for setting, factory, get in cases:
+        factories = {"CLIENT_FACTORY": "tests.factories.make_client", **ASYNC, setting: factory}
+        with override_settings(RCOORD={**settings.RCOORD, **factories}):
+            with pytest.raises(ConnectionNotConfigured, match="decode_responses"):
+                get()
+
+
+async def _async_client() -> object:
+    return get_async_client()

@@ -46,12 +46,17 @@ def ran() -> list[str]:
 
 
 def start_worker(
-    *args: str, lease: float | None = None, queues: tuple[str, ...] = ("default",)
+    *args: str,
+    lease: float | None = None,
+    queues: tuple[str, ...] = ("default",),
+    max_deliveries: int | None = None,
 ) -> subprocess.Popen:
     """``manage.py run_email_worker`` in its own process, on the test settings and Redis."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     if lease is not None:
         env["RCOORD_TEST_TASK_LEASE"] = str(lease)
+    if max_deliveries is not None:
+        env["RCOORD_TEST_MAX_DELIVERIES"] = str(max_deliveries)
     return start_logged(
         [sys.executable, "manage.py", "run_email_worker", "--queues", *queues, *args], env
     )
@@ -320,6 +325,46 @@ def test_sigkill_mid_task_loses_nothing() -> None:
         rescuer.send_signal(signal.SIGTERM)
         output_of(rescuer, 30)
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_a_task_that_kills_its_worker_every_time_becomes_a_dead_letter() -> None:
+    poison = tasks.kill_own_worker.delay()
+    tasks.record.delay("after")
+    exits = []
+    for _ in range(20):
+        worker = start_worker("--burst", lease=0.5, max_deliveries=3)
+        output = output_of(worker, 60)
+        exits.append(worker.returncode)
+        if queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 1}:
+            break
+        time.sleep(0.6)  # the dead worker's lease runs out
+    assert exits.count(-signal.SIGKILL) == 3, exits
+    assert exits[-1] == 0, output  # the workers that follow are unharmed
+    assert ran() == ["after"]
+    (letter,) = dead_letters("default")
+    assert letter["id"] == poison
+    assert "its worker died (or lost Redis) while running it, 3 times" in letter["error"]
+    record = get_result(poison)
+    assert record.status == "FAILED" and record.attempts == 3 and record.finished_at
+    assert record.errors[-1]["exception_class_path"] == "django_rcoord.exceptions.WorkerLost"
+    assert "TASK_MAX_DELIVERIES" in output
+
+
+def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None:
+    given_back = tasks.record.delay("given-back")
+    keys = QueueKeys.of("default")
+    stopping = Worker(["default"], lease=5)
+    stopping._give_back(stopping._take())
+    assert get_client().hget(keys.failures, f"{given_back}:lost") is None
+    assert get_client().zrange(keys.ready, 0, -1) == [given_back.encode()]
+    dying = Worker(["default"], lease=0.05)
+    dying._take()
+    time.sleep(0.1)
+    assert recover_and_promote(keys)[0] == 1
+    assert get_client().hget(keys.failures, f"{given_back}:lost") == b"1"
+    Worker(["default"], burst=True).run()
+    assert ran() == ["given-back"]
+    assert get_client().hget(keys.failures, f"{given_back}:lost") is None  # gone with the task
 
 
 def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:

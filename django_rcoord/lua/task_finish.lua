@@ -3,7 +3,8 @@
 -- steps keep the tasks' result records (status, times, worker ids, errors, return value).
 -- With an empty task id, only take the next task.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
--- KEYS[3]  failures HASH (id -> failed attempts)   KEYS[4] errors HASH (id -> last error)
+-- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
+-- KEYS[4]  errors HASH (id -> last error)
 -- KEYS[5]  in-flight ZSET of the finished task's queue   KEYS[6] its delayed ZSET
 -- KEYS[7]  its dead LIST
 -- KEYS[8]  results HASH of the group: <id> -> 'STATUS|started|last attempted|finished|workers'
@@ -70,7 +71,7 @@ if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], 
             redis.call('HSET', KEYS[8], id .. ':m', message)
         end
         redis.call('HDEL', KEYS[1], id)
-        redis.call('HDEL', KEYS[3], id)
+        redis.call('HDEL', KEYS[3], id, id .. ':lost')
         redis.call('HDEL', KEYS[4], id)
         redis.call('ZADD', KEYS[9], now + result_ttl, id)
     else

@@ -1,34 +1,80 @@
 -- Put back tasks whose lease ran out (their worker died) at the front of their priority in
 -- their queue, and move delayed tasks that are due to the back of theirs, recording how late
--- each was moved. By the server's clock; run by workers when idle and by the delayed-task
--- poller.
+-- each was moved. A task whose worker died (or lost Redis) while running it `max lost` times
+-- is a dead letter instead: it is probably what kills its workers. By the server's clock; run
+-- by workers when idle and by the delayed-task poller.
 -- KEYS[1]  owners HASH   KEYS[2] ready ZSET   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
 -- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
 -- KEYS[7]  results HASH of the group (a task put back is READY again)
 -- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
+-- KEYS[10] failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
+-- KEYS[11] errors HASH (id -> last error)   KEYS[12] dead LIST of the queue
+-- KEYS[13] results expiry ZSET
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
--- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none)}
+-- ARGV[6]  most deliveries whose worker died before a task is a dead letter
+-- ARGV[7]  how long a finished result is kept, ms
+-- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none),
+--          tasks made dead letters}
 --! include _ready
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local batch = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
 local keep = tonumber(ARGV[4])
+local max_lost, result_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local killed = 0
 for _, id in ipairs(expired) do
-    local priority = message_priority(redis.call('HGET', KEYS[8], id))
-    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, true)
-end
-if #expired > 0 then
-    redis.call('ZREM', KEYS[3], unpack(expired))
-    redis.call('HDEL', KEYS[1], unpack(expired))
-    for _, id in ipairs(expired) do
-        local state = redis.call('HGET', KEYS[7], id)
+    -- A task given back by a stopping worker (owner '') was not lost.
+    local lost = 0
+    if redis.call('HGET', KEYS[1], id) ~= '' then
+        lost = redis.call('HINCRBY', KEYS[10], id .. ':lost', 1)
+    end
+    local state = redis.call('HGET', KEYS[7], id)
+    if lost >= max_lost then
+        killed = killed + 1
+        local reason = 'its worker died (or lost Redis) while running it, ' .. lost
+            .. ' times (RCOORD["TASK_MAX_DELIVERIES"] = ' .. max_lost .. ')'
+        redis.call('HINCRBY', KEYS[10], id, 1)
+        redis.call('HSET', KEYS[11], id, reason)
+        redis.call('RPUSH', KEYS[12], id)
+        local entry = cjson.encode({
+            exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
+        })
+        local errors = redis.call('HGET', KEYS[7], id .. ':e')
+        if errors then
+            redis.call('HSET', KEYS[7], id .. ':e', string.sub(errors, 1, -2) .. ',' .. entry .. ']')
+        else
+            redis.call('HSET', KEYS[7], id .. ':e', '[' .. entry .. ']')
+        end
+        if state then
+            state = string.gsub(state, '^[^|]*', 'FAILED', 1)
+            -- the fourth field is the finish time
+            local parts, index = {}, 0
+            for part in string.gmatch(state .. '|', '([^|]*)|') do
+                index = index + 1
+                parts[index] = index == 4 and tostring(now) or part
+            end
+            redis.call('HSET', KEYS[7], id, table.concat(parts, '|'))
+        end
+        redis.call('ZADD', KEYS[13], now + result_ttl, id)
+        for _, key in ipairs({KEYS[7], KEYS[13]}) do
+            if redis.call('PTTL', key) < result_ttl then
+                redis.call('PEXPIRE', key, result_ttl)
+            end
+        end
+    else
+        local priority = message_priority(redis.call('HGET', KEYS[8], id))
+        ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, true)
         if state then
             redis.call('HSET', KEYS[7], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
         end
     end
+end
+if #expired > 0 then
+    redis.call('ZREM', KEYS[3], unpack(expired))
+    redis.call('HDEL', KEYS[1], unpack(expired))
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
 local promoted = #due / 2
@@ -47,7 +93,7 @@ if promoted > 0 then
     redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
     redis.call('PEXPIRE', KEYS[6], ARGV[4])
 end
-local moved = #expired + promoted
+local moved = #expired - killed + promoted
 if moved > 0 then
     for _ = 1, math.min(moved, 64) do
         redis.call('RPUSH', KEYS[5], 1)
@@ -57,6 +103,6 @@ if moved > 0 then
 end
 local next_due = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 if #next_due == 0 then
-    return {#expired, promoted, -1}
+    return {#expired - killed, promoted, -1, killed}
 end
-return {#expired, promoted, tonumber(next_due[2]) - now}
+return {#expired - killed, promoted, tonumber(next_due[2]) - now, killed}

@@ -19,6 +19,9 @@ while true do
         ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), id, priority, false)
     end
     redis.call('HDEL', KEYS[3], unpack(ids))
+    for _, id in ipairs(ids) do
+        redis.call('HDEL', KEYS[3], id .. ':lost')
+    end
     redis.call('HDEL', KEYS[4], unpack(ids))
     redis.call('ZREM', KEYS[7], unpack(ids))
     for _, id in ipairs(ids) do

@@ -27,6 +27,7 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
 from django_rcoord.queue_keys import QueueKeys
 from django_rcoord.scripts import run_script
+from django_rcoord.validation import check_batch
 from django_rcoord.waiting import wait_for_signal
 
 __all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
@@ -50,8 +51,9 @@ class DueTaskPromoter:
         client: Any = None,
         stop_event: threading.Event | None = None,
     ) -> None:
-        if not interval > 0 or batch < 1:
-            raise ValueError("interval must be > 0 and batch >= 1")
+        if not interval > 0:
+            raise ValueError("interval must be > 0")
+        check_batch(batch, "batch")
         self.interval = interval
         self.batch = batch
         self._client = client
@@ -170,8 +172,9 @@ class DelayQueue:
 
         Claimed items are deleted in the same step: two consumers never get the same one.
         """
-        if num < 1 or previous < 0:
-            raise ValueError("num must be >= 1 and previous >= 0")
+        check_batch(num, "num")
+        if previous < 0:
+            raise ValueError("previous must be >= 0")
         bodies = run_script(
             "delayqueue_pop",
             self.client,

@@ -13,6 +13,21 @@ def is_positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+#: Most items one script call may move: a call's work (and Redis's pause while it runs)
+#: stays bounded, and Lua's unpack() stays far below its limit (about 8,000 values).
+MAX_BATCH = 1000
+
+
+def check_batch(value: object, name: str) -> int:
+    """``value`` if it is an int from 1 to ``MAX_BATCH``; ValueError naming ``name`` otherwise."""
+    if not is_positive_int(value) or value > MAX_BATCH:  # type: ignore[operator]
+        raise ValueError(
+            f"{name} must be an int from 1 to {MAX_BATCH} (one script call's work), "
+            f"not {value!r}; call again for more"
+        )
+    return value  # type: ignore[return-value]
+
+
 def check_timeout_and_wait(timeout: float, wait: float) -> None:
     """The argument checks of locks and semaphores."""
     if not timeout > 0:

@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from django_rcoord.connection import get_client
 from django_rcoord.delayed import DelayQueue, DueTaskPromoter, poll_queue
-from django_rcoord.queues import QueueKeys, enqueue_many, execute_later, queue_stats
+from django_rcoord.queues import (
+    QueueKeys,
+    enqueue_many,
+    execute_later,
+    queue_stats,
+    recover_and_promote,
+)
 from tests import tasks
 from tests.procs import run_in_processes, wait_until
 from tests.test_queues import output_of, ran, start_logged, start_worker
@@ -226,3 +233,23 @@ def test_the_worker_alone_also_promotes_due_tasks() -> None:
 def test_enqueue_many_of_scheduled_and_plain() -> None:
     enqueue_many([(tasks.record, ("a",), {})])
     assert queue_stats("default")["ready"] == 1
+
+
+# -- bounded script calls -------------------------------------------------------------
+def test_batches_past_one_script_calls_bound_are_a_clear_error() -> None:
+    queue = DelayQueue("big")
+    with pytest.raises(ValueError, match="num must be an int from 1 to 1000"):
+        queue.pop(num=20_000, previous=0)
+    for bad in (0, 20_000):
+        with pytest.raises(CommandError, match="batch must be an int from 1 to 1000"):
+            call_command("poll_delayed", "--once", "--batch", str(bad))
+    with pytest.raises(ValueError, match="batch"):
+        recover_and_promote(QueueKeys.of("default"), batch=20_000)
+
+
+def test_a_full_batch_pops_at_most_its_size_and_leaves_the_rest() -> None:
+    queue = DelayQueue("big")
+    for number in range(1500):
+        queue.push({"n": number})
+    assert [item["n"] for item in queue.pop(num=1000, previous=0)] == list(range(1000))
+    assert len(queue) == 500

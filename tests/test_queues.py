@@ -17,7 +17,8 @@ import pytest
 from django.core import mail
 from django.db import transaction
 
-from django_rcoord.connection import get_client
+from django_rcoord.connection import get_client, slot_pipeline
+from django_rcoord.queue_admin import REQUEUE_BATCH
 from django_rcoord.queues import (
     QueueKeys,
     Task,
@@ -31,6 +32,7 @@ from django_rcoord.queues import (
     send_sold_email_via_queue,
     task,
 )
+from django_rcoord.scripts import run_script
 from django_rcoord.worker import Outcome, Worker
 from tests import tasks
 from tests.procs import wait_until
@@ -199,6 +201,28 @@ def test_retries_run_out_into_dead_letters_and_can_be_requeued() -> None:
     assert "attempt 4 fails on purpose" in letter["error"]
     assert requeue_dead("default") == 1
     assert queue_stats("default")["ready"] == 1 and dead_letters("default") == []
+
+
+def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> None:
+    keys = QueueKeys.of("default")
+    ids = enqueue_many([(tasks.record, [str(n)], {}) for n in range(20_000)])
+    client = get_client()
+    # As if every one had failed for good: out of the queue, into the dead letters.
+    with slot_pipeline(client, keys.messages, transaction=False) as pipe:
+        pipe.delete(keys.ready)
+        for start in range(0, len(ids), 1000):
+            pipe.rpush(keys.dead, *ids[start : start + 1000])
+        pipe.execute()
+    script_keys = [
+        keys.dead, keys.ready, keys.failures, keys.errors, keys.wake, keys.results,
+        keys.results_expiry, keys.messages, keys.queues,
+    ]  # fmt: skip
+    args = [1000, keys.queue, 60_000, REQUEUE_BATCH]
+    # One call moves one batch, the oldest letters first, and leaves the rest.
+    assert run_script("task_requeue_dead", client, keys=script_keys, args=args) == REQUEUE_BATCH
+    assert client.zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in ids[:REQUEUE_BATCH]]
+    assert requeue_dead("default") == 20_000 - REQUEUE_BATCH
+    assert queue_stats("default") == {"ready": 20_000, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
 def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:

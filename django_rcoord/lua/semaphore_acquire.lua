@@ -18,7 +18,8 @@ local identifier, limit = ARGV[1], tonumber(ARGV[2])
 local fair, queue = ARGV[4] == '1', ARGV[5] == '1'
 
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+-- Waiters that stopped asking lose their place, a bounded number per call.
+local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
 if #gone > 0 then
     redis.call('ZREM', KEYS[2], unpack(gone))
     redis.call('ZREM', KEYS[3], unpack(gone))

@@ -59,9 +59,9 @@ for _, id in ipairs(expired) do
             redis.call('HSET', KEYS[7], id, table.concat(parts, '|'))
         end
         redis.call('ZADD', KEYS[13], now + result_ttl, id)
-        for _, key in ipairs({KEYS[7], KEYS[13]}) do
-            if redis.call('PTTL', key) < result_ttl then
-                redis.call('PEXPIRE', key, result_ttl)
+        for _, index in ipairs({7, 13}) do
+            if redis.call('PTTL', KEYS[index]) < result_ttl then
+                redis.call('PEXPIRE', KEYS[index], result_ttl)
             end
         end
     else

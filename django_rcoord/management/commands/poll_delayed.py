@@ -27,7 +27,7 @@ class Command(BaseCommand):
             help="Longest sleep between passes, in seconds (default 1).",
         )
         parser.add_argument(
-            "--batch", type=int, default=500, help="Tasks per script call (default 500)."
+            "--batch", type=int, default=500, help="Tasks per script call (1 to 1000, default 500)."
         )
         parser.add_argument("--once", action="store_true", help="One pass, then exit.")
 

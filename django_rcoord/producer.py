@@ -35,7 +35,7 @@ def _enqueue_call(
     delay_ms, due_at_ms = when
     return (
         task_id,
-        [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule],
+        [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule, keys.idle],
         [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority],
     )
 

@@ -8,11 +8,13 @@ spread load over Redis Cluster with several groups served by separate workers.
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django_rcoord.conf import conf
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace
 
@@ -46,9 +48,17 @@ class QueueKeys:
     dead: str
     results: str
     results_expiry: str
+    idle: str
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
+        if not isinstance(name, str):
+            raise InvalidName(f"a queue name must be a str, not {type(name).__name__}")
+        # Built once per name and key prefix: enqueueing and taking look them up per task.
+        return _queue_keys(name, conf.KEY_PREFIX)
+
+    @classmethod
+    def _build(cls, name: str) -> QueueKeys:
         group, queue = split_queue_name(name)
         space = KeySpace("queue", group)
         return cls(
@@ -69,7 +79,13 @@ class QueueKeys:
             dead=space.key(f"dead:{queue}"),
             results=space.key("results"),
             results_expiry=space.key("results-expiry"),
+            idle=space.key("idle"),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _queue_keys(name: str, prefix: str) -> QueueKeys:
+    return QueueKeys._build(name)
 
 
 def split_queue_name(name: object) -> tuple[str, str]:

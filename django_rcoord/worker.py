@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 #: Longest an idle worker blocks before it looks for expired leases and due retries.
 IDLE_CHECK = 1.0
+#: How long a worker that found nothing stays registered idle (it takes again within
+#: IDLE_CHECK, renewing it), ms.
+IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
 #: Seconds a worker's heartbeat lives without renewal.
 HEARTBEAT_TTL = 15
 RECOVER_BATCH = 500
@@ -135,6 +138,7 @@ class Worker:
         self._last_heartbeat = 0.0
         self._running: Job | None = None  # the task whose lease the renewer keeps
         self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
+        self._idle_registered = False  # in the group's idle set (see _take)
 
     @property
     def client(self) -> Any:
@@ -225,14 +229,31 @@ class Worker:
         self._next_check = time.monotonic() + next_due
 
     def _take(self) -> Job | None:
-        # task_finish with no task to finish only takes the next one.
+        # task_finish with no task to finish only takes the next one. Finding nothing, a
+        # worker that will wait for a wake-up registers idle in the same call: producers
+        # push wake-ups only while a worker is registered.
+        idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
         _, following = run_script(
             "task_finish",
             self.client,
             keys=self._take_only_keys,
-            args=["", self.id, "ack", "", 0, self._lease_ms, "", "", self._result_ttl_ms],
+            args=[
+                "",
+                self.id,
+                "ack",
+                "",
+                0,
+                self._lease_ms,
+                "",
+                "",
+                self._result_ttl_ms,
+                idle_ms,
+                "1" if self._idle_registered else "0",
+            ],
         )
-        return self._job(following)
+        job = self._job(following)
+        self._idle_registered = job is None and idle_ms > 0
+        return job
 
     @property
     def _result_ttl_ms(self) -> int:
@@ -251,6 +272,7 @@ class Worker:
             queue.dead,
             queue.results,
             queue.results_expiry,
+            queue.idle,
         ]
 
     def _job(self, result: Any) -> Job | None:
@@ -446,6 +468,8 @@ class Worker:
             outcome.value_json,
             outcome.error_entry,
             self._result_ttl_ms,
+            0,  # finding nothing, the worker's next _take registers it idle
+            "0",
         ]
         # Keep trying through a Redis outage: until it is recorded, the task's lease
         # would make it run again.
@@ -492,6 +516,7 @@ class Worker:
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.srem(self._workers_key, self.id)
                 pipe.delete(self._heartbeat_key)
+                pipe.zrem(self.queues[0].idle, self.id)
                 pipe.execute()
         except REDIS_UNAVAILABLE:
             pass

@@ -284,6 +284,24 @@ def test_priorities_out_of_range_are_refused() -> None:
             task(priority=bad)  # type: ignore[arg-type]
 
 
+def test_producers_push_a_wake_up_only_while_a_worker_waits_for_one() -> None:
+    keys = QueueKeys.of("default")
+    client = get_client()
+    tasks.record.delay("a")
+    assert client.llen(keys.wake) == 0  # no worker waits: no wake-up
+    worker = Worker(["default"])
+    assert worker._take() is not None  # busy: not registered idle
+    assert worker._take() is None  # nothing left: registered idle in the same call
+    assert client.zscore(keys.idle, worker.id) is not None
+    tasks.record.delay("b")
+    assert client.llen(keys.wake) == 1
+    assert worker._take() is not None  # taking unregisters it
+    assert client.zscore(keys.idle, worker.id) is None
+    client.delete(keys.wake)
+    tasks.record.delay("c")
+    assert client.llen(keys.wake) == 0
+
+
 def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     tasks.record.delay("once")
     slow = Worker(["default"], lease=0.2)

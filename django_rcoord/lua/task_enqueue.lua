@@ -4,6 +4,7 @@
 -- KEYS[4]  queues HASH of the group (queue name -> its counter)
 -- KEYS[5]  wake LIST of the group (workers)
 -- KEYS[6]  schedule LIST of the group (wakes delayed-task pollers)
+-- KEYS[7]  idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
 -- ARGV[1]  task id   ARGV[2] message JSON   ARGV[3] queue name   ARGV[4] delay, ms (0: now)
 -- ARGV[5]  wake-up token lifetime, ms
 -- ARGV[6]  how long the group's list of queues outlives its last task, ms
@@ -33,8 +34,10 @@ if delay > 0 then
 else
     ready_add(KEYS[2], KEYS[4], ARGV[3], keep, ARGV[1], tonumber(ARGV[8]), false)
 end
--- Wake an idle worker to take the task.
-redis.call('RPUSH', KEYS[5], 1)
-redis.call('LTRIM', KEYS[5], -64, -1)
-redis.call('PEXPIRE', KEYS[5], ARGV[5])
+-- Wake an idle worker to take the task (busy workers take it when they finish theirs).
+if #redis.call('ZRANGEBYSCORE', KEYS[7], now, '+inf', 'LIMIT', 0, 1) > 0 then
+    redis.call('RPUSH', KEYS[5], 1)
+    redis.call('LTRIM', KEYS[5], -64, -1)
+    redis.call('PEXPIRE', KEYS[5], ARGV[5])
+end
 return 1

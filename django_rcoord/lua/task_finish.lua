@@ -11,12 +11,16 @@
 --          (times in server ms, worker ids comma-separated), <id>:v -> return value JSON,
 --          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
 -- KEYS[9]  results expiry ZSET (id -> when its finished record expires, ms)
--- KEYS[10..] pairs, in priority order, of the queues to take the next task from:
+-- KEYS[10] idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
+-- KEYS[11..] pairs, in priority order, of the queues to take the next task from:
 --          ready ZSET (highest priority first), in-flight ZSET (none: take nothing)
 -- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] outcome: 'ack' | 'retry' | 'dead'
 -- ARGV[4]  error text (retry, dead)   ARGV[5] retry delay, ms (retry)   ARGV[6] lease, ms
 -- ARGV[7]  return value JSON (ack)   ARGV[8] error entry JSON (retry, dead)
 -- ARGV[9]  how long a finished result is kept, ms
+-- ARGV[10] ms this worker waits for a wake-up when it finds nothing (it is registered idle
+--          for that long, so that producers wake it; 0: do not register)
+-- ARGV[11] '1' when this worker is registered idle (taking a task unregisters it)
 -- Returns  {finished, next} where finished is 1, or 0 when this worker no longer held the task
 --          (its lease ran out and another worker has it: nothing about it is changed), and
 --          next is {id, message, queue index, failures, record state} or 0 when no task was
@@ -101,7 +105,7 @@ if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], 
 end
 
 local taken = 0
-for index = 10, #KEYS, 2 do
+for index = 11, #KEYS, 2 do
     local popped = redis.call('ZPOPMIN', KEYS[index])
     while popped[1] do
         local next_id = popped[1]
@@ -118,7 +122,7 @@ for index = 10, #KEYS, 2 do
             state[3] = now
             state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
             save_state(next_id, state)
-            taken = {next_id, message, (index - 8) / 2, failures, table.concat(state, '|')}
+            taken = {next_id, message, (index - 9) / 2, failures, table.concat(state, '|')}
             break
         end
         -- An id whose message is gone was acknowledged already (a duplicate): skip it.
@@ -127,6 +131,15 @@ for index = 10, #KEYS, 2 do
     if taken ~= 0 then
         break
     end
+end
+-- Producers push a wake-up only while some worker is registered idle.
+local idle_ms = tonumber(ARGV[10])
+if taken == 0 and idle_ms > 0 and #KEYS > 10 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
+    redis.call('ZADD', KEYS[10], now + idle_ms, ARGV[2])
+    redis.call('PEXPIRE', KEYS[10], idle_ms + 60000)
+elseif taken ~= 0 and ARGV[11] == '1' then
+    redis.call('ZREM', KEYS[10], ARGV[2])
 end
 if finished == 1 or taken ~= 0 then
     for key_index = 8, 9 do

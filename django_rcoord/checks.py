@@ -103,6 +103,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             )
         )
     errors.extend(_check_task_settings(user))
+    errors.extend(_check_periodic(user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"])))
     errors.extend(_check_autocomplete(user))
     errors.extend(_check_lock_replicas(user))
     errors.extend(
@@ -177,6 +178,31 @@ def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
                     id="rcoord.E021",
                 )
             )
+    return errors
+
+
+def _check_periodic(raw: object) -> list[CheckMessage]:
+    from django_rcoord import periodic
+
+    hint = (
+        'Each entry: {"name": "digest", "task": "myapp.tasks.send_digest", "cron": '
+        '"0 7 * * *"} or "every": seconds (1 or more), optional "args", "kwargs", '
+        '"catch_up" ("skip" or "once").'
+    )
+    errors: list[CheckMessage] = [
+        Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)
+        for check_id, text in periodic.problems(raw)
+    ]
+    for task in periodic.unknown_tasks(raw):
+        errors.append(
+            Error(
+                f"settings.RCOORD['PERIODIC_TASKS'] names the task {task!r}, which is neither "
+                "a registered @task nor a Tasks framework task on a RedisTaskBackend.",
+                hint="Use the @task's name (its module path and function name by default) "
+                "or the dotted path of a django.tasks @task.",
+                id="rcoord.E025",
+            )
+        )
     return errors
 
 

@@ -45,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     "TASK_RESULT_TTL": 86400,
     # Queues `manage.py run_email_worker` watches by default, highest priority first.
     "EMAIL_QUEUES": ["email"],
+    # Periodic tasks fired by poll_delayed: dicts of name, task, cron or every, args,
+    # kwargs, catch_up (see django_rcoord.periodic).
+    "PERIODIC_TASKS": [],
     # Guild-member autocomplete: suggestions per query, and who may search a guild
     # (dotted path to a callable (request, guild) -> bool).
     "AUTOCOMPLETE_LIMIT": 10,
@@ -126,6 +129,10 @@ class RcoordSettings:
     @property
     def TASK_RESULT_TTL(self) -> float:
         return get("TASK_RESULT_TTL")
+
+    @property
+    def PERIODIC_TASKS(self) -> list[dict[str, Any]]:
+        return get("PERIODIC_TASKS")
 
     @property
     def EMAIL_QUEUES(self) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.keys import KeySpace
+from django_rcoord.periodic import fire_due, schedules
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
 from django_rcoord.queue_keys import QueueKeys
 from django_rcoord.scripts import run_script
@@ -59,6 +61,9 @@ class DueTaskPromoter:
         self._client = client
         self.stopping = stop_event or threading.Event()
         self.promoted = 0
+        self.fired = 0
+        # Read once: a changed schedule is picked up when the poller starts again.
+        self._schedules = schedules()
         self._queues: list[QueueKeys] = []
         self._queues_read_at = -QUEUE_LIST_REFRESH
 
@@ -103,6 +108,16 @@ class DueTaskPromoter:
         if promoted_now:
             logger.info("promoted %d due task(s)", promoted_now)
         self.promoted += promoted_now
+        if self._schedules:
+            seconds, micros = self.client.time()
+            fired, next_tick = fire_due(
+                self.client, seconds * 1000 + micros // 1000, self._schedules
+            )
+            if fired:
+                logger.info("fired %d periodic task(s)", fired)
+            self.fired += fired
+            if next_tick != math.inf:
+                next_due = next_tick if next_due is None else min(next_due, next_tick)
         return promoted_now, next_due
 
     def run(self) -> int:

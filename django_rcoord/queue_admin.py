@@ -234,7 +234,15 @@ def overview(*, client: Any = None) -> dict[str, Any]:
             workers.append(
                 {"id": worker_id, "queues": watched.decode().split(","), "running": current}
             )
-    return {"queues": queues, "workers": workers, "promotion_lateness": lateness}
+    from django_rcoord.periodic import schedule_status
+
+    periodic = schedule_status(client, int(now * 1000))
+    return {
+        "queues": queues,
+        "workers": workers,
+        "promotion_lateness": lateness,
+        "periodic": periodic,
+    }
 
 
 # -- results -------------------------------------------------------------------------

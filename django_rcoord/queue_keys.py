@@ -49,6 +49,7 @@ class QueueKeys:
     results: str
     results_expiry: str
     idle: str
+    periodic: str
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
@@ -80,6 +81,7 @@ class QueueKeys:
             results=space.key("results"),
             results_expiry=space.key("results-expiry"),
             idle=space.key("idle"),
+            periodic=space.key("periodic"),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 SECRET_KEY = "tests-not-secret"
@@ -75,6 +76,8 @@ RCOORD = {
     "TASK_LEASE": float(os.environ.get("RCOORD_TEST_TASK_LEASE", "60")),
     "TASK_RETRY_BACKOFF": 0.05,
     "TASK_MAX_DELIVERIES": int(os.environ.get("RCOORD_TEST_MAX_DELIVERIES", "5")),
+    # Periodic tasks of the poller processes the tests start (JSON).
+    "PERIODIC_TASKS": json.loads(os.environ.get("RCOORD_TEST_PERIODIC", "[]")),
 }
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).

@@ -26,6 +26,8 @@ DECODING = {
 RULE = {"name": "api", "path": "^/api/", "limit": 5, "timeout": 30}
 MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
 ASYNC = {"ASYNC_CLIENT_FACTORY": "tests.factories.make_async_client"}
+BEAT = {"name": "beat", "task": "tests.tasks.record", "every": 1, "args": ["b"]}
+CRON = {"name": "nightly", "task": "tests.framework_tasks.add", "cron": "0 3 * * *"}
 
 
 def ids(**settings) -> list[str]:
@@ -70,6 +72,16 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"TASK_RETRY_BACKOFF": 5, "TASK_RETRY_BACKOFF_MAX": 1}}, ["rcoord.E020"]),
         ({"RCOORD": {"TASK_MAX_DELIVERIES": 0}}, ["rcoord.E020"]),
         ({"RCOORD": {"TASK_MAX_DELIVERIES": 2.5}}, ["rcoord.E020"]),
+        ({"RCOORD": {"PERIODIC_TASKS": {"name": "x"}}}, ["rcoord.E023"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "colour": 1}]}}, ["rcoord.E023"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [BEAT, BEAT]}}, ["rcoord.E023"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "args": "x"}]}}, ["rcoord.E023"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "catch_up": "all"}]}}, ["rcoord.E023"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "cron": "* * * * *"}]}}, ["rcoord.E024"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{"name": "n", "task": "t.t"}]}}, ["rcoord.E024"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**CRON, "cron": "61 * * * *"}]}}, ["rcoord.E024"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "every": 0.5}]}}, ["rcoord.E024"]),
+        ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "task": "no.such.task"}]}}, ["rcoord.E025"]),
         ({"RCOORD": {"EMAIL_QUEUES": []}}, ["rcoord.E021"]),
         ({"RCOORD": {"EMAIL_QUEUES": "email"}}, ["rcoord.E021"]),
         ({"RCOORD": {"EMAIL_QUEUES": ["email", "reports/pdf"]}}, ["rcoord.E021"]),
@@ -179,3 +191,7 @@ def test_a_factory_client_that_decodes_replies_is_refused_with_the_reason() -> N
 
 async def _async_client() -> object:
     return get_async_client()
+
+
+def test_good_periodic_tasks_pass_the_checks() -> None:
+    assert ids(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [BEAT, CRON]}) == []

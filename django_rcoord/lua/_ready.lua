@@ -32,3 +32,17 @@ local function ready_add(ready, queues, queue, keep_ms, id, priority, front)
     end
     redis.call('ZADD', ready, string.format('%.0f', score), id)
 end
+
+-- Store message `body` of task `id` and queue it now on queue `queue` (keys as in
+-- ready_add; `messages` the group's HASH of messages), then wake a worker if one is
+-- registered idle in the ZSET `idle` (its wake-ups in the LIST `wake`, kept `wake_ms`).
+local function enqueue_now(messages, ready, queues, wake, idle, queue, keep_ms, id, body,
+                           priority, now, wake_ms)
+    redis.call('HSET', messages, id, body)
+    ready_add(ready, queues, queue, keep_ms, id, priority, false)
+    if #redis.call('ZRANGEBYSCORE', idle, now, '+inf', 'LIMIT', 0, 1) > 0 then
+        redis.call('RPUSH', wake, 1)
+        redis.call('LTRIM', wake, -64, -1)
+        redis.call('PEXPIRE', wake, wake_ms)
+    end
+end

@@ -18,26 +18,20 @@ local delay = tonumber(ARGV[4])
 if tonumber(ARGV[7]) > 0 then
     delay = tonumber(ARGV[7]) - now
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local keep = math.max(delay, 0) + tonumber(ARGV[6])
-if delay > 0 then
-    redis.call('HINCRBY', KEYS[4], ARGV[3], 0)
-    if redis.call('PTTL', KEYS[4]) < keep then
-        redis.call('PEXPIRE', KEYS[4], keep)
-    end
-    redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
-    -- A poller sleeping until a later due time wakes to recompute its sleep.
-    redis.call('RPUSH', KEYS[6], 1)
-    redis.call('LTRIM', KEYS[6], -16, -1)
-    redis.call('PEXPIRE', KEYS[6], ARGV[5])
+if delay <= 0 then
+    enqueue_now(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[7], ARGV[3], keep, ARGV[1], ARGV[2],
+        tonumber(ARGV[8]), now, ARGV[5])
     return 1
-else
-    ready_add(KEYS[2], KEYS[4], ARGV[3], keep, ARGV[1], tonumber(ARGV[8]), false)
 end
--- Wake an idle worker to take the task (busy workers take it when they finish theirs).
-if #redis.call('ZRANGEBYSCORE', KEYS[7], now, '+inf', 'LIMIT', 0, 1) > 0 then
-    redis.call('RPUSH', KEYS[5], 1)
-    redis.call('LTRIM', KEYS[5], -64, -1)
-    redis.call('PEXPIRE', KEYS[5], ARGV[5])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[4], ARGV[3], 0)
+if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[4], keep)
 end
+redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
+-- A poller sleeping until a later due time wakes to recompute its sleep.
+redis.call('RPUSH', KEYS[6], 1)
+redis.call('LTRIM', KEYS[6], -16, -1)
+redis.call('PEXPIRE', KEYS[6], ARGV[5])
 return 1

@@ -15,7 +15,8 @@ from django_rcoord.queue_admin import overview
 class Command(BaseCommand):
     help = (
         "Show every queue (ready, in flight, delayed, dead, age of the oldest ready task, "
-        "next due time), promotion lateness, and the live workers with their tasks."
+        "next due time), promotion lateness, periodic tasks (last and next tick, lateness), "
+        "and the live workers with their tasks."
     )
     requires_system_checks: list[str] = []
 
@@ -69,6 +70,18 @@ class Command(BaseCommand):
             )
         if not state["queues"]:
             lines.append("(no queue has had a task yet)")
+        if state.get("periodic"):
+            lines.append("")
+            lines.append(f"{'periodic task':<24} {'last tick':<26} {'late':>8}  next tick")
+            for row in state["periodic"]:
+                if "error" in row:
+                    lines.append(f"{row['name']:<24} {row['error']} ({row['task']})")
+                    continue
+                late = row["lateness_ms"]
+                lines.append(
+                    f"{row['name']:<24} {row['last_tick'] or '-':<26} "
+                    f"{'-' if late is None else f'{late} ms':>8}  {row['next_tick']}"
+                )
         lines.append("")
         lines.append(f"workers: {len(state['workers'])}")
         for worker in state["workers"]:

@@ -27,7 +27,7 @@ from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resol
 from django_rcoord.keys import KeySpace
 from django_rcoord.periodic import fire_due, schedules
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
-from django_rcoord.queue_keys import QueueKeys
+from django_rcoord.queue_keys import QueueKeys, registry_keys
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 from django_rcoord.waiting import wait_for_signal
@@ -36,8 +36,8 @@ __all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
 
 logger = logging.getLogger(__name__)
 
-#: How much earlier than the next due time a poller stops blocking in Redis.
-BLOCKING_SLACK = 0.15
+#: Longest single BLPOP of a watcher thread, seconds (it checks for a stop between).
+WATCH_BLOCK = 1.0
 #: How often the list of queues is read again (new queues appear while a poller runs).
 QUEUE_LIST_REFRESH = 5.0
 
@@ -66,6 +66,11 @@ class DueTaskPromoter:
         self._schedules = schedules()
         self._queues: list[QueueKeys] = []
         self._queues_read_at = -QUEUE_LIST_REFRESH
+        # Set by a watcher thread when a wake-up arrives on a group's schedule list or on
+        # the registry's (a new group): the loop then looks again at once.
+        self._woken = threading.Event()
+        self._watched: dict[str, threading.Thread] = {}  # (only while run() runs)
+        self._groups: list[str] = []
 
     @property
     def client(self) -> Any:
@@ -79,13 +84,46 @@ class DueTaskPromoter:
         stale = time.monotonic() - self._queues_read_at >= QUEUE_LIST_REFRESH
         if stale or not self._queues:
             client = self.client
+            groups = known_groups(client=client)
             self._queues = [
                 QueueKeys.of(name)
-                for group in known_groups(client=client)
+                for group in groups
                 for name in known_queues(group, client=client)
             ]
             self._queues_read_at = time.monotonic()
+            self._groups = groups
         return self._queues
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when woken early by a wake-up (a stop ends it too)."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._woken.wait(min(remaining, 0.2)):
+                self._woken.clear()
+                return True
+        return False
+
+    def _watch(self, key: str) -> None:
+        """Block on the wake-up list ``key`` in a thread of its own (one per queue group:
+        on Redis Cluster each group's list lives in its own hash slot, and one BLPOP cannot
+        span slots) and wake the loop when a token arrives."""
+        if key in self._watched:
+            return
+
+        def watch() -> None:
+            while not self.stopping.is_set():
+                try:
+                    if wait_for_signal(self.client, key, WATCH_BLOCK):
+                        self._woken.set()
+                except REDIS_UNAVAILABLE:
+                    self.stopping.wait(1.0)  # the loop logs the outage
+
+        thread = threading.Thread(target=watch, name=f"rcoord-poller-watch:{key}", daemon=True)
+        self._watched[key] = thread
+        thread.start()
 
     def run_once(self) -> tuple[int, float | None]:
         """One pass over every queue: (tasks promoted, seconds until the next is due)."""
@@ -128,22 +166,23 @@ class DueTaskPromoter:
             try:
                 _, next_due = self.run_once()
                 sleep = self.interval if next_due is None else min(self.interval, next_due)
-                queues = self.queues()
-                if sleep > BLOCKING_SLACK + 0.05 and queues:
-                    # Woken early when a task is scheduled sooner than we would look again.
-                    # Redis ends an idle BLPOP up to ~100 ms late (its timer runs at hz=10),
-                    # so block for a little less and sleep the rest here, precisely.
-                    if wait_for_signal(self.client, queues[0].schedule, sleep - BLOCKING_SLACK):
-                        # The task may be in a queue new since the list was read.
-                        self._queues_read_at = -QUEUE_LIST_REFRESH
-                elif sleep > 0:
-                    self.stopping.wait(sleep)
+                self.queues()
+                self._watch(registry_keys()[1])
+                for group in self._groups:
+                    self._watch(QueueKeys.of(f"{group}/-").schedule)
+                # Woken early when a task is scheduled sooner than we would look again, in
+                # any group, or a new group appears.
+                if self._sleep(sleep):
+                    # The task may be in a queue or group new since the list was read.
+                    self._queues_read_at = -QUEUE_LIST_REFRESH
                 failures = 0
             except REDIS_UNAVAILABLE as exc:
                 wait = RECONNECT_BACKOFF.compute(failures)
                 failures += 1
                 logger.error("poller lost Redis (%s); retrying in %.1fs", exc, wait)
                 self.stopping.wait(wait)
+        for thread in self._watched.values():
+            thread.join(WATCH_BLOCK + 1)
         logger.info("poller stopped after promoting %d task(s)", self.promoted)
         return self.promoted
 

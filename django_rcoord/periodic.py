@@ -37,6 +37,7 @@ from django.conf import settings
 
 from django_rcoord.conf import conf
 from django_rcoord.messages import encode_message
+from django_rcoord.producer import register_group
 from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.scripts import run_script
 
@@ -224,6 +225,7 @@ def fire_due(client: Any, now_ms: int, found: list[Schedule] | None = None) -> t
         if target is None:  # reported by check rcoord.E025
             continue
         keys = QueueKeys.of(target.queue)
+        register_group(client, keys.group)  # so pollers watch it (once per process and hour)
         last = client.hget(keys.periodic, schedule.name)
         latest = schedule.latest_tick(now_ms)
         if last is None:

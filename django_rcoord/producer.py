@@ -4,12 +4,13 @@ later by the Redis server's clock; sync and async."""
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.messages import encode_message
-from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys, registry_keys
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = ["aexecute_later", "enqueue_many", "execute_later"]
@@ -47,6 +48,42 @@ def check_priority(priority: Any) -> int:
     return priority
 
 
+#: Seconds a process trusts its last registration of a group (see ``register_group``).
+REGISTRY_REFRESH = 3600.0
+_registered: dict[tuple[str, str], float] = {}  # (registry key, group) -> when, monotonic
+
+#: What task_enqueue returns when it created the group's list of queues.
+GROUP_CREATED = 2
+
+
+def _registration(group: str, force: bool) -> tuple[list[str], list[Any]] | None:
+    """KEYS and ARGV of group_register when this process has not registered ``group``
+    lately (or ``force``), else None."""
+    keys = list(registry_keys())
+    last = _registered.get((keys[0], group))
+    if not force and last is not None and time.monotonic() - last < REGISTRY_REFRESH:
+        return None
+    return keys, [group, GROUP_KEYS_MS, WAKE_TOKEN_MS]
+
+
+def register_group(client: Any, group: str, *, force: bool = False) -> None:
+    """Put ``group`` in the registry pollers read: once per process and hour, and again
+    whenever an enqueue finds the group's keys new (Redis lost them), so pollers never
+    need SCAN to find a group."""
+    call = _registration(group, force)
+    if call is not None:
+        run_script("group_register", client, keys=call[0], args=call[1])
+        _registered[(call[0][0], group)] = time.monotonic()
+
+
+async def aregister_group(client: Any, group: str, *, force: bool = False) -> None:
+    """``register_group`` for redis.asyncio clients."""
+    call = _registration(group, force)
+    if call is not None:
+        await arun_script("group_register", client, keys=call[0], args=call[1])
+        _registered[(call[0][0], group)] = time.monotonic()
+
+
 def _enqueue(
     client: Any,
     task_name: str,
@@ -58,7 +95,10 @@ def _enqueue(
     priority: int = 0,
 ) -> str:
     task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
-    run_script("task_enqueue", client, keys=keys, args=argv)
+    group = QueueKeys.of(queue).group
+    register_group(client, group)
+    if run_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
+        register_group(client, group, force=True)
     return task_id
 
 
@@ -74,7 +114,10 @@ async def _aenqueue(
 ) -> str:
     task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
     client = await aresolve_client(client)
-    await arun_script("task_enqueue", client, keys=keys, args=argv)
+    group = QueueKeys.of(queue).group
+    await aregister_group(client, group)
+    if await arun_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
+        await aregister_group(client, group, force=True)
     return task_id
 
 
@@ -138,9 +181,15 @@ def enqueue_many(
         entry = (count - 1, name, target_queue, args, kwargs, priority)
         by_group.setdefault(group, []).append(entry)
     ids = [""] * count
+    for group in by_group:
+        register_group(client, group)
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
             for index, name, target_queue, args, kwargs, priority in entries:
-                ids[index] = _enqueue(pipe, name, target_queue, args, kwargs, priority=priority)
-            pipe.execute()
+                ids[index], keys, argv = _enqueue_call(
+                    name, target_queue, args, kwargs, (0, 0), None, priority
+                )
+                run_script("task_enqueue", pipe, keys=keys, args=argv)
+            if GROUP_CREATED in pipe.execute():
+                register_group(client, QueueKeys.of(entries[0][2]).group, force=True)
     return ids

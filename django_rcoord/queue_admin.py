@@ -11,7 +11,7 @@ from typing import Any
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
-from django_rcoord.keys import KeySpace, decode_name
+from django_rcoord.keys import KeySpace
 from django_rcoord.messages import _text, decode_message
 from django_rcoord.queue_keys import (
     DEFAULT_GROUP,
@@ -19,6 +19,7 @@ from django_rcoord.queue_keys import (
     WAKE_TOKEN_MS,
     QueueKeys,
     group_of_task_id,
+    registry_keys,
 )
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
@@ -178,14 +179,10 @@ def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]
 
 # -- an overview for operators (rcoord_status) ----------------------------------------
 def known_groups(*, client: Any = None) -> list[str]:
-    """Queue groups that have ever had a task (the default group always)."""
-    client = resolve_client(client)
-    pattern = KeySpace("queue", "x").pattern.replace("{x}", "{*}").removesuffix("*") + "queues"
-    groups = {DEFAULT_GROUP}
-    for key in client.scan_iter(match=pattern, count=1000):
-        text = key.decode()
-        groups.add(decode_name(text[text.index("{") + 1 : text.index("}")]))
-    return sorted(groups)
+    """Queue groups that have had a task in the last 30 days (the default group always), from
+    the registry producers write when they first use a group."""
+    members = resolve_client(client).smembers(registry_keys()[0])
+    return sorted({DEFAULT_GROUP, *(member.decode() for member in members)})
 
 
 def overview(*, client: Any = None) -> dict[str, Any]:

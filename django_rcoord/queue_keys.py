@@ -117,6 +117,18 @@ def same_group(names: Sequence[str]) -> list[QueueKeys]:
     return [QueueKeys.of(name) for name in names]
 
 
+def registry_keys() -> tuple[str, str]:
+    """(SET of every queue group ever used, LIST that wakes pollers when one is new): one
+    hash slot of their own, written by producers when they first use a group."""
+    return _registry_keys(conf.KEY_PREFIX)
+
+
+@functools.lru_cache(maxsize=16)
+def _registry_keys(prefix: str) -> tuple[str, str]:
+    space = KeySpace("queues", "registry")
+    return space.key("groups"), space.key("wake")
+
+
 def new_task_id(group: str) -> str:
     """A new task id; it names its group ("reports/<hex>"; the default group's are bare hex),
     so its result record can be found from the id alone."""

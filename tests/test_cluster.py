@@ -77,6 +77,9 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
             primaries[kind][name].add(primary)
             key_count[kind][name] += 1
 
+    # The registry of queue groups pollers read is one instance, in one slot.
+    registry = slots.pop("queues")
+    assert list(registry) == ["registry"] and len(registry["registry"]) == 1
     assert set(slots) == {"guild", "lock", "semaphore", "queue"}
     for kind, by_name in slots.items():
         assert len(by_name) == len(NAMES), kind

@@ -142,8 +142,17 @@ def test_poller_wakes_early_for_a_nearer_task() -> None:
     started = time.monotonic()
     wait_until(lambda: queue_stats("fresh")["ready"] == 1, timeout=10)
     assert time.monotonic() - started < 2
+    # A queue group that did not exist either: the registry wakes the poller, which then
+    # watches that group's wake-ups too (a second task there is also on time).
+    for marker in ("new group", "same group"):
+        execute_later("reports/fresh", "tests.tasks.record", [marker], delay=0.2)
+        started = time.monotonic()
+        wait_until(lambda: queue_stats("reports/fresh")["delayed"] == 0, timeout=10)
+        assert time.monotonic() - started < 2
+    assert queue_stats("reports/fresh")["ready"] == 2
     promoter.stop()
     thread.join(25)
+    assert not thread.is_alive()
 
 
 def test_poll_delayed_once(capsys) -> None:

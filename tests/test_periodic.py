@@ -11,6 +11,7 @@ import time
 import zoneinfo
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client
@@ -161,16 +162,17 @@ def test_a_project_task_keeps_its_queue_and_priority() -> None:
     assert ran() == ["u", "plain"]
 
 
-@override_settings(RCOORD={"CONNECTION": "default", "PERIODIC_TASKS": [EVERY_SECOND]})
 def test_schedules_are_read_from_settings_and_shown_by_rcoord_status(capsys) -> None:
-    assert schedules() == [Schedule("beat", "tests.tasks.record", every=1, args=["beat"])]
     from django.core.management import call_command
 
-    call_command("poll_delayed", "--once")
-    call_command("rcoord_status")
+    with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
+        assert schedules() == [Schedule("beat", "tests.tasks.record", every=1, args=["beat"])]
+        call_command("poll_delayed", "--once")
+        call_command("rcoord_status")
     out = capsys.readouterr().out
     assert "periodic task" in out and "beat" in out
-    call_command("rcoord_status", "--json")
+    with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
+        call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     (row,) = state["periodic"]
     assert row["name"] == "beat" and row["next_tick"]

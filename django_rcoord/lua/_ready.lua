@@ -21,9 +21,11 @@ end
 
 -- Queue task `id` on the ready ZSET `ready` of queue `queue` (its counter in the HASH
 -- `queues`, kept at least `keep_ms`), at the back of its priority, or at the front.
+-- Returns true when this call created `queues` (the group is new, or was lost).
 local function ready_add(ready, queues, queue, keep_ms, id, priority, front)
     local seq = redis.call('HINCRBY', queues, queue, 1)
-    if redis.call('PTTL', queues) < keep_ms then
+    local ttl = redis.call('PTTL', queues)
+    if ttl < keep_ms then
         redis.call('PEXPIRE', queues, keep_ms)
     end
     local score = (100 - priority) * READY_BAND + seq
@@ -31,18 +33,21 @@ local function ready_add(ready, queues, queue, keep_ms, id, priority, front)
         score = score - READY_FRONT
     end
     redis.call('ZADD', ready, string.format('%.0f', score), id)
+    return ttl == -1
 end
 
 -- Store message `body` of task `id` and queue it now on queue `queue` (keys as in
 -- ready_add; `messages` the group's HASH of messages), then wake a worker if one is
 -- registered idle in the ZSET `idle` (its wake-ups in the LIST `wake`, kept `wake_ms`).
+-- Returns true when the group's `queues` HASH was created by this call.
 local function enqueue_now(messages, ready, queues, wake, idle, queue, keep_ms, id, body,
                            priority, now, wake_ms)
     redis.call('HSET', messages, id, body)
-    ready_add(ready, queues, queue, keep_ms, id, priority, false)
+    local created = ready_add(ready, queues, queue, keep_ms, id, priority, false)
     if #redis.call('ZRANGEBYSCORE', idle, now, '+inf', 'LIMIT', 0, 1) > 0 then
         redis.call('RPUSH', wake, 1)
         redis.call('LTRIM', wake, -64, -1)
         redis.call('PEXPIRE', wake, wake_ms)
     end
+    return created
 end

@@ -19,20 +19,37 @@ local function message_priority(message)
     return math.floor(priority)
 end
 
--- Queue task `id` on the ready ZSET `ready` of queue `queue` (its counter in the HASH
--- `queues`, kept at least `keep_ms`), at the back of its priority, or at the front.
+-- The priorities of the tasks `ids` (at least one), read from their messages in `messages`.
+local function priorities_of(messages, ids)
+    local bodies = redis.call('HMGET', messages, unpack(ids))
+    local priorities = {}
+    for index = 1, #ids do
+        priorities[index] = message_priority(bodies[index])
+    end
+    return priorities
+end
+
+-- Queue the tasks `ids` (at least one, in this order; `priorities` theirs) on the ready ZSET
+-- `ready` of queue `queue` (its counter in the HASH `queues`, kept at least `keep_ms`), at
+-- the back of their priority, or at the front. One counter step and one ZADD for them all.
 -- Returns true when this call created `queues` (the group is new, or was lost).
-local function ready_add(ready, queues, queue, keep_ms, id, priority, front)
-    local seq = redis.call('HINCRBY', queues, queue, 1)
+local function ready_add(ready, queues, queue, keep_ms, ids, priorities, front)
+    local count = #ids
+    local first = redis.call('HINCRBY', queues, queue, count) - count
     local ttl = redis.call('PTTL', queues)
     if ttl < keep_ms then
         redis.call('PEXPIRE', queues, keep_ms)
     end
-    local score = (100 - priority) * READY_BAND + seq
-    if front then
-        score = score - READY_FRONT
+    local members = {}
+    for index = 1, count do
+        local score = (100 - priorities[index]) * READY_BAND + first + index
+        if front then
+            score = score - READY_FRONT
+        end
+        members[#members + 1] = string.format('%.0f', score)
+        members[#members + 1] = ids[index]
     end
-    redis.call('ZADD', ready, string.format('%.0f', score), id)
+    redis.call('ZADD', ready, unpack(members))
     return ttl == -1
 end
 
@@ -43,7 +60,7 @@ end
 local function enqueue_now(messages, ready, queues, wake, idle, queue, keep_ms, id, body,
                            priority, now, wake_ms)
     redis.call('HSET', messages, id, body)
-    local created = ready_add(ready, queues, queue, keep_ms, id, priority, false)
+    local created = ready_add(ready, queues, queue, keep_ms, {id}, {priority}, false)
     if #redis.call('ZRANGEBYSCORE', idle, now, '+inf', 'LIMIT', 0, 1) > 0 then
         redis.call('RPUSH', wake, 1)
         redis.call('LTRIM', wake, -64, -1)

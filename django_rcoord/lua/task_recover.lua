@@ -25,6 +25,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ba
 local keep = tonumber(ARGV[4])
 local max_lost, result_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 local killed = 0
+local put_back = {}
 for _, id in ipairs(expired) do
     -- A task given back by a stopping worker (owner '') was not lost.
     local lost = 0
@@ -65,12 +66,14 @@ for _, id in ipairs(expired) do
             end
         end
     else
-        local priority = message_priority(redis.call('HGET', KEYS[8], id))
-        ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, true)
+        put_back[#put_back + 1] = id
         if state then
             redis.call('HSET', KEYS[7], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
         end
     end
+end
+if #put_back > 0 then
+    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities_of(KEYS[8], put_back), true)
 end
 if #expired > 0 then
     redis.call('ZREM', KEYS[3], unpack(expired))
@@ -85,10 +88,7 @@ if promoted > 0 then
         lateness[#lateness + 1] = now - tonumber(due[i + 1])
     end
     redis.call('ZREM', KEYS[4], unpack(ids))
-    for _, id in ipairs(ids) do
-        local priority = message_priority(redis.call('HGET', KEYS[8], id))
-        ready_add(KEYS[2], KEYS[9], ARGV[5], keep, id, priority, false)
-    end
+    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, ids, priorities_of(KEYS[8], ids), false)
     redis.call('LPUSH', KEYS[6], unpack(lateness))
     redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
     redis.call('PEXPIRE', KEYS[6], ARGV[4])

@@ -12,9 +12,9 @@
 local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
 local moved = #ids
 if moved > 0 then
+    local priorities = priorities_of(KEYS[8], ids)
+    ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false)
     for _, id in ipairs(ids) do
-        local priority = message_priority(redis.call('HGET', KEYS[8], id))
-        ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), id, priority, false)
         redis.call('HDEL', KEYS[3], id, id .. ':lost')
         local state = redis.call('HGET', KEYS[6], id)
         if state then

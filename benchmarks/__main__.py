@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 import time
 
@@ -56,8 +57,13 @@ def main(argv: list[str] | None = None) -> None:
         start_redis,
     )
 
-    server = start_redis()
+    # SIGTERM (a `timeout`, a CI runner, kill) and SIGHUP end the run like Ctrl-C does:
+    # through the finally below, which stops the redis-server and the worker processes.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+    server = None
     try:
+        server = start_redis()
         configure_django(server.url)
         from django_rcoord.connection import get_client
 
@@ -85,7 +91,12 @@ def main(argv: list[str] | None = None) -> None:
                 report.save_chart(result)
             sys.stdout.flush()
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -172,6 +172,7 @@ def enqueue_many(
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
         if not isinstance(target, str):  # a registered task
+            target.check_arguments(args, kwargs)
             name, target_queue, priority = target.name, queue or target.queue, target.priority
         elif queue is None:
             raise ValueError("enqueue_many needs queue= for tasks given by name")

@@ -49,8 +49,17 @@ class Task:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
 
+    def check_arguments(self, args: Any, kwargs: Any) -> None:
+        """TypeError now for arguments the function does not accept (rather than a dead
+        letter later)."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"task {self.name!r} does not accept these arguments: {exc}") from None
+
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip)."""
+        self.check_arguments(args, kwargs)
         return _enqueue(
             resolve_client(None), self.name, self.queue, args, kwargs, priority=self.priority
         )
@@ -63,6 +72,7 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
+        self.check_arguments(args, kwargs)
         return _enqueue(
             resolve_client(None),
             self.name,
@@ -75,6 +85,7 @@ class Task:
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
+        self.check_arguments(args, kwargs)
         return await _aenqueue(None, self.name, self.queue, args, kwargs, priority=self.priority)
 
     async def aschedule(
@@ -85,6 +96,7 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
+        self.check_arguments(args, kwargs)
         return await _aenqueue(
             None, self.name, self.queue, args, kwargs, _when(delay, eta), priority=self.priority
         )
@@ -93,6 +105,7 @@ class Task:
         """Queue the run when the current database transaction commits (at once outside one)."""
         from django.db import transaction
 
+        self.check_arguments(args, kwargs)
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 

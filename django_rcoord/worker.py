@@ -68,6 +68,12 @@ class Outcome:
     value_json: str = "null"
 
     @property
+    def summary(self) -> str:
+        """One line for the log: the exception and its message (a traceback's last line)."""
+        lines = self.error.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    @property
     def error_entry(self) -> str:
         if not self.error:
             return ""
@@ -298,9 +304,44 @@ class Worker:
         self.processed += 1
         if outcome.kind == "retry":  # look for it when it is due, not at the next routine check
             self._next_check = min(self._next_check, time.monotonic() + outcome.delay_ms / 1000)
-        said = outcome.kind if finished else "lease lost (it runs again elsewhere)"
-        logger.info("task %s %s %s in %.1f ms", job.id, outcome.task_name, said, took_ms)
+        self._log(job, outcome, bool(finished), took_ms)
         return self._job(following)
+
+    @staticmethod
+    def _log(job: Job, outcome: Outcome, finished: bool, took_ms: float) -> None:
+        """One line per task: how it ended, why it failed, how long it ran (traceback at
+        DEBUG)."""
+        name, attempt = outcome.task_name, job.failures + 1
+        if not finished:
+            logger.warning(
+                "task %s %s: ran %.1f ms, but its lease had run out: it runs again elsewhere",
+                job.id,
+                name,
+                took_ms,
+            )
+        elif outcome.kind == "ack":
+            logger.info("task %s %s succeeded (ran %.1f ms)", job.id, name, took_ms)
+        elif outcome.kind == "retry":
+            logger.warning(
+                "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
+                job.id,
+                name,
+                attempt,
+                took_ms,
+                outcome.summary,
+                outcome.delay_ms / 1000,
+            )
+        else:
+            logger.error(
+                "task %s %s failed on attempt %d (ran %.1f ms): %s; it is a dead letter now",
+                job.id,
+                name,
+                attempt,
+                took_ms,
+                outcome.summary,
+            )
+        if outcome.error:
+            logger.debug("task %s %s error:\n%s", job.id, name, outcome.error)
 
     def _should_stop_after_this(self) -> bool:
         if self.stopping.is_set():

@@ -103,9 +103,25 @@ def test_arguments_json_cannot_carry_are_a_type_error_at_enqueue() -> None:
         tasks.record.delay(object())
     assert queue_stats("default")["ready"] == 0
     # Dates and decimals travel as strings (DjangoJSONEncoder).
-    tasks.record.delay(datetime.date(2026, 1, 2), amount=decimal.Decimal("1.50"))
-    body = get_client().hvals(QueueKeys.of("default").messages)[0]
-    assert json.loads(body)["args"] == ["2026-01-02"]
+    tasks.add_numbers.delay(datetime.date(2026, 1, 2), b=decimal.Decimal("1.50"))
+    body = json.loads(get_client().hvals(QueueKeys.of("default").messages)[0])
+    assert body["args"] == ["2026-01-02"] and body["kwargs"] == {"b": "1.50"}
+
+
+async def test_arguments_the_task_does_not_accept_are_a_type_error_at_enqueue() -> None:
+    for call in (
+        lambda: tasks.record.delay(),
+        lambda: tasks.record.delay("a", "b"),
+        lambda: tasks.record.schedule("a", delay=5, colour="red"),
+        lambda: enqueue_many([(tasks.record, ["fine"], {}), (tasks.record, [], {"x": 1})]),
+    ):
+        with pytest.raises(TypeError, match="'tests.tasks.record' does not accept"):
+            call()  # refused before anything is sent
+    with pytest.raises(TypeError, match="does not accept"):
+        await tasks.record.adelay("a", "b")
+    with pytest.raises(TypeError, match="does not accept"):
+        await tasks.record.aschedule(delay=1)
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
 def test_enqueue_many_and_execute_later() -> None:
@@ -173,7 +189,8 @@ def test_priorities_are_respected() -> None:
     assert ran() == [f"high{i}" for i in range(5)] + [f"low{i}" for i in range(5)]
 
 
-def test_failures_retry_with_backoff_then_succeed() -> None:
+def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
+    caplog.set_level("DEBUG", logger="django_rcoord")
     tasks.fail_then_succeed.delay("flaky", 2)
     worker = Worker(["default"])
     thread = run_in_thread(worker)
@@ -186,6 +203,17 @@ def test_failures_retry_with_backoff_then_succeed() -> None:
     assert len(times) == 3
     assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[1] > gaps[0]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    # Each failure is one line with the exception and when the task runs again; the
+    # traceback is at DEBUG.
+    lines = [record.getMessage() for record in caplog.records]
+    assert any(
+        "failed on attempt 1 (ran " in line
+        and line.endswith("RuntimeError: attempt 1 fails on purpose; next attempt in 0.05 s")
+        for line in lines
+    ), lines
+    assert any("next attempt in 0.1 s" in line for line in lines)
+    assert any("Traceback (most recent call last)" in line for line in lines)
+    assert any("succeeded (ran " in line for line in lines)
 
 
 def test_retries_run_out_into_dead_letters_and_can_be_requeued() -> None:
@@ -231,7 +259,11 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     client.hset(keys.messages, "garbage", b"\x80not json")
     client.zadd(keys.ready, {"garbage": 0})  # the front of the queue
     execute_later("default", "no.such.task", [1])
-    tasks.record.delay("a", "surplus argument")
+    # Arguments the task does not accept: refused at delay(), dead-lettered when they
+    # arrive by name (execute_later cannot check them).
+    with pytest.raises(TypeError, match="does not accept these arguments"):
+        tasks.record.delay("a", "surplus argument")
+    execute_later("default", "tests.tasks.record", ["a", "surplus argument"])
     tasks.always_fail.delay("boom")
     tasks.record.delay("fine")
     worker = start_worker("--burst")
@@ -244,6 +276,10 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     assert "unknown task 'no.such.task'" in errors[1]
     assert "does not accept these arguments" in errors[2]
     assert "ValueError: boom always fails" in errors[3]
+    # The log says why each failed, in one line, and that it is not coming back.
+    assert "failed on attempt 1" in output
+    assert "ValueError: boom always fails; it is a dead letter now" in output
+    assert "unknown task 'no.such.task' (not registered in this worker); it is a dead" in output
 
 
 def test_task_priorities_order_one_queue_and_equal_ones_keep_their_order() -> None:
@@ -417,7 +453,7 @@ def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
     output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert ran() == ["s0"]
-    assert "task " in output and " ack in " in output  # one log line per task
+    assert "task " in output and " succeeded (ran " in output  # one log line per task
     assert queue_stats("default") == {"ready": 2, "in_flight": 0, "delayed": 0, "dead": 0}
 
 

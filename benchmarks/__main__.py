@@ -49,21 +49,22 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks import report
     from benchmarks.common import (
         Bench,
+        bench_redis,
         configure_django,
         describe_machine,
         machine,
         print_table,
         redis_version,
-        start_redis,
+        stop_redis,
     )
 
     # SIGTERM (a `timeout`, a CI runner, kill) and SIGHUP end the run like Ctrl-C does:
     # through the finally below, which stops the redis-server and the worker processes.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on_signal)
-    server = None
+    server = bench_redis()
     try:
-        server = start_redis()
+        server.start()
         configure_django(server.url)
         from django_rcoord.connection import get_client
 
@@ -91,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
                 report.save_chart(result)
             sys.stdout.flush()
     finally:
-        if server is not None:
-            server.stop()
+        stop_redis(server)
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

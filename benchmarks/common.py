@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,13 +22,14 @@ import django
 import redis
 from django.conf import settings
 
-from django_rcoord.embedded import EmbeddedRedis, free_port
+from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
 
 # -- the server ------------------------------------------------------------------------------
 
 
-def start_redis() -> EmbeddedRedis:
-    """A fresh embedded redis-server on a loopback TCP port (stop it when done).
+def bench_redis() -> EmbeddedRedis:
+    """A fresh embedded redis-server on a loopback TCP port, not started yet: ``start()`` it
+    inside the ``try`` whose ``finally`` calls ``stop_redis`` on it.
 
     Persistence is off: the benchmarks measure the coordination algorithms, not
     this machine's disk, and the autocomplete indexes would make AOF rewrites.
@@ -37,7 +39,17 @@ def start_redis() -> EmbeddedRedis:
         port=free_port(),
         extra_config={"appendonly": "no", "save": '""'},
     )
-    return server.start()
+    return server
+
+
+def stop_redis(server: EmbeddedRedis) -> None:
+    """Stop ``server``, also when it was interrupted while starting (it does not answer
+    yet): then its process is ended by its pid (it keeps no data)."""
+    if server.stop():
+        return
+    pid = server.pid()
+    if pid is not None and _process_alive(pid):
+        os.kill(pid, signal.SIGTERM)
 
 
 def configure_django(url: str) -> None:

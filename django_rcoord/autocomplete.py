@@ -204,9 +204,22 @@ async def aautocomplete_on_prefix(
 
 
 def guild_members(guild: str, *, client: Any = None) -> list[str]:
-    """Every member of ``guild`` in index order (for administration; O(N))."""
+    """Every member of ``guild`` in index order (for administration; O(N), read in pages
+    of 1,000 with ``ZRANGE BYLEX``, so a large guild never blocks Redis long)."""
     client = resolve_client(client)
-    return [_display(entry) for entry, _ in client.zscan_iter(_members_key(guild), count=1000)]
+    key = _members_key(guild)
+    members: list[str] = []
+    start: bytes | str = "-"
+    while True:
+        page = client.zrangebylex(key, start, "+", start=0, num=GUILD_PAGE)
+        members.extend(_display(entry) for entry in page)
+        if len(page) < GUILD_PAGE:
+            return members
+        start = b"(" + page[-1]
+
+
+#: Index entries one call of ``guild_members`` reads per round trip.
+GUILD_PAGE = 1000
 
 
 def encode_cursor(entry: bytes) -> str:

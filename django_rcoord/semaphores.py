@@ -132,8 +132,10 @@ class Semaphore:
         next_expiry = result[1] / 1000 if result[1] >= 0 else remaining
         return min(remaining, WAITER_LEASE / 2, max(next_expiry, 0))
 
-    def acquire(self, wait: float = 0) -> str | None:
-        """A permit's identifier, or None when none was free within ``wait`` seconds."""
+    def acquire(self, wait: float | None = None) -> str | None:
+        """A permit's identifier, or None when none was free within ``wait`` seconds (by
+        default the instance's ``wait``, as for ``Lock.acquire``)."""
+        wait = self.wait if wait is None else wait
         client = self.client
         identifier = uuid.uuid4().hex
         deadline = time.monotonic() + wait
@@ -219,12 +221,13 @@ class Semaphore:
     async def _aclient(self) -> Any:
         return await aresolve_client(self._client)
 
-    async def aacquire(self, wait: float = 0) -> str | None:
+    async def aacquire(self, wait: float | None = None) -> str | None:
         """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
 
-        The wait is counted from this call. A cancelled waiter leaves the line,
-        and gives back a permit its last attempt got in flight.
+        The wait (by default the instance's) is counted from this call. A cancelled
+        waiter leaves the line, and gives back a permit its last attempt got in flight.
         """
+        wait = self.wait if wait is None else wait
         client = await self._aclient()
         identifier = uuid.uuid4().hex
         loop = asyncio.get_running_loop()

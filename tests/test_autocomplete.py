@@ -166,3 +166,12 @@ def test_queries_during_joins_and_leaves_return_only_members() -> None:
 
 def run_role(role: str, args: tuple):
     return {"churn": churn, "query": query_while_churning}[role](*args)
+
+
+def test_guild_members_lists_a_large_guild_in_index_order_page_by_page() -> None:
+    names = [f"Member {number:04d}" for number in range(2500)][::-1]  # joined out of order
+    for name in names:
+        join_guild("large", name)
+    members = guild_members("large")  # 2,500 entries: three pages of GUILD_PAGE
+    assert members == sorted(names)
+    assert len(members) == len(set(members)) == 2500

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -191,6 +192,30 @@ def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
         assert get_client().lrange("test:order", 0, -1) == [b"waiter"]
     finally:
         waiter.kill()
+
+
+def test_acquire_waits_the_instances_wait_by_default_as_lock_acquire_does() -> None:
+    holder = Semaphore("patient", 1, timeout=30)
+    held = holder.acquire()
+    patient = Semaphore("patient", 1, timeout=30, wait=20)
+    releaser = threading.Timer(0.3, holder.release, args=[held])
+    releaser.start()
+    try:
+        assert patient.acquire() is not None  # waited for the release
+    finally:
+        releaser.cancel()
+    assert Semaphore("patient", 1, wait=20).acquire(wait=0) is None  # an explicit wait wins
+
+
+async def test_aacquire_waits_the_instances_wait_by_default() -> None:
+    holder = Semaphore("patient-async", 1, timeout=30)
+    held = await holder.aacquire()
+    patient = Semaphore("patient-async", 1, timeout=30, wait=20)
+    waiting = asyncio.create_task(patient.aacquire())
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    await holder.arelease(held)
+    assert await asyncio.wait_for(waiting, 10) is not None
 
 
 def test_waiter_is_woken_by_release() -> None:

@@ -58,37 +58,20 @@ class RedisTaskBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES", 0))
 
     # -- producing ---------------------------------------------------------------
-    def _when(self, task: Task) -> tuple[int, int]:
+    def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
+        """The producer's arguments (after the client) for a run of ``task``, validated."""
         self.validate_task(task)
         # run_after is read on the Redis server's clock, like every due time.
-        return _when(None, task.run_after) if task.run_after is not None else (0, 0)
+        when = _when(None, task.run_after) if task.run_after is not None else (0, 0)
+        extra = {"backend": self.alias}
+        return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        when = self._when(task)
-        task_id = _enqueue(
-            resolve_client(None),
-            task.module_path,
-            task.queue_name,
-            args,
-            kwargs,
-            when,
-            {"backend": self.alias},
-            task.priority,
-        )
+        task_id = _enqueue(resolve_client(None), *self._message(task, args, kwargs))
         return self._enqueued(task, task_id, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        when = self._when(task)
-        task_id = await _aenqueue(
-            None,
-            task.module_path,
-            task.queue_name,
-            args,
-            kwargs,
-            when,
-            {"backend": self.alias},
-            task.priority,
-        )
+        task_id = await _aenqueue(None, *self._message(task, args, kwargs))
         return self._enqueued(task, task_id, args, kwargs)
 
     def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:

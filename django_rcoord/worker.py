@@ -252,7 +252,7 @@ class Worker:
                 self._lease_ms,
                 "",
                 "",
-                self._result_ttl_ms,
+                result_ttl_ms(),
                 idle_ms,
                 "1" if self._idle_registered else "0",
             ],
@@ -260,10 +260,6 @@ class Worker:
         job = self._job(following)
         self._idle_registered = job is None and idle_ms > 0
         return job
-
-    @property
-    def _result_ttl_ms(self) -> int:
-        return result_ttl_ms()
 
     @staticmethod
     def _finish_keys(queue: QueueKeys) -> list[str]:
@@ -491,7 +487,7 @@ class Worker:
                     job.id,
                     self.id,
                     lease_ms or self._lease_ms,
-                    self._result_ttl_ms + self._lease_ms,
+                    result_ttl_ms() + self._lease_ms,
                     "1" if give_back else "0",
                 ],
             )
@@ -508,7 +504,7 @@ class Worker:
             self._lease_ms,
             outcome.value_json,
             outcome.error_entry,
-            self._result_ttl_ms,
+            result_ttl_ms(),
             0,  # finding nothing, the worker's next _take registers it idle
             "0",
         ]

@@ -25,6 +25,7 @@
 --          (its lease ran out and another worker has it: nothing about it is changed), and
 --          next is {id, message, queue index, failures, record state} or 0 when no task was
 --          taken.
+--! include _records
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local id = ARGV[1]
@@ -33,39 +34,11 @@ local result_ttl = tonumber(ARGV[9])
 -- The records' keys live as long as the longest-lived record needs (running tasks renew it).
 local keep = result_ttl + tonumber(ARGV[6])
 
-local function load_state(task_id)
-    local raw = redis.call('HGET', KEYS[8], task_id)
-    local state = {}
-    if raw then
-        for part in string.gmatch(raw .. '|', '([^|]*)|') do
-            state[#state + 1] = part
-        end
-    end
-    for index = #state + 1, 5 do
-        state[index] = ''
-    end
-    return state
-end
-
-local function save_state(task_id, state)
-    redis.call('HSET', KEYS[8], task_id, table.concat(state, '|'))
-end
-
-local function add_error(task_id, entry)
-    local field = task_id .. ':e'
-    local errors = redis.call('HGET', KEYS[8], field)
-    if errors then
-        redis.call('HSET', KEYS[8], field, string.sub(errors, 1, -2) .. ',' .. entry .. ']')
-    else
-        redis.call('HSET', KEYS[8], field, '[' .. entry .. ']')
-    end
-end
-
 if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], id) then
     finished = 1
     redis.call('ZREM', KEYS[5], id)
     redis.call('HDEL', KEYS[2], id)
-    local state = load_state(id)
+    local state = load_state(KEYS[8], id)
     if ARGV[3] == 'ack' then
         state[1] = 'SUCCESSFUL'
         state[4] = now
@@ -79,7 +52,7 @@ if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], 
         redis.call('HDEL', KEYS[4], id)
         redis.call('ZADD', KEYS[9], now + result_ttl, id)
     else
-        add_error(id, ARGV[8])
+        add_error(KEYS[8], id, ARGV[8])
         redis.call('HINCRBY', KEYS[3], id, 1)
         redis.call('HSET', KEYS[4], id, ARGV[4])
         if ARGV[3] == 'retry' then
@@ -93,7 +66,7 @@ if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], 
             redis.call('ZADD', KEYS[9], now + result_ttl, id)
         end
     end
-    save_state(id, state)
+    save_state(KEYS[8], id, state)
     -- Finished records expire a while later; drop a few that have.
     local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, 16)
     for _, old in ipairs(expired) do
@@ -114,14 +87,14 @@ for index = 11, #KEYS, 2 do
             redis.call('ZADD', KEYS[index + 1], now + tonumber(ARGV[6]), next_id)
             redis.call('HSET', KEYS[2], next_id, ARGV[2])
             local failures = tonumber(redis.call('HGET', KEYS[3], next_id) or '0')
-            local state = load_state(next_id)
+            local state = load_state(KEYS[8], next_id)
             state[1] = 'RUNNING'
             if state[2] == '' then
                 state[2] = now
             end
             state[3] = now
             state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
-            save_state(next_id, state)
+            save_state(KEYS[8], next_id, state)
             taken = {next_id, message, (index - 9) / 2, failures, table.concat(state, '|')}
             break
         end

@@ -18,6 +18,7 @@
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none),
 --          tasks made dead letters}
 --! include _ready
+--! include _records
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local batch = tonumber(ARGV[1])
@@ -43,21 +44,11 @@ for _, id in ipairs(expired) do
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
         })
-        local errors = redis.call('HGET', KEYS[7], id .. ':e')
-        if errors then
-            redis.call('HSET', KEYS[7], id .. ':e', string.sub(errors, 1, -2) .. ',' .. entry .. ']')
-        else
-            redis.call('HSET', KEYS[7], id .. ':e', '[' .. entry .. ']')
-        end
+        add_error(KEYS[7], id, entry)
         if state then
-            state = string.gsub(state, '^[^|]*', 'FAILED', 1)
-            -- the fourth field is the finish time
-            local parts, index = {}, 0
-            for part in string.gmatch(state .. '|', '([^|]*)|') do
-                index = index + 1
-                parts[index] = index == 4 and tostring(now) or part
-            end
-            redis.call('HSET', KEYS[7], id, table.concat(parts, '|'))
+            local parts = parse_state(state)
+            parts[1], parts[4] = 'FAILED', now
+            save_state(KEYS[7], id, parts)
         end
         redis.call('ZADD', KEYS[13], now + result_ttl, id)
         for _, index in ipairs({7, 13}) do

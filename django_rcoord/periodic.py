@@ -36,18 +36,30 @@ from cronsim import CronSim, CronSimError
 from django.conf import settings
 
 from django_rcoord.conf import conf
+from django_rcoord.keys import KeySpace
 from django_rcoord.messages import encode_message
 from django_rcoord.producer import register_group
 from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.scripts import run_script
 
-__all__ = ["MISSED_AFTER", "Schedule", "fire_due", "schedule_status", "schedules"]
+__all__ = [
+    "LATENESS_SAMPLES",
+    "MISSED_AFTER",
+    "Schedule",
+    "fire_due",
+    "lateness_key",
+    "schedule_status",
+    "schedules",
+]
 
 logger = logging.getLogger(__name__)
 
 #: A tick first seen more than this many seconds after it was due was missed (no poller
 #: ran at that time): ``catch_up`` decides whether it runs.
 MISSED_AFTER = 60.0
+
+#: Lateness samples (ms, tick -> queued, server clock) kept per schedule, for rcoord_status.
+LATENESS_SAMPLES = 1000
 
 KEYS = {"name", "task", "cron", "every", "args", "kwargs", "catch_up"}
 CATCH_UP = ("skip", "once")
@@ -249,6 +261,16 @@ def fire_due(client: Any, now_ms: int, found: list[Schedule] | None = None) -> t
     return fired, (math.inf if next_ms is None else max(0.0, (next_ms - now_ms) / 1000))
 
 
+@functools.lru_cache(maxsize=256)
+def _lateness_key(group: str, name: str, prefix: str) -> str:
+    return KeySpace("queue", group).key(f"periodic-lateness:{name}")
+
+
+def lateness_key(keys: QueueKeys, name: str) -> str:
+    """The LIST of the schedule ``name``'s lateness samples, in its task's queue group."""
+    return _lateness_key(keys.group, name, conf.KEY_PREFIX)
+
+
 def _fire(
     client: Any, schedule: Schedule, target: Target, keys: QueueKeys, tick: int, mode: str
 ) -> int:
@@ -262,7 +284,15 @@ def _fire(
         run_script(
             "periodic_fire",
             client,
-            keys=[keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle],
+            keys=[
+                keys.periodic,
+                keys.messages,
+                keys.ready,
+                keys.queues,
+                keys.wake,
+                keys.idle,
+                lateness_key(keys, schedule.name),
+            ],
             args=[
                 schedule.name,
                 tick,
@@ -273,13 +303,15 @@ def _fire(
                 target.priority,
                 WAKE_TOKEN_MS,
                 GROUP_KEYS_MS,
+                LATENESS_SAMPLES,
             ],
         )
     )
 
 
 def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
-    """Each schedule's last claimed tick, lateness and next tick (for rcoord_status)."""
+    """Each schedule's last claimed tick, its lateness, the lateness of its recent fires
+    (median, p99, max over the last ``LATENESS_SAMPLES``) and its next tick."""
     rows = []
     for schedule in schedules():
         target = _target(schedule.task)
@@ -291,6 +323,7 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
         last, late, at = client.hmget(
             keys.periodic, [schedule.name, f"{schedule.name}:late", f"{schedule.name}:at"]
         )
+        samples = sorted(int(ms) for ms in client.lrange(lateness_key(keys, schedule.name), 0, -1))
         rows.append(
             {
                 **row,
@@ -299,10 +332,18 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
                 "last_tick": _iso(last),
                 "last_fired": _iso(at),
                 "lateness_ms": int(late) if late is not None else None,
+                "fires": len(samples),
+                "lateness_p50_ms": _at_fraction(samples, 0.5),
+                "lateness_p99_ms": _at_fraction(samples, 0.99),
+                "lateness_max_ms": samples[-1] if samples else None,
                 "next_tick": _at(schedule.next_tick(now_ms)).isoformat(),
             }
         )
     return rows
+
+
+def _at_fraction(ordered: list[int], fraction: float) -> int | None:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else None
 
 
 def _iso(ms: bytes | None) -> str | None:

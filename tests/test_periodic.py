@@ -6,16 +6,18 @@ import datetime
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import zoneinfo
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client
-from django_rcoord.periodic import MISSED_AFTER, Schedule, fire_due, schedules
+from django_rcoord.periodic import MISSED_AFTER, Schedule, fire_due, lateness_key, schedules
 from django_rcoord.queues import QueueKeys, get_result, queue_stats
 from django_rcoord.scripts import run_script
 from django_rcoord.worker import Worker
@@ -75,10 +77,19 @@ def test_cron_is_read_in_the_time_zone_across_daylight_saving() -> None:
 def test_the_claim_of_a_tick_is_once_and_on_the_servers_clock() -> None:
     keys = QueueKeys.of("default")
     now = server_ms()
-    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle]
+    late = lateness_key(keys, "s")
+    script_keys = [
+        keys.periodic,
+        keys.messages,
+        keys.ready,
+        keys.queues,
+        keys.wake,
+        keys.idle,
+        late,
+    ]
 
-    def fire(tick: int, task_id: str) -> int:
-        args = ["s", tick, "fire", task_id, "{}", "default", 0, 1000, 60_000]
+    def fire(tick: int, task_id: str, mode: str = "fire") -> int:
+        args = ["s", tick, mode, task_id, "{}", "default", 0, 1000, 60_000, 3]
         return run_script("periodic_fire", get_client(), keys=script_keys, args=args)
 
     assert fire(now + 60_000, "a" * 32) == -1  # not due yet on the server's clock
@@ -86,33 +97,95 @@ def test_the_claim_of_a_tick_is_once_and_on_the_servers_clock() -> None:
     assert fire(now - 1000, "c" * 32) == 0  # claimed already
     assert fire(now - 2000, "d" * 32) == 0  # an earlier tick than the last claimed
     assert queue_stats("default")["ready"] == 1
+    # Every fire's lateness (server clock, claim - tick) is kept, newest first, the last 3.
+    (sample,) = get_client().lrange(late, 0, -1)
+    assert 1000 <= int(sample) < 1000 + 5000
+    assert fire(now - 600, "e" * 32, mode="skip") == 2  # a skipped tick is no fire
+    for offset, task_id in ((500, "f"), (400, "g"), (300, "h")):
+        assert fire(now - offset, task_id * 32) == 1
+    samples = [int(ms) for ms in get_client().lrange(late, 0, -1)]
+    assert len(samples) == 3 and samples[0] < samples[1] < samples[2] < 1000 + 5000
 
 
-def test_each_tick_is_queued_exactly_once_by_three_poller_processes() -> None:
-    env = {
+def periodic_env(*entries: dict) -> dict[str, str]:
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "RCOORD_TEST_PERIODIC": json.dumps([EVERY_SECOND]),
+        "RCOORD_TEST_PERIODIC": json.dumps(list(entries)),
     }
-    pollers = [
-        start_logged([sys.executable, "manage.py", "poll_delayed", "--interval", "5"], env)
-        for _ in range(3)
-    ]
+
+
+def start_poller(env: dict[str, str]) -> subprocess.Popen:
+    return start_logged([sys.executable, "manage.py", "poll_delayed"], env)
+
+
+def wait_for_log(process: subprocess.Popen, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in Path(process.log_path).read_text():  # type: ignore[attr-defined]
+        assert process.poll() is None, Path(process.log_path).read_text()  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> None:
+    pollers = [start_poller(periodic_env(EVERY_SECOND)) for _ in range(3)]
     try:
-        time.sleep(6)
+        for poller in pollers:
+            wait_for_log(poller, "poller started")
+        started = server_ms()
+        time.sleep(5)
+        pollers[0].kill()  # SIGKILL, between ticks or in the middle of one
+        time.sleep(5)
+        stopped = server_ms()
     finally:
         for poller in pollers:
             poller.send_signal(signal.SIGTERM)
         outputs = [output_of(poller, 30) for poller in pollers]
-    assert all(poller.returncode == 0 for poller in pollers), outputs
-    ticks = [message["periodic"]["tick"] for message in ready_messages()]
+    assert pollers[0].returncode == -signal.SIGKILL, outputs[0]
+    assert all(poller.returncode == 0 for poller in pollers[1:]), outputs
+    ticks = sorted(round(message["periodic"]["tick"]) for message in ready_messages())
     assert len(ticks) == len(set(ticks)), ticks  # no tick queued twice
-    assert len(ticks) >= 3, outputs
-    # Consecutive seconds, none skipped while the pollers ran.
-    assert sorted(ticks) == [ticks[0] + n for n in range(len(ticks))]
-    assert all(message["periodic"]["name"] == "beat" for message in ready_messages())
+    # Consecutive seconds: none skipped, also across the kill.
+    assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), ticks
+    # Every tick of the ten seconds, and only those (plus one at each edge at most).
+    window = [tick for tick in ticks if started <= tick * 1000 <= stopped]
+    assert len(window) in (10, 11), (started, stopped, ticks)
+    assert len(ticks) - len(window) <= 2, (started, stopped, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
+    lateness = [
+        int(ms) for ms in get_client().lrange(lateness_key(QueueKeys.of("default"), "beat"), 0, -1)
+    ]
+    assert len(lateness) == len(ticks)
+
+
+@pytest.mark.slow
+def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> None:
+    minutely = {"name": "minutely", "task": "tests.tasks.record", "cron": "* * * * *"}
+    schedule = Schedule("minutely", "tests.tasks.record", cron="* * * * *")
+    keys = QueueKeys.of("default")
+    # The schedule has run before: its latest tick is claimed, the next is the boundary.
+    get_client().hset(keys.periodic, "minutely", schedule.latest_tick(server_ms()))
+    boundary = schedule.next_tick(server_ms())
+    assert boundary % 60_000 == 0
+    poller = start_poller(periodic_env({**minutely, "args": ["minute"]}))
+    try:
+        deadline = time.monotonic() + 90
+        while not ready_messages():
+            assert time.monotonic() < deadline and poller.poll() is None
+            time.sleep(0.05)
+        seen = server_ms()
+    finally:
+        poller.send_signal(signal.SIGTERM)
+        output = output_of(poller, 30)
+    assert poller.returncode == 0, output
+    (message,) = ready_messages()
+    assert message["periodic"] == {"name": "minutely", "tick": boundary / 1000}
+    (lateness,) = get_client().lrange(lateness_key(keys, "minutely"), 0, -1)
+    # Queued on the server's clock at the boundary (not before), within a second of it.
+    assert 0 <= int(lateness) < 1000, output
+    assert boundary <= seen
 
 
 @pytest.mark.parametrize(("catch_up", "queued"), [("skip", 0), ("once", 1)])

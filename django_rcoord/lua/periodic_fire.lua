@@ -5,11 +5,13 @@
 --          lateness (ms, claim - tick), <name>:at -> when it was claimed (ms)
 -- KEYS[2]  messages HASH   KEYS[3] ready ZSET of the task's queue   KEYS[4] queues HASH
 -- KEYS[5]  wake LIST of the group   KEYS[6] idle ZSET of the group
+-- KEYS[7]  lateness LIST of this schedule (ms, claim - tick, newest first; fired ticks only)
 -- ARGV[1]  schedule name   ARGV[2] tick, ms since the epoch
 -- ARGV[3]  'fire': queue the task; 'skip': claim the tick without queueing (a missed tick)
 -- ARGV[4]  task id   ARGV[5] message JSON   ARGV[6] queue name   ARGV[7] priority
 -- ARGV[8]  wake-up token lifetime, ms   ARGV[9] how long the group's list of queues and
 --          this HASH outlive their last use, ms
+-- ARGV[10] how many lateness samples to keep
 -- Returns  1 fired, 2 skipped, 0 the tick (or a later one) was claimed already, -1 not due
 --! include _ready
 local time = redis.call('TIME')
@@ -27,6 +29,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[9])
 if ARGV[3] ~= 'fire' then
     return 2
 end
+redis.call('LPUSH', KEYS[7], now - tick)
+redis.call('LTRIM', KEYS[7], 0, tonumber(ARGV[10]) - 1)
+redis.call('PEXPIRE', KEYS[7], ARGV[9])
 enqueue_now(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[6], tonumber(ARGV[9]), ARGV[4],
     ARGV[5], tonumber(ARGV[7]), now, ARGV[8])
 return 1

@@ -72,15 +72,24 @@ class Command(BaseCommand):
             lines.append("(no queue has had a task yet)")
         if state.get("periodic"):
             lines.append("")
-            lines.append(f"{'periodic task':<24} {'last tick':<26} {'late':>8}  next tick")
+            lines.append(
+                f"{'periodic task':<24} {'last tick':<26} {'late':>8} "
+                f"{'fires':>6} {'p50/p99/max late':>18}  next tick"
+            )
             for row in state["periodic"]:
                 if "error" in row:
                     lines.append(f"{row['name']:<24} {row['error']} ({row['task']})")
                     continue
                 late = row["lateness_ms"]
+                recent = (
+                    f"{row['lateness_p50_ms']}/{row['lateness_p99_ms']}/{row['lateness_max_ms']} ms"
+                    if row["fires"]
+                    else "-"
+                )
                 lines.append(
                     f"{row['name']:<24} {row['last_tick'] or '-':<26} "
-                    f"{'-' if late is None else f'{late} ms':>8}  {row['next_tick']}"
+                    f"{'-' if late is None else f'{late} ms':>8} {row['fires']:>6} "
+                    f"{recent:>18}  {row['next_tick']}"
                 )
         lines.append("")
         lines.append(f"workers: {len(state['workers'])}")

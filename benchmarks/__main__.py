@@ -23,6 +23,7 @@ SCENARIOS = (
     "queues",
     "tasks",
     "delayed",
+    "periodic",
     "market",
     "asgi",
 )

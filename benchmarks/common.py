@@ -52,9 +52,10 @@ def stop_redis(server: EmbeddedRedis) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
-def configure_django(url: str) -> None:
-    """Django on this Redis: django-rcoord, and the Tasks framework when it is installed
-    (backends "default": django-rcoord's, "rq": django-tasks-rq's when that is installed)."""
+def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
+    """Django on this Redis: django-rcoord (``rcoord``: more RCOORD settings), and the Tasks
+    framework when it is installed (backends "default": django-rcoord's, "rq":
+    django-tasks-rq's when that is installed)."""
     if settings.configured:
         return
     apps = ["django_rcoord"]
@@ -74,7 +75,7 @@ def configure_django(url: str) -> None:
     settings.configure(
         INSTALLED_APPS=apps,
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        RCOORD={"CONNECTION": "default"},
+        RCOORD={"CONNECTION": "default", **(rcoord or {})},
         TASKS=tasks,
         **extra,
     )

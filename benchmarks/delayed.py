@@ -7,7 +7,8 @@
    poll_queue (one item per loop turn, under a lock), beside sequential PINGs.
 2. Lateness (due -> promoted) of 1,000 tasks due over 2 s (500 over 0.5 s with
    --quick): django-rcoord's poller at its default 1 s interval (with its queue
-   known, and started before the queue existed) and the book's poll_queue loop,
+   known, with the tasks in a second queue group, and started before the queue
+   existed) and the book's poll_queue loop,
    each in a thread of this process.
 """
 
@@ -94,32 +95,34 @@ def run(bench: Bench) -> ScenarioResult:
         note="the floor: one PING per task",
     )
 
-    def lateness_run(queue_known: bool = True) -> list[int]:
-        """Milliseconds from due to promoted, one sample per task.
+    def lateness_run(queue_known: bool = True, queue: str = "bench") -> list[int]:
+        """Milliseconds from due to promoted, one sample per task of ``queue``.
 
-        ``queue_known``: the queue held a task before the poller started (the steady
-        state). Without it the poller starts before the queue exists, so it has no
-        wake-up key to block on yet and sleeps its whole interval.
+        ``queue_known``: the queues held a task before the poller started (the steady
+        state): "bench" in the default group, and ``queue`` (in its own group when it
+        names one). Without it the poller starts before any queue exists and learns of
+        the group from the registry's wake-up.
         """
         client.flushdb()
         if queue_known:
-            execute_later("bench", "bench.noop", [], delay=0.001, client=client)
+            for name in {"bench", queue}:
+                execute_later(name, "bench.noop", [], delay=0.001, client=client)
         promoter = DueTaskPromoter(client=client)
         thread = threading.Thread(target=promoter.run, daemon=True)
         thread.start()
         time.sleep(0.5)
-        client.delete(QueueKeys.of("bench").lateness)  # the warm-up task's sample
+        client.delete(QueueKeys.of(queue).lateness)  # the warm-up task's sample
         # Scheduled in one pipeline (quickly), so the poller's thread is not competing
         # with a scheduling loop for the interpreter while it works.
         with client.pipeline(transaction=False) as pipe:
             for index in range(tasks):
                 delay = 0.2 + spread * index / tasks
-                execute_later("bench", "bench.noop", [], delay=delay, client=pipe)
+                execute_later(queue, "bench.noop", [], delay=delay, client=pipe)
             pipe.execute()
         time.sleep(spread + settle)
         promoter.stop()
         thread.join(5)
-        samples = [int(ms) for ms in client.lrange(QueueKeys.of("bench").lateness, 0, -1)]
+        samples = [int(ms) for ms in client.lrange(QueueKeys.of(queue).lateness, 0, -1)]
         if len(samples) != tasks:
             raise RuntimeError(f"{len(samples)} lateness samples for {tasks} tasks")
         return samples
@@ -151,6 +154,11 @@ def run(bench: Bench) -> ScenarioResult:
     lateness_rows = []
     for name, trips, run_once in (
         ("django-rcoord poll_delayed, interval 1 s", "1 per batch + BLPOP wait", lateness_run),
+        (
+            "django-rcoord, tasks in a second queue group",
+            "1 per batch + BLPOP wait",
+            lambda: lateness_run(queue="second/bench"),
+        ),
         (
             "django-rcoord, poller started before the queue existed",
             "1 per batch + sleep",

@@ -105,6 +105,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     errors.extend(_check_task_settings(user))
     errors.extend(_check_periodic(user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"])))
     errors.extend(_check_autocomplete(user))
+    errors.extend(_check_operations(user))
     errors.extend(_check_lock_replicas(user))
     errors.extend(
         _check_concurrency_limits(user.get("CONCURRENCY_LIMITS", DEFAULTS["CONCURRENCY_LIMITS"]))
@@ -232,6 +233,52 @@ def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
                 "callable.",
                 hint="Give the dotted path of a function (request, guild) -> bool.",
                 id="rcoord.E013",
+            )
+        )
+    return errors
+
+
+#: Shortest METRICS_TOKEN accepted (a bearer token guessed is the whole defence).
+MIN_TOKEN_LENGTH = 16
+
+
+def _check_operations(user: Mapping[str, Any]) -> list[CheckMessage]:
+    import importlib.util
+
+    errors: list[CheckMessage] = []
+    path = user.get("DASHBOARD_PERMISSION", DEFAULTS["DASHBOARD_PERMISSION"])
+    try:
+        permission = import_string(path) if isinstance(path, str) else None
+    except ImportError:
+        permission = None
+    if not callable(permission):
+        errors.append(
+            Error(
+                f"settings.RCOORD['DASHBOARD_PERMISSION'] {path!r} is not an importable callable.",
+                hint="Give the dotted path of a function (request) -> bool; it is asked after "
+                "the user was found to be active staff.",
+                id="rcoord.E026",
+            )
+        )
+    token = user.get("METRICS_TOKEN", DEFAULTS["METRICS_TOKEN"])
+    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH):
+        errors.append(
+            Error(
+                f"settings.RCOORD['METRICS_TOKEN'] must be None or a str of at least "
+                f"{MIN_TOKEN_LENGTH} characters.",
+                hint="Generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
+                "and read it from the environment; None turns the metrics and stats endpoints "
+                "off.",
+                id="rcoord.E027",
+            )
+        )
+    elif token is not None and importlib.util.find_spec("prometheus_client") is None:
+        errors.append(
+            Warning(
+                "settings.RCOORD['METRICS_TOKEN'] is set but prometheus-client is not installed: "
+                "the metrics endpoint answers 501 (the JSON stats work).",
+                hint='pip install "django-rcoord[metrics]"',
+                id="rcoord.W004",
             )
         )
     return errors

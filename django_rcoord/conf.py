@@ -52,6 +52,11 @@ DEFAULTS: dict[str, Any] = {
     # (dotted path to a callable (request, guild) -> bool).
     "AUTOCOMPLETE_LIMIT": 10,
     "AUTOCOMPLETE_PERMISSION": "django_rcoord.views.default_permission",
+    # The staff dashboard: who of the active staff may see it and act on it (dotted path to
+    # a callable (request) -> bool, asked after is_staff).
+    "DASHBOARD_PERMISSION": "django_rcoord.dashboard.default_permission",
+    # Bearer token of the Prometheus metrics and JSON stats endpoints; None: both answer 404.
+    "METRICS_TOKEN": None,
     # Locks on a primary with replicas: after each grant, WAIT until this many
     # replicas have it (0: do not wait). A grant they do not acknowledge within
     # LOCK_REPLICA_TIMEOUT seconds is given back and acquiring raises
@@ -145,6 +150,14 @@ class RcoordSettings:
     @property
     def AUTOCOMPLETE_PERMISSION(self) -> str:
         return get("AUTOCOMPLETE_PERMISSION")
+
+    @property
+    def DASHBOARD_PERMISSION(self) -> str:
+        return get("DASHBOARD_PERMISSION")
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        return get("METRICS_TOKEN")
 
     @property
     def LOCK_REPLICAS(self) -> int:

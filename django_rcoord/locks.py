@@ -48,6 +48,7 @@ __all__ = [
     "LockNotReplicated",
     "LockTimeout",
     "acquire_lock",
+    "lock_status",
     "release_lock",
 ]
 
@@ -483,3 +484,20 @@ def acquire_lock(
 def release_lock(lockname: str, identifier: str, *, client: Any = None) -> bool:
     """Redis in Action's ``release_lock``: True when released, False when no longer held."""
     return Lock(lockname, client=client)._release_identifier(resolve_client(client), identifier)
+
+
+def lock_status(name: str, *, client: Any = None) -> dict[str, Any]:
+    """What operators see of a lock: whether it is held, the holder's remaining TTL
+    (seconds; None without one) and the last fencing token granted. One round trip; the
+    holder's identifier (which can release it) is not shown."""
+    lock = Lock(name, client=client)
+    with lock.client.pipeline(transaction=False) as pipe:
+        pipe.pttl(lock._owner_key)
+        pipe.get(lock._fence_key)
+        ttl_ms, token = pipe.execute()
+    return {
+        "name": name,
+        "held": ttl_ms != -2,
+        "ttl": ttl_ms / 1000 if ttl_ms >= 0 else None,
+        "token": int(token) if token is not None else None,
+    }

@@ -13,9 +13,11 @@ from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import _text, decode_message
+from django_rcoord.metrics import finished_per_minute, read_metrics
 from django_rcoord.queue_keys import (
     DEFAULT_GROUP,
     GROUP_KEYS_MS,
+    HEARTBEAT_TTL,
     WAKE_TOKEN_MS,
     QueueKeys,
     group_of_task_id,
@@ -28,6 +30,7 @@ __all__ = [
     "TaskRecord",
     "aget_result",
     "dead_letters",
+    "delete_dead",
     "get_result",
     "known_groups",
     "known_queues",
@@ -112,11 +115,15 @@ def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     return {"ready": ready, "in_flight": in_flight, "delayed": delayed, "dead": dead}
 
 
-def dead_letters(queue: str, *, limit: int = 100, client: Any = None) -> list[dict[str, Any]]:
-    """The oldest ``limit`` dead letters: each message, with ``error`` and ``failures`` added."""
+def dead_letters(
+    queue: str, *, limit: int = 100, offset: int = 0, client: Any = None
+) -> list[dict[str, Any]]:
+    """``limit`` dead letters from the ``offset``-th oldest: each message, with ``error`` (the
+    last error, a traceback) and ``failures`` added."""
+    check_batch(limit, "limit")
     keys = QueueKeys.of(queue)
     client = resolve_client(client)
-    ids = client.lrange(keys.dead, 0, limit - 1)
+    ids = client.lrange(keys.dead, max(0, offset), max(0, offset) + limit - 1)
     if not ids:
         return []
     with client.pipeline(transaction=False) as pipe:
@@ -133,12 +140,14 @@ def dead_letters(queue: str, *, limit: int = 100, client: Any = None) -> list[di
     return letters
 
 
-#: Dead letters one requeue script call moves (about 1-1.5 ms of Redis time per call here).
+#: Dead letters one requeue or delete script call moves (about 1-1.5 ms of Redis time per
+#: call here).
 REQUEUE_BATCH = 100
 
 
-def requeue_dead(queue: str, *, client: Any = None) -> int:
-    """Send every dead letter of ``queue`` back to it, with its retries reset. Returns how many.
+def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
+    """Send the dead letters of ``queue`` back to it (only ``task_id``, when given), with
+    their retries reset. Returns how many.
 
     In script calls of ``REQUEUE_BATCH`` letters each, oldest first: each call is atomic
     and short, so Redis never pauses long however many letters there are.
@@ -162,12 +171,33 @@ def requeue_dead(queue: str, *, client: Any = None) -> int:
                     keys.messages,
                     keys.queues,
                 ],
-                args=[WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH],
+                args=[WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
             )
         )
         moved += count
-        if count < REQUEUE_BATCH:
+        if task_id is not None or count < REQUEUE_BATCH:
             return moved
+
+
+def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
+    """Delete the dead letters of ``queue`` for good (only ``task_id``, when given); their
+    result records stay until they expire. Returns how many. Bounded calls, as
+    ``requeue_dead``."""
+    keys = QueueKeys.of(queue)
+    client = resolve_client(client)
+    deleted = 0
+    while True:
+        count = int(
+            run_script(
+                "task_delete_dead",
+                client,
+                keys=[keys.dead, keys.messages, keys.failures, keys.errors],
+                args=[REQUEUE_BATCH, task_id or ""],
+            )
+        )
+        deleted += count
+        if task_id is not None or count < REQUEUE_BATCH:
+            return deleted
 
 
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:
@@ -186,16 +216,24 @@ def known_groups(*, client: Any = None) -> list[str]:
 
 
 def overview(*, client: Any = None) -> dict[str, Any]:
-    """Every known queue (counts, the age of the task that runs next, next due delayed
-    task), the live workers and their tasks, and the lateness of the last 100 promotions
-    per group."""
+    """What operators look at (``rcoord_status``, the dashboard, the JSON stats): every known
+    queue (counts, the age of the task that runs next, the next due delayed task, tasks
+    finished in each of the last 60 minutes), the live workers (last heartbeat, tasks
+    done, the task each runs now), the lateness of the last promotions per group and the
+    periodic schedules. Bounded work: a few reads per group, queue and live worker."""
+    from django_rcoord.periodic import schedule_status
+
     client = resolve_client(client)
     now_seconds, now_micros = client.time()
     now = now_seconds + now_micros / 1e6
+    now_ms = int(now * 1000)
     queues = []
     workers = []
+    worker_counts: dict[str, int] = {}
     lateness: dict[str, dict[str, int]] = {}
-    for group in known_groups(client=client):
+    groups = known_groups(client=client)
+    for group in groups:
+        metrics = read_metrics(group, client=client)
         for name in known_queues(group, client=client):
             keys = QueueKeys.of(name)
             stats = queue_stats(name, client=client)
@@ -204,42 +242,82 @@ def overview(*, client: Any = None) -> dict[str, Any]:
             age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
             first_due = client.zrange(keys.delayed, 0, 0, withscores=True)
             next_due_in = first_due[0][1] / 1000 - now if first_due else None
+            per_minute = finished_per_minute(metrics, name, now_ms)
             queues.append(
-                {"name": name, **stats, "oldest_ready_age": age, "next_due_in": next_due_in}
+                {
+                    "name": name,
+                    "group": group,
+                    **stats,
+                    "oldest_ready_age": age,
+                    "next_due_in": next_due_in,
+                    "finished_last_hour": sum(per_minute),
+                    "finished_per_minute": per_minute,
+                }
             )
         space = KeySpace("queue", group)
-        samples = sorted(int(ms) for ms in client.lrange(space.key("lateness"), 0, 99))
+        samples = sorted(int(ms) for ms in client.lrange(space.key("lateness"), 0, -1))
         if samples:
             lateness[group] = {
                 "samples": len(samples),
                 "median_ms": samples[len(samples) // 2],
+                "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
                 "max_ms": samples[-1],
             }
         running: dict[str, list[str]] = {}
-        for task_id, worker in client.hgetall(space.key("owners")).items():
-            running.setdefault(worker.decode(), []).append(task_id.decode())
+        if client.hlen(space.key("owners")) <= MAX_OWNERS_SHOWN:
+            for task_id, worker in client.hgetall(space.key("owners")).items():
+                running.setdefault(worker.decode(), []).append(task_id.decode())
+        worker_counts[group] = 0
         for member in sorted(client.smembers(space.key("workers"))):
             worker_id = member.decode()
-            watched = client.get(space.key(f"worker:{worker_id}"))
-            if watched is None:  # its heartbeat ran out: the worker is gone
+            heartbeat_key = space.key(f"worker:{worker_id}")
+            with client.pipeline(transaction=False) as pipe:
+                pipe.get(heartbeat_key)
+                pipe.pttl(heartbeat_key)
+                beat, ttl_ms = pipe.execute()
+            if beat is None:  # its heartbeat ran out: the worker is gone
                 client.srem(space.key("workers"), worker_id)
                 continue
+            worker_counts[group] += 1
+            about = _heartbeat(beat)
             current = []
             for task_id in running.get(worker_id, []):
                 message = decode_message(client.hget(space.key("messages"), task_id)) or {}
                 current.append({"id": task_id, "task": message.get("task")})
             workers.append(
-                {"id": worker_id, "queues": watched.decode().split(","), "running": current}
+                {
+                    "id": worker_id,
+                    "group": group,
+                    "queues": about.get("queues", []),
+                    "done": about.get("done"),
+                    "started": about.get("started"),
+                    "last_heartbeat_age": max(0.0, HEARTBEAT_TTL - max(ttl_ms, 0) / 1000),
+                    "running": current,
+                }
             )
-    from django_rcoord.periodic import schedule_status
-
-    periodic = schedule_status(client, int(now * 1000))
     return {
+        "time": now,
+        "groups": groups,
         "queues": queues,
         "workers": workers,
+        "worker_counts": worker_counts,
         "promotion_lateness": lateness,
-        "periodic": periodic,
+        "periodic": schedule_status(client, now_ms),
     }
+
+
+#: Past this many tasks in flight in a group, the overview does not list who runs which.
+MAX_OWNERS_SHOWN = 1000
+
+
+def _heartbeat(beat: bytes) -> dict[str, Any]:
+    try:
+        about = json.loads(beat)
+    except ValueError:
+        about = None
+    if not isinstance(about, dict):  # a worker of an earlier version: its queues, comma-joined
+        return {"queues": beat.decode(errors="replace").split(",")}
+    return about
 
 
 # -- results -------------------------------------------------------------------------

@@ -24,6 +24,9 @@ WAKE_TOKEN_MS = 60_000
 #: How long a group's list of queues (and its lateness samples) outlive its last task, ms.
 GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
 
+#: Seconds a worker's heartbeat lives without renewal (a worker renews it every third).
+HEARTBEAT_TTL = 15
+
 _TASK_UUID = re.compile(r"[0-9a-f]{32}\Z")
 
 
@@ -50,6 +53,7 @@ class QueueKeys:
     results_expiry: str
     idle: str
     periodic: str
+    metrics: str
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
@@ -82,6 +86,7 @@ class QueueKeys:
             results_expiry=space.key("results-expiry"),
             idle=space.key("idle"),
             periodic=space.key("periodic"),
+            metrics=space.key("metrics"),
         )
 
 

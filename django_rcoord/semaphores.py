@@ -48,6 +48,7 @@ __all__ = [
     "refresh_fair_semaphore",
     "release_fair_semaphore",
     "release_semaphore",
+    "semaphore_status",
 ]
 
 logger = logging.getLogger(__name__)
@@ -401,3 +402,33 @@ def acquire_semaphore_with_lock(
 ) -> str | None:
     """6.3.5's semaphore guarded by a lock. One script is already atomic, so no lock is taken."""
     return acquire_fair_semaphore(semname, limit, timeout, client=client)
+
+
+def semaphore_status(name: str, *, limit: int = 50, client: Any = None) -> dict[str, Any]:
+    """What operators see of a semaphore: its holders (lease left, seconds) and its waiters
+    in line (count, and the first ``limit`` with their tickets). One round trip; identifiers
+    are cut to 8 characters (a whole one could release the permit)."""
+    semaphore = Semaphore(name, 1, client=client)
+    client = semaphore.client
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    with client.pipeline(transaction=False) as pipe:
+        pipe.zrangebyscore(
+            semaphore._holders_key, now_ms, "+inf", start=0, num=limit, withscores=True
+        )
+        pipe.zcount(semaphore._holders_key, now_ms, "+inf")
+        pipe.zrange(semaphore._waiters_key, 0, limit - 1, withscores=True)
+        pipe.zcard(semaphore._waiters_key)
+        holders, held, waiters, waiting = pipe.execute()
+    return {
+        "name": name,
+        "held": int(held),
+        "holders": [
+            {"id": member.decode()[:8], "lease_left": (expiry - now_ms) / 1000}
+            for member, expiry in holders
+        ],
+        "waiting": int(waiting),
+        "waiters": [
+            {"id": member.decode()[:8], "ticket": int(ticket)} for member, ticket in waiters
+        ],
+    }

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from django.urls import path
 
-from django_rcoord import views
+from django_rcoord import dashboard, views
 
 app_name = "rcoord"
 
 urlpatterns = [
     path("guilds/<str:guild>/members/", views.guild_members, name="guild-members"),
+    # Operations: the staff dashboard, Prometheus metrics and JSON stats (bearer token).
+    path("dashboard/", dashboard.index, name="dashboard"),
+    path("dashboard/lookup/", dashboard.lookup, name="dashboard-lookup"),
+    path(
+        "dashboard/dead/<path:queue>/action/", dashboard.dead_action, name="dashboard-dead-action"
+    ),
+    path("dashboard/dead/<path:queue>/", dashboard.dead, name="dashboard-dead"),
+    path("metrics/", views.metrics, name="metrics"),
+    path("stats/", views.stats, name="stats"),
 ]

@@ -36,8 +36,9 @@ from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resol
 from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
+from django_rcoord.metrics import duration_bucket, metric_labels
 from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote, result_ttl_ms
-from django_rcoord.queue_keys import QueueKeys, same_group
+from django_rcoord.queue_keys import HEARTBEAT_TTL, QueueKeys, same_group
 from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import Repeater, wait_for_signal
@@ -49,8 +50,6 @@ IDLE_CHECK = 1.0
 #: How long a worker that found nothing stays registered idle (it takes again within
 #: IDLE_CHECK, renewing it), ms.
 IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
-#: Seconds a worker's heartbeat lives without renewal.
-HEARTBEAT_TTL = 15
 RECOVER_BATCH = 500
 
 
@@ -133,6 +132,7 @@ class Worker:
         self.stopping = stop_event or threading.Event()
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
+        self._started_at = time.time()
         first = self.queues[0]
         self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
         # The finish script's leading keys (unused when there is nothing to finish).
@@ -255,6 +255,9 @@ class Worker:
                 result_ttl_ms(),
                 idle_ms,
                 "1" if self._idle_registered else "0",
+                "",  # nothing finished: nothing to count
+                0,
+                0,
             ],
         )
         job = self._job(following)
@@ -275,6 +278,7 @@ class Worker:
             queue.results,
             queue.results_expiry,
             queue.idle,
+            queue.metrics,
         ]
 
     def _job(self, result: Any) -> Job | None:
@@ -296,7 +300,7 @@ class Worker:
         outcome = self._execute(job)
         took_ms = (time.perf_counter() - started) * 1000
         next_queues = [] if self._should_stop_after_this() else self._take_keys
-        finished, following = self._finish(job, outcome, next_queues)
+        finished, following = self._finish(job, outcome, next_queues, took_ms)
         self.processed += 1
         if outcome.kind == "retry":  # look for it when it is due, not at the next routine check
             self._next_check = min(self._next_check, time.monotonic() + outcome.delay_ms / 1000)
@@ -493,7 +497,9 @@ class Worker:
             )
         )
 
-    def _finish(self, job: Job, outcome: Outcome, next_queues: list[str]) -> tuple[int, Any]:
+    def _finish(
+        self, job: Job, outcome: Outcome, next_queues: list[str], took_ms: float = 0.0
+    ) -> tuple[int, Any]:
         keys = [*self._finish_keys(job.queue), *next_queues]
         args = [
             job.id,
@@ -507,6 +513,9 @@ class Worker:
             result_ttl_ms(),
             0,  # finding nothing, the worker's next _take registers it idle
             "0",
+            metric_labels(job.queue.name, outcome.task_name),
+            duration_bucket(took_ms / 1000),
+            round(took_ms * 1000),
         ]
         # Keep trying through a Redis outage: until it is recorded, the task's lease
         # would make it run again.
@@ -543,7 +552,13 @@ class Worker:
             pipe.expire(self._workers_key, HEARTBEAT_TTL * 4)  # gone once every worker is
             pipe.set(
                 self._heartbeat_key,
-                ",".join(queue.name for queue in self.queues),
+                json.dumps(
+                    {
+                        "queues": [queue.name for queue in self.queues],
+                        "done": self.processed,
+                        "started": self._started_at,
+                    }
+                ),
                 ex=HEARTBEAT_TTL,
             )
             pipe.execute()

@@ -12,7 +12,11 @@
 --          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
 -- KEYS[9]  results expiry ZSET (id -> when its finished record expires, ms)
 -- KEYS[10] idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
--- KEYS[11..] pairs, in priority order, of the queues to take the next task from:
+-- KEYS[11] metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
+--          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
+--          'm<US>queue<US>minute % 60' -> 'minute:finished' (the last hour, per minute)
+--          (<US> is the byte 0x1f)
+-- KEYS[12..] pairs, in priority order, of the queues to take the next task from:
 --          ready ZSET (highest priority first), in-flight ZSET (none: take nothing)
 -- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] outcome: 'ack' | 'retry' | 'dead'
 -- ARGV[4]  error text (retry, dead)   ARGV[5] retry delay, ms (retry)   ARGV[6] lease, ms
@@ -21,6 +25,9 @@
 -- ARGV[10] ms this worker waits for a wake-up when it finds nothing (it is registered idle
 --          for that long, so that producers wake it; 0: do not register)
 -- ARGV[11] '1' when this worker is registered idle (taking a task unregisters it)
+-- ARGV[12] metric labels of the finished task: 'queue<US>task' ('' to count nothing)
+-- ARGV[13] its run time's bucket (index in the worker's duration buckets)
+-- ARGV[14] its run time, us
 -- Returns  {finished, next} where finished is 1, or 0 when this worker no longer held the task
 --          (its lease ran out and another worker has it: nothing about it is changed), and
 --          next is {id, message, queue index, failures, record state} or 0 when no task was
@@ -75,10 +82,28 @@ if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], 
     if #expired > 0 then
         redis.call('ZREM', KEYS[9], unpack(expired))
     end
+    if ARGV[12] ~= '' then
+        local US = '\31'
+        local labels = ARGV[12] .. US .. ARGV[3]
+        redis.call('HINCRBY', KEYS[11], 'n' .. US .. labels .. US .. ARGV[13], 1)
+        redis.call('HINCRBY', KEYS[11], 's' .. US .. labels, ARGV[14])
+        -- Finished per minute: a ring of 60 fields per queue, each 'minute:count'.
+        local minute = math.floor(now / 60000)
+        local queue = string.match(ARGV[12], '^[^\31]*')
+        local slot = 'm' .. US .. queue .. US .. (minute % 60)
+        local seen = redis.call('HGET', KEYS[11], slot)
+        local at, count = string.match(seen or '', '^(%d+):(%d+)$')
+        if tonumber(at) == minute then
+            redis.call('HSET', KEYS[11], slot, minute .. ':' .. (tonumber(count) + 1))
+        else
+            redis.call('HSET', KEYS[11], slot, minute .. ':1')
+            redis.call('PEXPIRE', KEYS[11], keep + 30 * 24 * 3600 * 1000)
+        end
+    end
 end
 
 local taken = 0
-for index = 11, #KEYS, 2 do
+for index = 12, #KEYS, 2 do
     local popped = redis.call('ZPOPMIN', KEYS[index])
     while popped[1] do
         local next_id = popped[1]
@@ -95,7 +120,7 @@ for index = 11, #KEYS, 2 do
             state[3] = now
             state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
             save_state(KEYS[8], next_id, state)
-            taken = {next_id, message, (index - 9) / 2, failures, table.concat(state, '|')}
+            taken = {next_id, message, (index - 10) / 2, failures, table.concat(state, '|')}
             break
         end
         -- An id whose message is gone was acknowledged already (a duplicate): skip it.
@@ -107,7 +132,7 @@ for index = 11, #KEYS, 2 do
 end
 -- Producers push a wake-up only while some worker is registered idle.
 local idle_ms = tonumber(ARGV[10])
-if taken == 0 and idle_ms > 0 and #KEYS > 10 then
+if taken == 0 and idle_ms > 0 and #KEYS > 11 then
     redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
     redis.call('ZADD', KEYS[10], now + idle_ms, ARGV[2])
     redis.call('PEXPIRE', KEYS[10], idle_ms + 60000)

@@ -7,9 +7,18 @@
 -- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
+-- ARGV[5]  (optional) the id of the one dead letter to move
 -- Returns  how many tasks were requeued (fewer than ARGV[4]: none are left).
 --! include _ready
-local ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+local ids
+if ARGV[5] and ARGV[5] ~= '' then
+    ids = {}
+    if redis.call('LREM', KEYS[1], 1, ARGV[5]) == 1 then
+        ids[1] = ARGV[5]
+    end
+else
+    ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+end
 local moved = #ids
 if moved > 0 then
     local priorities = priorities_of(KEYS[8], ids)
@@ -23,7 +32,9 @@ if moved > 0 then
     end
     redis.call('HDEL', KEYS[4], unpack(ids))
     redis.call('ZREM', KEYS[7], unpack(ids))
-    redis.call('LTRIM', KEYS[1], moved, -1)
+    if not (ARGV[5] and ARGV[5] ~= '') then
+        redis.call('LTRIM', KEYS[1], moved, -1)
+    end
 end
 if moved > 0 then
     redis.call('RPUSH', KEYS[5], 1)

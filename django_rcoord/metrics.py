@@ -1,0 +1,226 @@
+"""Task metrics: what workers count inside the script that finishes a task, read back for
+the dashboard, the JSON stats and the Prometheus endpoint.
+
+Each queue group keeps one HASH (``QueueKeys.metrics``) that ``task_finish.lua`` updates
+in the same call that acknowledges, retries or dead-letters a task (no extra round trip,
+and any number of worker processes add up):
+
+- per queue, task, outcome and duration bucket: how many runs ended so;
+- per queue, task and outcome: their total run time (microseconds);
+- per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes.
+
+Outcomes are ``succeeded``, ``retried`` (failed, another attempt is due) and ``failed``
+(a dead letter now).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.queue_keys import QueueKeys
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "OUTCOMES",
+    "QueueMetrics",
+    "duration_bucket",
+    "finished_per_minute",
+    "metric_labels",
+    "read_metrics",
+]
+
+#: Upper bounds (seconds) of the run-time histogram's buckets; the last is +Inf.
+DURATION_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    math.inf,
+)
+#: The finish script's outcome -> the metric's label value.
+OUTCOMES = {"ack": "succeeded", "retry": "retried", "dead": "failed"}
+_SEPARATOR = "\x1f"  # between the labels of a field name (no queue or task name holds it)
+_LABEL_LIMIT = 200  # a longer task name (only a malformed message has one) is cut
+
+
+def metric_labels(queue: str, task: str) -> str:
+    """The labels the finish script counts a run under."""
+    clean = task.replace(_SEPARATOR, " ")[:_LABEL_LIMIT] or "?"
+    return f"{queue}{_SEPARATOR}{clean}"
+
+
+def duration_bucket(seconds: float) -> int:
+    """The index of the first bucket whose bound is at least ``seconds``."""
+    return bisect.bisect_left(DURATION_BUCKETS, seconds)
+
+
+@dataclass
+class TaskMetrics:
+    """The runs of one task of one queue: by outcome, and their run-time histogram."""
+
+    finished: dict[str, int] = field(default_factory=dict)  # outcome -> runs
+    buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
+    seconds: float = 0.0  # total run time
+
+    @property
+    def runs(self) -> int:
+        return sum(self.buckets)
+
+
+@dataclass
+class QueueMetrics:
+    """The metrics of one queue group: per (queue, task), and finished per minute."""
+
+    tasks: dict[tuple[str, str], TaskMetrics] = field(default_factory=dict)
+    minutes: dict[str, dict[int, int]] = field(default_factory=dict)  # queue -> minute -> n
+
+
+def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
+    """One HGETALL of the group's metrics HASH (its size is set by the number of queues and
+    task names, not by the number of tasks run)."""
+    raw = resolve_client(client).hgetall(KeySpace("queue", group).key("metrics"))
+    return _parse(raw.items())
+
+
+def _parse(items: Iterable[tuple[bytes, bytes]]) -> QueueMetrics:
+    found = QueueMetrics()
+    for raw_field, raw_value in items:
+        kind, *labels = raw_field.decode(errors="replace").split(_SEPARATOR)
+        value = raw_value.decode()
+        if kind == "m" and len(labels) == 2:
+            minute, _, count = value.partition(":")
+            if minute.isdigit() and count.isdigit():
+                found.minutes.setdefault(labels[0], {})[int(minute)] = int(count)
+            continue
+        if kind not in ("n", "s") or len(labels) < 3:
+            continue
+        queue, task, outcome = labels[0], labels[1], OUTCOMES.get(labels[2], labels[2])
+        metrics = found.tasks.setdefault((queue, task), TaskMetrics())
+        if kind == "s":
+            metrics.seconds += int(value) / 1e6
+            continue
+        if len(labels) != 4 or not labels[3].isdigit():
+            continue
+        index = min(int(labels[3]), len(DURATION_BUCKETS) - 1)
+        metrics.buckets[index] += int(value)
+        metrics.finished[outcome] = metrics.finished.get(outcome, 0) + int(value)
+    return found
+
+
+def finished_per_minute(metrics: QueueMetrics, queue: str, now_ms: int) -> list[int]:
+    """Tasks of ``queue`` finished in each of the last 60 minutes, oldest first (the last
+    is the current minute, still counting)."""
+    current = now_ms // 60_000
+    seen = metrics.minutes.get(queue, {})
+    return [seen.get(minute, 0) for minute in range(current - 59, current + 1)]
+
+
+# -- Prometheus -------------------------------------------------------------------------
+def prometheus_text(*, client: Any = None) -> bytes:
+    """Every metric in Prometheus' text exposition format (``prometheus-client`` renders
+    it; it is the ``metrics`` extra)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(resolve_client(client)))
+    return generate_latest(registry)
+
+
+class _Collector:
+    """Reads Redis at scrape time (bounded work: a few reads per queue group and queue)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        from django_rcoord.queue_admin import overview
+
+        state = overview(client=self.client)
+        tasks = GaugeMetricFamily(
+            "rcoord_queue_tasks",
+            "Tasks in a queue, by state (ready, in_flight, delayed, dead).",
+            labels=["group", "queue", "state"],
+        )
+        for queue in state["queues"]:
+            group = QueueKeys.of(queue["name"]).group
+            for name in ("ready", "in_flight", "delayed", "dead"):
+                tasks.add_metric([group, queue["name"], name], queue[name])
+        yield tasks
+
+        workers = GaugeMetricFamily(
+            "rcoord_workers", "Live workers (heartbeat not expired).", labels=["group"]
+        )
+        for group, count in state["worker_counts"].items():
+            workers.add_metric([group], count)
+        yield workers
+
+        finished = CounterMetricFamily(
+            "rcoord_tasks_finished",
+            "Task runs that ended, by outcome (succeeded, retried, failed).",
+            labels=["queue", "task", "outcome"],
+        )
+        durations = HistogramMetricFamily(
+            "rcoord_task_duration_seconds", "Run time of tasks.", labels=["queue", "task"]
+        )
+        for group in state["groups"]:
+            metrics = read_metrics(group, client=self.client)
+            for (queue, task), counted in sorted(metrics.tasks.items()):
+                for outcome, runs in sorted(counted.finished.items()):
+                    finished.add_metric([queue, task, outcome], runs)
+                cumulative, running = [], 0
+                for bound, runs in zip(DURATION_BUCKETS, counted.buckets, strict=True):
+                    running += runs
+                    cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
+                durations.add_metric([queue, task], cumulative, counted.seconds)
+        yield finished
+        yield durations
+
+        lateness = GaugeMetricFamily(
+            "rcoord_delayed_lateness_seconds",
+            "Lateness (due -> queued, server clock) of the last 1,000 promotions of delayed "
+            "tasks, by quantile (1 is the worst).",
+            labels=["group", "quantile"],
+        )
+        for group, late in state["promotion_lateness"].items():
+            for quantile, key in (("0.5", "median_ms"), ("0.99", "p99_ms"), ("1", "max_ms")):
+                lateness.add_metric([group, quantile], late[key] / 1000)
+        yield lateness
+
+        periodic = GaugeMetricFamily(
+            "rcoord_periodic_lateness_seconds",
+            "Lateness (tick -> queued, server clock) of a periodic task's recent fires, by "
+            "quantile (1 is the worst).",
+            labels=["schedule", "quantile"],
+        )
+        for row in state["periodic"]:
+            if row.get("fires"):
+                for quantile, key in (
+                    ("0.5", "lateness_p50_ms"),
+                    ("0.99", "lateness_p99_ms"),
+                    ("1", "lateness_max_ms"),
+                ):
+                    periodic.add_metric([row["name"], quantile], row[key] / 1000)
+        yield periodic

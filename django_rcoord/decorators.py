@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
+from django_rcoord.identity import aget_user, get_user, is_signed_in, requester
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import RateLimitResult, ahit, hit
 from django_rcoord.responses import error_response
@@ -25,13 +26,37 @@ logger = logging.getLogger(__name__)
 KeyTemplate = str | Callable[..., Any]
 
 
+class _AnonymousUser:
+    """``user`` in a key template when nobody is signed in: every ``{user...}`` field is
+    ``ip:<client address>``, so anonymous clients are keyed apart, as the middleware's
+    "user" scope keys them, instead of sharing one ``None`` key."""
+
+    def __init__(self, requester: str) -> None:
+        self.requester = requester
+
+    def __getattr__(self, name: str) -> _AnonymousUser:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: object) -> _AnonymousUser:
+        return self
+
+    def __format__(self, spec: str) -> str:
+        return format(self.requester, spec)
+
+    def __str__(self) -> str:  # "{user!s}"
+        return self.requester
+
+
 class _KeyFunction:
     """Turns a decorator's ``key`` into the name for one request.
 
     A format string is filled from the URL arguments and ``user``; the user is
     loaded only when the template names it, with ``await request.auser()`` on
-    async views. A callable gets ``(request, *args, **kwargs)``; on async views
-    it may be a coroutine function.
+    async views, and stands for the client's IP when nobody is signed in. A
+    callable gets ``(request, *args, **kwargs)``; on async views it may be a
+    coroutine function.
     """
 
     def __init__(self, key: KeyTemplate, view: Callable[..., Any], decorator: str) -> None:
@@ -57,6 +82,8 @@ class _KeyFunction:
         """The name (or, from an async callable, an awaitable of it)."""
         if callable(self.key):
             return self.key(request, *args, **kwargs)
+        if self.uses_user and not is_signed_in(user):
+            user = _AnonymousUser(requester(request, user))
         try:
             return self.key.format(*args, **{"user": user, **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:
@@ -66,14 +93,11 @@ class _KeyFunction:
             ) from exc
 
     def sync_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
-        user = getattr(request, "user", None) if self.uses_user else None
+        user = get_user(request) if self.uses_user else None
         return self(request, args, kwargs, user)
 
     async def async_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
-        user = None
-        if self.uses_user:
-            auser = getattr(request, "auser", None)
-            user = await auser() if auser is not None else getattr(request, "user", None)
+        user = await aget_user(request) if self.uses_user else None
         name = self(request, args, kwargs, user)
         return await name if inspect.isawaitable(name) else name
 
@@ -88,8 +112,9 @@ def locked(
     """Run the view holding the lock named by ``key``; busy after ``wait`` -> 409.
 
     ``key`` is a format string filled from the view's URL arguments and
-    ``user`` (``request.user``), e.g. ``"purchase:{item_id}"`` or
-    ``"profile:{user.pk}"``, or a callable ``(request, *args, **kwargs) -> str``.
+    ``user`` (``request.user``; ``ip:<address>`` when nobody is signed in), e.g.
+    ``"purchase:{item_id}"`` or ``"profile:{user.pk}"``, or a callable
+    ``(request, *args, **kwargs) -> str``.
     The lock lives ``timeout`` seconds at most and is released when the view
     returns or raises; the view finds it (and its fencing token) as
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
@@ -191,10 +216,11 @@ def rate_limited(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Allow ``limit`` calls of the view per ``seconds`` for each value of ``key``; then 429.
 
-    ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, or a
-    callable). The window starts at its first call (``ratelimit.allow_n``). Over
-    the limit, the response is 429 with ``Retry-After`` (the seconds until the
-    window ends), JSON for JSON clients. Sync, async and class-based views.
+    ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, where ``user``
+    is ``ip:<address>`` for anonymous clients, or a callable). The window starts at
+    its first call (``ratelimit.allow_n``). Over the limit, the response is 429 with
+    ``Retry-After`` (the seconds until the window ends), JSON for JSON clients. Sync,
+    async and class-based views.
     """
     if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")

@@ -23,6 +23,7 @@ from django.urls import Resolver404, resolve
 from django_rcoord.conf import conf
 from django_rcoord.connection import REDIS_UNAVAILABLE
 from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
+from django_rcoord.identity import aget_user, client_ip, get_user, requester
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import PermitKeeper, Semaphore
 from django_rcoord.validation import is_number, is_positive_int
@@ -59,10 +60,10 @@ class ConcurrencyRule:
         """The rule's semaphore for ``request``; ``user`` is its user for a "user" rule."""
         if self.scope == "global":
             name = self.name
-        elif self.scope == "user" and user is not None and user.is_authenticated:
-            name = f"{self.name}:user:{user.pk}"
-        else:  # "ip", and anonymous users of a "user" rule
-            name = f"{self.name}:ip:{request.META.get('REMOTE_ADDR') or 'unknown'}"
+        elif self.scope == "user":  # anonymous users by IP
+            name = f"{self.name}:{requester(request, user)}"
+        else:
+            name = f"{self.name}:ip:{client_ip(request)}"
         return Semaphore(name, self.limit, timeout=self.timeout)
 
 
@@ -184,7 +185,7 @@ class ConcurrencyLimitMiddleware:
     ) -> tuple[Semaphore, str] | object | None:
         """A held permit; _REFUSED; or None when Redis is down and the rule fails open."""
         try:
-            user = getattr(request, "user", None) if rule.scope == "user" else None
+            user = get_user(request) if rule.scope == "user" else None
             semaphore = rule.semaphore_for(request, user)
             identifier = semaphore.acquire(wait=rule.wait)
         except UNAVAILABLE as exc:
@@ -197,10 +198,7 @@ class ConcurrencyLimitMiddleware:
     async def _aacquire(self, rule: ConcurrencyRule, request: HttpRequest) -> Any:
         """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
         try:
-            user = None
-            if rule.scope == "user":
-                auser = getattr(request, "auser", None)
-                user = await auser() if auser is not None else getattr(request, "user", None)
+            user = await aget_user(request) if rule.scope == "user" else None
             semaphore = rule.semaphore_for(request, user)
             identifier = await semaphore.aacquire(wait=rule.wait)
         except UNAVAILABLE as exc:

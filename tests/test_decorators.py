@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from django_rcoord.locks import Lock
 from tests.views import lock_is_held
@@ -114,3 +114,16 @@ def test_user_attribute_in_key(client, django_user_model) -> None:
     assert client.get("/profile/").status_code == 409
     lock.release()
     assert client.get("/profile/").json() == {"held": True}
+
+
+# -- anonymous users ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/profile/", "/profile-async/"])
+def test_anonymous_users_of_a_user_key_are_keyed_by_ip(url: str) -> None:
+    lock = Lock("profile:ip:10.0.0.1", wait=0)
+    assert lock.acquire()
+    try:
+        assert Client(REMOTE_ADDR="10.0.0.1").get(url).status_code == 409
+        assert Client(REMOTE_ADDR="10.0.0.2").get(url).status_code == 200
+    finally:
+        lock.release()
+    assert not lock_is_held("profile:None")

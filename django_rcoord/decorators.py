@@ -14,16 +14,22 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
+from django_rcoord.connection import NO_REDIS
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
 from django_rcoord.identity import aget_user, get_user, is_signed_in, requester
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import RateLimitResult, ahit, hit
-from django_rcoord.responses import error_response
+from django_rcoord.responses import error_response, unavailable
 from django_rcoord.validation import is_number, is_positive_int
 
 logger = logging.getLogger(__name__)
 
 KeyTemplate = str | Callable[..., Any]
+
+
+def _check_fail_open(fail_open: object, decorator: str) -> None:
+    if not isinstance(fail_open, bool):
+        raise ImproperlyConfigured(f"{decorator}: fail_open must be True or False.")
 
 
 class _AnonymousUser:
@@ -108,6 +114,7 @@ def locked(
     timeout: float = 10,
     wait: float = 0,
     on_busy: Callable[[HttpRequest], HttpResponse] | None = None,
+    fail_open: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run the view holding the lock named by ``key``; busy after ``wait`` -> 409.
 
@@ -119,14 +126,19 @@ def locked(
     returns or raises; the view finds it (and its fencing token) as
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
     with ``Retry-After`` (JSON for JSON clients); a grant that
-    ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. Works on sync and async
-    views, and on class-based views through ``method_decorator``. On async views the lock
-    is taken and waited for on redis.asyncio (no thread), the user of a ``{user...}`` key is
-    loaded with ``await request.auser()``, and a callable key may be a coroutine function.
+    ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. When Redis
+    cannot be reached, the request gets a 503 with ``Retry-After``, or with
+    ``fail_open=True`` the view runs without the lock (``request.rcoord_lock`` is None).
+    Works on sync and async views, and on class-based views through
+    ``method_decorator``. On async views the lock is taken and waited for on
+    redis.asyncio (no thread), the user of a ``{user...}`` key is loaded with
+    ``await request.auser()``, and a callable key may be a coroutine function.
     """
+    _check_fail_open(fail_open, "@locked")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         name_for = _KeyFunction(key, view, "@locked")
+        what = f"@locked on view {name_for.view_name}"
 
         def prepare(request: HttpRequest, name: str) -> Lock | HttpResponse:
             try:
@@ -155,6 +167,13 @@ def locked(
                 retry_after=1,
             )
 
+        def no_redis(request: HttpRequest, exc: BaseException) -> HttpResponse | None:
+            """A 503, or None to run the view without the lock (fail open)."""
+            refused = unavailable(request, exc, fail_open=fail_open, what=what)
+            if refused is None:
+                request.rcoord_lock = None  # type: ignore[attr-defined]
+            return refused
+
         def report_loss(lock: Lock) -> None:
             logger.error(
                 "@locked view %s outlived its lock %r (timeout %ss): another request may "
@@ -162,6 +181,17 @@ def locked(
                 view.__qualname__,
                 lock.name,
                 timeout,
+            )
+
+        def report_unreleased(lock: Lock, exc: BaseException) -> None:
+            # The view has run: its response stands, and the lock ends with its timeout.
+            logger.error(
+                "@locked view %s could not release its lock %r, which expires within %ss: "
+                "Redis unavailable: %s",
+                view.__qualname__,
+                lock.name,
+                timeout,
+                exc,
             )
 
         if iscoroutinefunction(view):
@@ -172,10 +202,14 @@ def locked(
                 if isinstance(lock, HttpResponse):
                     return lock
                 try:
-                    if not await lock.aacquire():
-                        return busy(request, lock)
+                    acquired = await lock.aacquire()
                 except LockNotReplicated as exc:
                     return not_replicated(request, exc)
+                except NO_REDIS as exc:
+                    refused = no_redis(request, exc)
+                    return refused if refused is not None else await view(request, *args, **kwargs)
+                if not acquired:
+                    return busy(request, lock)
                 request.rcoord_lock = lock  # type: ignore[attr-defined]
                 try:
                     return await view(request, *args, **kwargs)
@@ -184,6 +218,8 @@ def locked(
                         await lock.arelease()
                     except LockLost:
                         report_loss(lock)
+                    except NO_REDIS as exc:
+                        report_unreleased(lock, exc)
 
             return async_wrapper
 
@@ -193,10 +229,14 @@ def locked(
             if isinstance(lock, HttpResponse):
                 return lock
             try:
-                if not lock.acquire():
-                    return busy(request, lock)
+                acquired = lock.acquire()
             except LockNotReplicated as exc:
                 return not_replicated(request, exc)
+            except NO_REDIS as exc:
+                refused = no_redis(request, exc)
+                return refused if refused is not None else view(request, *args, **kwargs)
+            if not acquired:
+                return busy(request, lock)
             request.rcoord_lock = lock  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)
@@ -205,6 +245,8 @@ def locked(
                     lock.release()
                 except LockLost:
                     report_loss(lock)
+                except NO_REDIS as exc:
+                    report_unreleased(lock, exc)
 
         return wrapper
 
@@ -212,23 +254,27 @@ def locked(
 
 
 def rate_limited(
-    key: KeyTemplate, *, limit: int, seconds: float
+    key: KeyTemplate, *, limit: int, seconds: float, fail_open: bool = True
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Allow ``limit`` calls of the view per ``seconds`` for each value of ``key``; then 429.
 
     ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, where ``user``
     is ``ip:<address>`` for anonymous clients, or a callable). The window starts at
     its first call (``ratelimit.allow_n``). Over the limit, the response is 429 with
-    ``Retry-After`` (the seconds until the window ends), JSON for JSON clients. Sync,
-    async and class-based views.
+    ``Retry-After`` (the seconds until the window ends), JSON for JSON clients. When
+    Redis cannot be reached the view runs unlimited (``fail_open=True``, the default,
+    as in the middleware), or with ``fail_open=False`` the request gets a 503 with
+    ``Retry-After``. Sync, async and class-based views.
     """
     if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
     if not is_number(seconds) or not seconds > 0:
         raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
+    _check_fail_open(fail_open, "@rate_limited")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         name_for = _KeyFunction(key, view, "@rate_limited")
+        what = f"@rate_limited on view {name_for.view_name}"
 
         def refusal(request: HttpRequest, result: RateLimitResult) -> HttpResponse | None:
             if result.allowed:
@@ -254,7 +300,10 @@ def rate_limited(
                     )
                 except InvalidName as exc:
                     return bad_key(request, exc)
-                refused = refusal(request, result)
+                except NO_REDIS as exc:
+                    refused = unavailable(request, exc, fail_open=fail_open, what=what)
+                else:
+                    refused = refusal(request, result)
                 return refused if refused is not None else await view(request, *args, **kwargs)
 
             return async_wrapper
@@ -265,7 +314,10 @@ def rate_limited(
                 result = hit(name_for.sync_name(request, args, kwargs), limit, seconds)
             except InvalidName as exc:
                 return bad_key(request, exc)
-            refused = refusal(request, result)
+            except NO_REDIS as exc:
+                refused = unavailable(request, exc, fail_open=fail_open, what=what)
+            else:
+                refused = refusal(request, result)
             return refused if refused is not None else view(request, *args, **kwargs)
 
         return wrapper

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import format_html
+
+logger = logging.getLogger(__name__)
+
+#: Seconds a client is asked to wait when Redis cannot be reached and the request is refused.
+UNAVAILABLE_RETRY_AFTER = 5
 
 
 def wants_json(request: HttpRequest) -> bool:
@@ -46,3 +52,21 @@ def error_response(
         response["Retry-After"] = str(body["retry_after"])
     response["Cache-Control"] = "no-store"
     return response
+
+
+def unavailable(
+    request: HttpRequest, exc: BaseException, *, fail_open: bool, what: str
+) -> HttpResponse | None:
+    """Redis could not be asked about ``what``: None serves the request without it (fail
+    open), else a 503 with ``Retry-After``. Either way an error is logged."""
+    if fail_open:
+        logger.error("%s not applied: Redis unavailable: %s", what, exc)
+        return None
+    logger.error("%s refused a request: Redis unavailable: %s", what, exc)
+    return error_response(
+        request,
+        503,
+        "unavailable",
+        "This service is temporarily unavailable; try again shortly.",
+        retry_after=UNAVAILABLE_RETRY_AFTER,
+    )

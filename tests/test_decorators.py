@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, override_settings
 
+from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.locks import Lock
+from tests import views
 from tests.views import lock_is_held
 
 
@@ -114,6 +118,91 @@ def test_user_attribute_in_key(client, django_user_model) -> None:
     assert client.get("/profile/").status_code == 409
     lock.release()
     assert client.get("/profile/").json() == {"held": True}
+
+
+# -- Redis unreachable ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_locked_fails_closed_with_503_when_redis_is_down(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json() == {
+        "error": "unavailable",
+        "detail": "This service is temporarily unavailable; try again shortly.",
+        "retry_after": 5,
+    }
+    assert "@locked on view tests.views." in caplog.text
+    assert "refused a request: Redis unavailable" in caplog.text
+    page = client.get(url)
+    assert page.status_code == 503 and page["Retry-After"] == "5"
+
+
+@pytest.mark.parametrize("url", ["/purchase-fail-open/1/", "/async-purchase-fail-open/1/"])
+def test_locked_fail_open_runs_the_view_without_the_lock(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        response = client.get(url)
+    assert response.status_code == 200
+    assert response.json() == {"locked": False}
+    assert "not applied: Redis unavailable" in caplog.text
+
+
+def test_locked_fail_open_holds_the_lock_when_redis_is_up(client) -> None:
+    assert client.get("/purchase-fail-open/1/").json() == {"locked": True}
+
+
+@pytest.mark.parametrize("url", ["/download/", "/download-async/"])
+def test_rate_limited_fails_open_by_default_when_redis_is_down(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        statuses = [client.get(url).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]  # the limit is 2: nothing was counted
+    assert "@rate_limited on view tests.views." in caplog.text
+    assert "not applied: Redis unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("url", ["/download-strict/", "/download-strict-async/"])
+def test_rate_limited_fail_open_false_gives_503(client, redis_down: str, url: str) -> None:
+    response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json()["error"] == "unavailable"
+
+
+async def test_async_client_gets_the_503_of_a_closed_decorator(
+    async_client, redis_down: str
+) -> None:
+    for url in ("/async-purchase/1/", "/download-strict-async/"):
+        response = await async_client.get(url, headers={"accept": "application/json"})
+        assert response.status_code == 503 and response["Retry-After"] == "5"
+        assert response.json()["error"] == "unavailable"
+    assert (await async_client.get("/download-async/")).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/outlive/", "/outlive-async/"])
+def test_redis_lost_while_the_view_runs_keeps_its_response(
+    client, redis_to_stop, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    views.while_locked[:] = [redis_to_stop.stop]
+    try:
+        with caplog.at_level(logging.ERROR):
+            response = client.get(url)
+    finally:
+        views.while_locked.clear()
+    assert (response.status_code, response.content) == (200, b"done")
+    assert "could not release its lock 'outlive'" in caplog.text
+
+
+def test_fail_open_must_be_a_bool() -> None:
+    with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
+        locked("x", fail_open="no")
+    with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
+        rate_limited("x", limit=1, seconds=1, fail_open=None)
 
 
 # -- anonymous users ----------------------------------------------------------------

@@ -138,6 +138,7 @@ def test_locked_fails_closed_with_503_when_redis_is_down(
     assert "refused a request: Redis unavailable" in caplog.text
     page = client.get(url)
     assert page.status_code == 503 and page["Retry-After"] == "5"
+    assert page.templates[0].name == "django_rcoord/errors/503.html"
 
 
 @pytest.mark.parametrize("url", ["/purchase-fail-open/1/", "/async-purchase-fail-open/1/"])
@@ -216,3 +217,61 @@ def test_anonymous_users_of_a_user_key_are_keyed_by_ip(url: str) -> None:
     finally:
         lock.release()
     assert not lock_is_held("profile:None")
+
+
+# -- error pages ------------------------------------------------------------------------
+ERROR_TEMPLATES = ["django_rcoord/errors/409.html", "django_rcoord/errors/base.html"]
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_busy_page_is_rendered_from_templates_with_a_way_back(
+    client, url: str, held_item_1: Lock
+) -> None:
+    page = client.get(url, HTTP_REFERER="http://testserver/shop/?page=2")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES
+    html = page.content.decode()
+    assert "Someone else is working on this right now" in html
+    assert '<a href="http://testserver/shop/?page=2">Go back</a>' in html
+    assert f'<a href="{url}">Try again</a>' in html
+    assert page["Cache-Control"] == "no-store"
+
+
+async def test_async_busy_page_is_rendered_from_templates(async_client, held_item_1) -> None:
+    page = await async_client.get("/async-purchase/1/")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES
+    assert '<a href="/">Go to the home page</a>' in page.content.decode()
+
+
+def test_error_page_links_home_instead_of_to_another_site(client, held_item_1: Lock) -> None:
+    page = client.get("/purchase/1/", HTTP_REFERER="https://evil.example/phish")
+    assert "evil.example" not in page.content.decode()
+    assert '<a href="/">Go to the home page</a>' in page.content.decode()
+
+
+def test_a_refused_post_offers_no_link_that_would_resend_it(client, held_item_1: Lock) -> None:
+    page = client.post("/cbv/1/")
+    assert page.status_code == 409 and "Try again" not in page.content.decode()
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_a_project_overrides_the_error_templates(
+    client, url: str, held_item_1: Lock, tmp_path
+) -> None:
+    errors = tmp_path / "django_rcoord" / "errors"
+    errors.mkdir(parents=True)
+    (errors / "409.html").write_text("Our own page: {{ error }}, back to {{ back_url }}")
+    templates = [{**settings.TEMPLATES[0], "DIRS": [tmp_path]}]
+    with override_settings(TEMPLATES=templates):
+        page = client.get(url)
+    assert page.status_code == 409
+    assert page.content == b"Our own page: locked, back to /"
+    assert client.get(url, HTTP_ACCEPT="application/json").json()["error"] == "locked"
+
+
+def test_error_pages_render_without_app_template_loaders(client, held_item_1: Lock) -> None:
+    with override_settings(TEMPLATES=[]):
+        page = client.get("/purchase/1/")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES

@@ -56,6 +56,8 @@ def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
     assert refused.json()["error"] == "too_busy"
     page = client.get("/limited/slow/", HTTP_ACCEPT="text/html")
     assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert page.templates[0].name == "django_rcoord/errors/503.html"  # as the decorators'
+    assert b'<a href="/limited/slow/">Try again</a>' in page.content
     assert client.get("/unlimited/").status_code == 200  # not covered by the rule
     views.gate.set()
     for thread in threads:
@@ -191,3 +193,7 @@ async def test_async_fail_open_with_redis_down(
     assert response.status_code == (200 if fail_open else 503)
     if not fail_open:
         assert response["Retry-After"] == "5"
+        assert [t.name for t in response.templates] == [
+            "django_rcoord/errors/503.html",
+            "django_rcoord/errors/base.html",
+        ]

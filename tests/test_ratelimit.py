@@ -102,6 +102,20 @@ async def test_async_client_anonymous_user_is_keyed_by_its_ip(async_client) -> N
     assert get_client().get(window) == b"3"
 
 
+@pytest.mark.parametrize("url", ["/download/", "/download-async/"])
+def test_429_page_is_rendered_from_templates(client, url: str) -> None:
+    for _ in range(2):
+        client.get(url)
+    page = client.get(url)
+    assert page.status_code == 429 and 59 <= int(page["Retry-After"]) <= 60
+    assert [template.name for template in page.templates] == [
+        "django_rcoord/errors/429.html",
+        "django_rcoord/errors/base.html",
+    ]
+    assert "<h1>Too many requests</h1>" in page.content.decode()
+    assert f'<a href="{url}">Try again</a>' in page.content.decode()
+
+
 async def test_rate_limited_async_view(async_client) -> None:
     assert (await async_client.get("/greet/ada/")).status_code == 200
     refused = await async_client.get("/greet/ada/")

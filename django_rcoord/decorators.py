@@ -27,6 +27,16 @@ logger = logging.getLogger(__name__)
 KeyTemplate = str | Callable[..., Any]
 
 
+def _check_request(request: Any, decorator: str) -> None:
+    # As Django's own view decorators do: on a method without method_decorator, the
+    # first argument is ``self``.
+    if not hasattr(request, "META"):
+        raise TypeError(
+            f"{decorator} didn't receive an HttpRequest. If you are decorating a method, "
+            "be sure to use @method_decorator."
+        )
+
+
 def _check_fail_open(fail_open: object, decorator: str) -> None:
     if not isinstance(fail_open, bool):
         raise ImproperlyConfigured(f"{decorator}: fail_open must be True or False.")
@@ -198,6 +208,7 @@ def locked(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _check_request(request, "locked")
                 lock = prepare(request, await name_for.async_name(request, args, kwargs))
                 if isinstance(lock, HttpResponse):
                     return lock
@@ -225,6 +236,7 @@ def locked(
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            _check_request(request, "locked")
             lock = prepare(request, name_for.sync_name(request, args, kwargs))
             if isinstance(lock, HttpResponse):
                 return lock
@@ -294,6 +306,7 @@ def rate_limited(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _check_request(request, "rate_limited")
                 try:
                     result = await ahit(
                         await name_for.async_name(request, args, kwargs), limit, seconds
@@ -310,6 +323,7 @@ def rate_limited(
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            _check_request(request, "rate_limited")
             try:
                 result = hit(name_for.sync_name(request, args, kwargs), limit, seconds)
             except InvalidName as exc:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 from django.conf import settings
@@ -275,3 +276,17 @@ def test_error_pages_render_without_app_template_loaders(client, held_item_1: Lo
         page = client.get("/purchase/1/")
     assert page.status_code == 409
     assert [template.name for template in page.templates] == ERROR_TEMPLATES
+
+
+# -- decorators on methods ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/misdecorated/", "/async-misdecorated/"])
+@pytest.mark.parametrize(("method", "name"), [("get", "locked"), ("post", "rate_limited")])
+def test_a_method_decorated_without_method_decorator_is_a_type_error(
+    client, url: str, method: str, name: str
+) -> None:
+    message = (
+        f"{name} didn't receive an HttpRequest. If you are decorating a method, "
+        "be sure to use @method_decorator."
+    )
+    with pytest.raises(TypeError, match=re.escape(message)):
+        getattr(client, method)(url)

@@ -30,5 +30,7 @@ urlpatterns = [
     path("download-strict-async/", views.download_strict_async),
     path("outlive/", views.outlive),
     path("outlive-async/", views.outlive_async),
+    path("misdecorated/", views.MisdecoratedView.as_view()),
+    path("async-misdecorated/", views.AsyncMisdecoratedView.as_view()),
     path("example/", include("example_project.urls")),
 ]

@@ -113,6 +113,28 @@ async def outlive_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("done")
 
 
+class MisdecoratedView(View):
+    """Decorators applied to methods without method_decorator."""
+
+    @locked("misdecorated")
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+    @rate_limited("misdecorated", limit=1, seconds=60)
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+class AsyncMisdecoratedView(View):
+    @locked("misdecorated")
+    async def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+    @rate_limited("misdecorated", limit=1, seconds=60)
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
 # -- async under load (tests/test_async.py) -------------------------------------------
 class Occupancy:
     """How many requests are inside a view at once, and the most ever seen."""

@@ -43,6 +43,11 @@ REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis.exceptions.RedisClusterException,
 )
 
+#: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
+#: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
+#: ``@rate_limited``) decides whether the request is served anyway.
+NO_REDIS: tuple[type[BaseException], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
+
 #: How long a worker or poller that lost Redis waits before its next try, by how many
 #: tries failed in a row: doubling from 0.5 s up to 10 s, each wait a random point in its
 #: upper half, so that the workers of a restarted Redis do not all come back at once.

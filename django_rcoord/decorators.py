@@ -14,10 +14,12 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
+from django_rcoord.connection import NO_REDIS
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
+from django_rcoord.identity import aget_user, get_user, is_signed_in, requester
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import RateLimitResult, ahit, hit
-from django_rcoord.responses import error_response
+from django_rcoord.responses import error_response, unavailable
 from django_rcoord.validation import is_number, is_positive_int
 
 logger = logging.getLogger(__name__)
@@ -25,13 +27,52 @@ logger = logging.getLogger(__name__)
 KeyTemplate = str | Callable[..., Any]
 
 
+def _check_request(request: Any, decorator: str) -> None:
+    # As Django's own view decorators do: on a method without method_decorator, the
+    # first argument is ``self``.
+    if not hasattr(request, "META"):
+        raise TypeError(
+            f"{decorator} didn't receive an HttpRequest. If you are decorating a method, "
+            "be sure to use @method_decorator."
+        )
+
+
+def _check_fail_open(fail_open: object, decorator: str) -> None:
+    if not isinstance(fail_open, bool):
+        raise ImproperlyConfigured(f"{decorator}: fail_open must be True or False.")
+
+
+class _AnonymousUser:
+    """``user`` in a key template when nobody is signed in: every ``{user...}`` field is
+    ``ip:<client address>``, so anonymous clients are keyed apart, as the middleware's
+    "user" scope keys them, instead of sharing one ``None`` key."""
+
+    def __init__(self, requester: str) -> None:
+        self.requester = requester
+
+    def __getattr__(self, name: str) -> _AnonymousUser:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, key: object) -> _AnonymousUser:
+        return self
+
+    def __format__(self, spec: str) -> str:
+        return format(self.requester, spec)
+
+    def __str__(self) -> str:  # "{user!s}"
+        return self.requester
+
+
 class _KeyFunction:
     """Turns a decorator's ``key`` into the name for one request.
 
     A format string is filled from the URL arguments and ``user``; the user is
     loaded only when the template names it, with ``await request.auser()`` on
-    async views. A callable gets ``(request, *args, **kwargs)``; on async views
-    it may be a coroutine function.
+    async views, and stands for the client's IP when nobody is signed in. A
+    callable gets ``(request, *args, **kwargs)``; on async views it may be a
+    coroutine function.
     """
 
     def __init__(self, key: KeyTemplate, view: Callable[..., Any], decorator: str) -> None:
@@ -57,6 +98,8 @@ class _KeyFunction:
         """The name (or, from an async callable, an awaitable of it)."""
         if callable(self.key):
             return self.key(request, *args, **kwargs)
+        if self.uses_user and not is_signed_in(user):
+            user = _AnonymousUser(requester(request, user))
         try:
             return self.key.format(*args, **{"user": user, **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:
@@ -66,14 +109,11 @@ class _KeyFunction:
             ) from exc
 
     def sync_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
-        user = getattr(request, "user", None) if self.uses_user else None
+        user = get_user(request) if self.uses_user else None
         return self(request, args, kwargs, user)
 
     async def async_name(self, request: HttpRequest, args: tuple, kwargs: dict) -> str:
-        user = None
-        if self.uses_user:
-            auser = getattr(request, "auser", None)
-            user = await auser() if auser is not None else getattr(request, "user", None)
+        user = await aget_user(request) if self.uses_user else None
         name = self(request, args, kwargs, user)
         return await name if inspect.isawaitable(name) else name
 
@@ -84,24 +124,31 @@ def locked(
     timeout: float = 10,
     wait: float = 0,
     on_busy: Callable[[HttpRequest], HttpResponse] | None = None,
+    fail_open: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run the view holding the lock named by ``key``; busy after ``wait`` -> 409.
 
     ``key`` is a format string filled from the view's URL arguments and
-    ``user`` (``request.user``), e.g. ``"purchase:{item_id}"`` or
-    ``"profile:{user.pk}"``, or a callable ``(request, *args, **kwargs) -> str``.
+    ``user`` (``request.user``; ``ip:<address>`` when nobody is signed in), e.g.
+    ``"purchase:{item_id}"`` or ``"profile:{user.pk}"``, or a callable
+    ``(request, *args, **kwargs) -> str``.
     The lock lives ``timeout`` seconds at most and is released when the view
     returns or raises; the view finds it (and its fencing token) as
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
     with ``Retry-After`` (JSON for JSON clients); a grant that
-    ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. Works on sync and async
-    views, and on class-based views through ``method_decorator``. On async views the lock
-    is taken and waited for on redis.asyncio (no thread), the user of a ``{user...}`` key is
-    loaded with ``await request.auser()``, and a callable key may be a coroutine function.
+    ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. When Redis
+    cannot be reached, the request gets a 503 with ``Retry-After``, or with
+    ``fail_open=True`` the view runs without the lock (``request.rcoord_lock`` is None).
+    Works on sync and async views, and on class-based views through
+    ``method_decorator``. On async views the lock is taken and waited for on
+    redis.asyncio (no thread), the user of a ``{user...}`` key is loaded with
+    ``await request.auser()``, and a callable key may be a coroutine function.
     """
+    _check_fail_open(fail_open, "@locked")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         name_for = _KeyFunction(key, view, "@locked")
+        what = f"@locked on view {name_for.view_name}"
 
         def prepare(request: HttpRequest, name: str) -> Lock | HttpResponse:
             try:
@@ -130,6 +177,13 @@ def locked(
                 retry_after=1,
             )
 
+        def no_redis(request: HttpRequest, exc: BaseException) -> HttpResponse | None:
+            """A 503, or None to run the view without the lock (fail open)."""
+            refused = unavailable(request, exc, fail_open=fail_open, what=what)
+            if refused is None:
+                request.rcoord_lock = None  # type: ignore[attr-defined]
+            return refused
+
         def report_loss(lock: Lock) -> None:
             logger.error(
                 "@locked view %s outlived its lock %r (timeout %ss): another request may "
@@ -139,18 +193,34 @@ def locked(
                 timeout,
             )
 
+        def report_unreleased(lock: Lock, exc: BaseException) -> None:
+            # The view has run: its response stands, and the lock ends with its timeout.
+            logger.error(
+                "@locked view %s could not release its lock %r, which expires within %ss: "
+                "Redis unavailable: %s",
+                view.__qualname__,
+                lock.name,
+                timeout,
+                exc,
+            )
+
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _check_request(request, "locked")
                 lock = prepare(request, await name_for.async_name(request, args, kwargs))
                 if isinstance(lock, HttpResponse):
                     return lock
                 try:
-                    if not await lock.aacquire():
-                        return busy(request, lock)
+                    acquired = await lock.aacquire()
                 except LockNotReplicated as exc:
                     return not_replicated(request, exc)
+                except NO_REDIS as exc:
+                    refused = no_redis(request, exc)
+                    return refused if refused is not None else await view(request, *args, **kwargs)
+                if not acquired:
+                    return busy(request, lock)
                 request.rcoord_lock = lock  # type: ignore[attr-defined]
                 try:
                     return await view(request, *args, **kwargs)
@@ -159,19 +229,26 @@ def locked(
                         await lock.arelease()
                     except LockLost:
                         report_loss(lock)
+                    except NO_REDIS as exc:
+                        report_unreleased(lock, exc)
 
             return async_wrapper
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            _check_request(request, "locked")
             lock = prepare(request, name_for.sync_name(request, args, kwargs))
             if isinstance(lock, HttpResponse):
                 return lock
             try:
-                if not lock.acquire():
-                    return busy(request, lock)
+                acquired = lock.acquire()
             except LockNotReplicated as exc:
                 return not_replicated(request, exc)
+            except NO_REDIS as exc:
+                refused = no_redis(request, exc)
+                return refused if refused is not None else view(request, *args, **kwargs)
+            if not acquired:
+                return busy(request, lock)
             request.rcoord_lock = lock  # type: ignore[attr-defined]
             try:
                 return view(request, *args, **kwargs)
@@ -180,6 +257,8 @@ def locked(
                     lock.release()
                 except LockLost:
                     report_loss(lock)
+                except NO_REDIS as exc:
+                    report_unreleased(lock, exc)
 
         return wrapper
 
@@ -187,22 +266,27 @@ def locked(
 
 
 def rate_limited(
-    key: KeyTemplate, *, limit: int, seconds: float
+    key: KeyTemplate, *, limit: int, seconds: float, fail_open: bool = True
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Allow ``limit`` calls of the view per ``seconds`` for each value of ``key``; then 429.
 
-    ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, or a
-    callable). The window starts at its first call (``ratelimit.allow_n``). Over
-    the limit, the response is 429 with ``Retry-After`` (the seconds until the
-    window ends), JSON for JSON clients. Sync, async and class-based views.
+    ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, where ``user``
+    is ``ip:<address>`` for anonymous clients, or a callable). The window starts at
+    its first call (``ratelimit.allow_n``). Over the limit, the response is 429 with
+    ``Retry-After`` (the seconds until the window ends), JSON for JSON clients. When
+    Redis cannot be reached the view runs unlimited (``fail_open=True``, the default,
+    as in the middleware), or with ``fail_open=False`` the request gets a 503 with
+    ``Retry-After``. Sync, async and class-based views.
     """
     if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
     if not is_number(seconds) or not seconds > 0:
         raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
+    _check_fail_open(fail_open, "@rate_limited")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         name_for = _KeyFunction(key, view, "@rate_limited")
+        what = f"@rate_limited on view {name_for.view_name}"
 
         def refusal(request: HttpRequest, result: RateLimitResult) -> HttpResponse | None:
             if result.allowed:
@@ -222,24 +306,32 @@ def rate_limited(
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                _check_request(request, "rate_limited")
                 try:
                     result = await ahit(
                         await name_for.async_name(request, args, kwargs), limit, seconds
                     )
                 except InvalidName as exc:
                     return bad_key(request, exc)
-                refused = refusal(request, result)
+                except NO_REDIS as exc:
+                    refused = unavailable(request, exc, fail_open=fail_open, what=what)
+                else:
+                    refused = refusal(request, result)
                 return refused if refused is not None else await view(request, *args, **kwargs)
 
             return async_wrapper
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            _check_request(request, "rate_limited")
             try:
                 result = hit(name_for.sync_name(request, args, kwargs), limit, seconds)
             except InvalidName as exc:
                 return bad_key(request, exc)
-            refused = refusal(request, result)
+            except NO_REDIS as exc:
+                refused = unavailable(request, exc, fail_open=fail_open, what=what)
+            else:
+                refused = refusal(request, result)
             return refused if refused is not None else view(request, *args, **kwargs)
 
         return wrapper

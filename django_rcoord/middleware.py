@@ -21,9 +21,10 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import REDIS_UNAVAILABLE
-from django_rcoord.exceptions import ConnectionNotConfigured, InvalidName
-from django_rcoord.responses import error_response
+from django_rcoord.connection import NO_REDIS
+from django_rcoord.exceptions import InvalidName
+from django_rcoord.identity import aget_user, client_ip, get_user, requester
+from django_rcoord.responses import error_response, unavailable
 from django_rcoord.semaphores import PermitKeeper, Semaphore
 from django_rcoord.validation import is_number, is_positive_int
 from django_rcoord.waiting import spawn
@@ -32,9 +33,6 @@ logger = logging.getLogger(__name__)
 
 RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "fail_open"}
 SCOPES = ("global", "user", "ip")
-
-# Errors that mean "Redis cannot be asked now": the rule's fail_open decides.
-UNAVAILABLE = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
 
 _keeper = PermitKeeper()
 
@@ -59,10 +57,10 @@ class ConcurrencyRule:
         """The rule's semaphore for ``request``; ``user`` is its user for a "user" rule."""
         if self.scope == "global":
             name = self.name
-        elif self.scope == "user" and user is not None and user.is_authenticated:
-            name = f"{self.name}:user:{user.pk}"
-        else:  # "ip", and anonymous users of a "user" rule
-            name = f"{self.name}:ip:{request.META.get('REMOTE_ADDR') or 'unknown'}"
+        elif self.scope == "user":  # anonymous users by IP
+            name = f"{self.name}:{requester(request, user)}"
+        else:
+            name = f"{self.name}:ip:{client_ip(request)}"
         return Semaphore(name, self.limit, timeout=self.timeout)
 
 
@@ -142,9 +140,6 @@ def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:
     )
 
 
-_REFUSED = object()
-
-
 class ConcurrencyLimitMiddleware:
     sync_capable = True
     async_capable = True
@@ -181,32 +176,33 @@ class ConcurrencyLimitMiddleware:
     # -- permits ---------------------------------------------------------------
     def _acquire(
         self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> tuple[Semaphore, str] | object | None:
-        """A held permit; _REFUSED; or None when Redis is down and the rule fails open."""
+    ) -> tuple[Semaphore, str] | HttpResponse | None:
+        """A held permit, or a 503; None when Redis is down and the rule fails open."""
         try:
-            user = getattr(request, "user", None) if rule.scope == "user" else None
+            user = get_user(request) if rule.scope == "user" else None
             semaphore = rule.semaphore_for(request, user)
             identifier = semaphore.acquire(wait=rule.wait)
-        except UNAVAILABLE as exc:
-            return _unavailable(rule, exc)
+        except NO_REDIS as exc:
+            return unavailable(
+                request, exc, fail_open=rule.fail_open, what=f"Concurrency limit {rule.name!r}"
+            )
         if identifier is None:
-            return _REFUSED
+            return self._too_busy(request)
         _keeper.keep(semaphore, identifier)
         return semaphore, identifier
 
     async def _aacquire(self, rule: ConcurrencyRule, request: HttpRequest) -> Any:
         """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
         try:
-            user = None
-            if rule.scope == "user":
-                auser = getattr(request, "auser", None)
-                user = await auser() if auser is not None else getattr(request, "user", None)
+            user = await aget_user(request) if rule.scope == "user" else None
             semaphore = rule.semaphore_for(request, user)
             identifier = await semaphore.aacquire(wait=rule.wait)
-        except UNAVAILABLE as exc:
-            return _unavailable(rule, exc)
+        except NO_REDIS as exc:
+            return unavailable(
+                request, exc, fail_open=rule.fail_open, what=f"Concurrency limit {rule.name!r}"
+            )
         if identifier is None:
-            return _REFUSED
+            return self._too_busy(request)
         return semaphore, identifier, _AsyncRefresher(semaphore, identifier)
 
     def _too_busy(self, request: HttpRequest) -> HttpResponse:
@@ -224,9 +220,9 @@ class ConcurrencyLimitMiddleware:
         permits: list[tuple[Semaphore, str]] = []
         for rule in rules:
             outcome = self._acquire(rule, request)
-            if outcome is _REFUSED:
+            if isinstance(outcome, HttpResponse):
                 _release(permits)
-                return self._too_busy(request)
+                return outcome
             if outcome is not None:
                 permits.append(outcome)  # type: ignore[arg-type]
         return permits
@@ -238,9 +234,9 @@ class ConcurrencyLimitMiddleware:
         try:
             for rule in rules:
                 outcome = await self._aacquire(rule, request)
-                if outcome is _REFUSED:
+                if isinstance(outcome, HttpResponse):
                     await _arelease(permits)
-                    return self._too_busy(request)
+                    return outcome
                 if outcome is not None:
                     permits.append(outcome)
         except asyncio.CancelledError:
@@ -283,15 +279,6 @@ class ConcurrencyLimitMiddleware:
         return response
 
 
-def _unavailable(rule: ConcurrencyRule, exc: BaseException) -> object | None:
-    """Redis cannot be asked: None lets the request through (fail open), or _REFUSED."""
-    if rule.fail_open:
-        logger.error("Concurrency limit %r not applied: Redis unavailable: %s", rule.name, exc)
-        return None
-    logger.error("Concurrency limit %r refused a request: Redis unavailable: %s", rule.name, exc)
-    return _REFUSED
-
-
 class _AsyncRefresher:
     """Refreshes one permit every third of its lease from the event loop, until stopped."""
 
@@ -327,7 +314,7 @@ def _release(permits: list[tuple[Semaphore, str]]) -> None:
         _keeper.drop(semaphore, identifier)
         try:
             semaphore.release(identifier)
-        except UNAVAILABLE as exc:  # the lease ends it anyway
+        except NO_REDIS as exc:  # the lease ends it anyway
             logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
 
 
@@ -336,7 +323,7 @@ async def _arelease(permits: list[tuple[Semaphore, str, _AsyncRefresher]]) -> No
         refresher.stop()
         try:
             await semaphore.arelease(identifier)
-        except UNAVAILABLE as exc:  # the lease ends it anyway
+        except NO_REDIS as exc:  # the lease ends it anyway
             logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
 
 

@@ -13,12 +13,16 @@ cluster that URL's node belongs to), reached through
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
 from django.test.utils import override_settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
@@ -83,3 +87,44 @@ def _flush_redis(_use_test_redis: None) -> None:
 def redis_client() -> redis.Redis:
     """The client every part uses (RCOORD['CONNECTION'])."""
     return get_client()
+
+
+def use_redis_at(url: str) -> override_settings:
+    """Settings under which every part (sync and async) uses the single Redis at ``url``."""
+    caches = {
+        **settings.CACHES,
+        "elsewhere": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)}},
+        },
+    }
+    rcoord = {
+        **settings.RCOORD,
+        "CONNECTION": "elsewhere",
+        "CLIENT_FACTORY": None,
+        "ASYNC_CLIENT_FACTORY": None,
+    }
+    return override_settings(CACHES=caches, RCOORD=rcoord)
+
+
+@pytest.fixture
+def redis_down() -> Iterator[str]:
+    """Redis is down: every part connects to a loopback port where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0"  # the probe is closed: connecting is refused
+    with use_redis_at(url):
+        yield url
+
+
+@pytest.fixture
+def redis_to_stop(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A redis-server of the test's own, used by every part; the test may stop it."""
+    server = EmbeddedRedis(tmp_path / "redis-to-stop").start()
+    try:
+        with use_redis_at(server.url):
+            yield server
+    finally:
+        server.stop()

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.test import override_settings
+from django.test import Client, override_settings
 
+from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.locks import Lock
+from tests import views
 from tests.views import lock_is_held
 
 
@@ -114,3 +119,174 @@ def test_user_attribute_in_key(client, django_user_model) -> None:
     assert client.get("/profile/").status_code == 409
     lock.release()
     assert client.get("/profile/").json() == {"held": True}
+
+
+# -- Redis unreachable ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_locked_fails_closed_with_503_when_redis_is_down(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json() == {
+        "error": "unavailable",
+        "detail": "This service is temporarily unavailable; try again shortly.",
+        "retry_after": 5,
+    }
+    assert "@locked on view tests.views." in caplog.text
+    assert "refused a request: Redis unavailable" in caplog.text
+    page = client.get(url)
+    assert page.status_code == 503 and page["Retry-After"] == "5"
+    assert page.templates[0].name == "django_rcoord/errors/503.html"
+
+
+@pytest.mark.parametrize("url", ["/purchase-fail-open/1/", "/async-purchase-fail-open/1/"])
+def test_locked_fail_open_runs_the_view_without_the_lock(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        response = client.get(url)
+    assert response.status_code == 200
+    assert response.json() == {"locked": False}
+    assert "not applied: Redis unavailable" in caplog.text
+
+
+def test_locked_fail_open_holds_the_lock_when_redis_is_up(client) -> None:
+    assert client.get("/purchase-fail-open/1/").json() == {"locked": True}
+
+
+@pytest.mark.parametrize("url", ["/download/", "/download-async/"])
+def test_rate_limited_fails_open_by_default_when_redis_is_down(
+    client, redis_down: str, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        statuses = [client.get(url).status_code for _ in range(3)]
+    assert statuses == [200, 200, 200]  # the limit is 2: nothing was counted
+    assert "@rate_limited on view tests.views." in caplog.text
+    assert "not applied: Redis unavailable" in caplog.text
+
+
+@pytest.mark.parametrize("url", ["/download-strict/", "/download-strict-async/"])
+def test_rate_limited_fail_open_false_gives_503(client, redis_down: str, url: str) -> None:
+    response = client.get(url, HTTP_ACCEPT="application/json")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert response.json()["error"] == "unavailable"
+
+
+async def test_async_client_gets_the_503_of_a_closed_decorator(
+    async_client, redis_down: str
+) -> None:
+    for url in ("/async-purchase/1/", "/download-strict-async/"):
+        response = await async_client.get(url, headers={"accept": "application/json"})
+        assert response.status_code == 503 and response["Retry-After"] == "5"
+        assert response.json()["error"] == "unavailable"
+    assert (await async_client.get("/download-async/")).status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/outlive/", "/outlive-async/"])
+def test_redis_lost_while_the_view_runs_keeps_its_response(
+    client, redis_to_stop, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    views.while_locked[:] = [redis_to_stop.stop]
+    try:
+        with caplog.at_level(logging.ERROR):
+            response = client.get(url)
+    finally:
+        views.while_locked.clear()
+    assert (response.status_code, response.content) == (200, b"done")
+    assert "could not release its lock 'outlive'" in caplog.text
+
+
+def test_fail_open_must_be_a_bool() -> None:
+    with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
+        locked("x", fail_open="no")
+    with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
+        rate_limited("x", limit=1, seconds=1, fail_open=None)
+
+
+# -- anonymous users ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/profile/", "/profile-async/"])
+def test_anonymous_users_of_a_user_key_are_keyed_by_ip(url: str) -> None:
+    lock = Lock("profile:ip:10.0.0.1", wait=0)
+    assert lock.acquire()
+    try:
+        assert Client(REMOTE_ADDR="10.0.0.1").get(url).status_code == 409
+        assert Client(REMOTE_ADDR="10.0.0.2").get(url).status_code == 200
+    finally:
+        lock.release()
+    assert not lock_is_held("profile:None")
+
+
+# -- error pages ------------------------------------------------------------------------
+ERROR_TEMPLATES = ["django_rcoord/errors/409.html", "django_rcoord/errors/base.html"]
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_busy_page_is_rendered_from_templates_with_a_way_back(
+    client, url: str, held_item_1: Lock
+) -> None:
+    page = client.get(url, HTTP_REFERER="http://testserver/shop/?page=2")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES
+    html = page.content.decode()
+    assert "Someone else is working on this right now" in html
+    assert '<a href="http://testserver/shop/?page=2">Go back</a>' in html
+    assert f'<a href="{url}">Try again</a>' in html
+    assert page["Cache-Control"] == "no-store"
+
+
+async def test_async_busy_page_is_rendered_from_templates(async_client, held_item_1) -> None:
+    page = await async_client.get("/async-purchase/1/")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES
+    assert '<a href="/">Go to the home page</a>' in page.content.decode()
+
+
+def test_error_page_links_home_instead_of_to_another_site(client, held_item_1: Lock) -> None:
+    page = client.get("/purchase/1/", HTTP_REFERER="https://evil.example/phish")
+    assert "evil.example" not in page.content.decode()
+    assert '<a href="/">Go to the home page</a>' in page.content.decode()
+
+
+def test_a_refused_post_offers_no_link_that_would_resend_it(client, held_item_1: Lock) -> None:
+    page = client.post("/cbv/1/")
+    assert page.status_code == 409 and "Try again" not in page.content.decode()
+
+
+@pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])
+def test_a_project_overrides_the_error_templates(
+    client, url: str, held_item_1: Lock, tmp_path
+) -> None:
+    errors = tmp_path / "django_rcoord" / "errors"
+    errors.mkdir(parents=True)
+    (errors / "409.html").write_text("Our own page: {{ error }}, back to {{ back_url }}")
+    templates = [{**settings.TEMPLATES[0], "DIRS": [tmp_path]}]
+    with override_settings(TEMPLATES=templates):
+        page = client.get(url)
+    assert page.status_code == 409
+    assert page.content == b"Our own page: locked, back to /"
+    assert client.get(url, HTTP_ACCEPT="application/json").json()["error"] == "locked"
+
+
+def test_error_pages_render_without_app_template_loaders(client, held_item_1: Lock) -> None:
+    with override_settings(TEMPLATES=[]):
+        page = client.get("/purchase/1/")
+    assert page.status_code == 409
+    assert [template.name for template in page.templates] == ERROR_TEMPLATES
+
+
+# -- decorators on methods ----------------------------------------------------------------
+@pytest.mark.parametrize("url", ["/misdecorated/", "/async-misdecorated/"])
+@pytest.mark.parametrize(("method", "name"), [("get", "locked"), ("post", "rate_limited")])
+def test_a_method_decorated_without_method_decorator_is_a_type_error(
+    client, url: str, method: str, name: str
+) -> None:
+    message = (
+        f"{name} didn't receive an HttpRequest. If you are decorating a method, "
+        "be sure to use @method_decorator."
+    )
+    with pytest.raises(TypeError, match=re.escape(message)):
+        getattr(client, method)(url)

@@ -4,15 +4,11 @@ import asyncio
 import logging
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.test import Client, override_settings
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from django_rcoord.embedded import EmbeddedRedis
 from django_rcoord.semaphores import Semaphore
 from tests import views
 
@@ -60,6 +56,8 @@ def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
     assert refused.json()["error"] == "too_busy"
     page = client.get("/limited/slow/", HTTP_ACCEPT="text/html")
     assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert page.templates[0].name == "django_rcoord/errors/503.html"  # as the decorators'
+    assert b'<a href="/limited/slow/">Try again</a>' in page.content
     assert client.get("/unlimited/").status_code == 200  # not covered by the rule
     views.gate.set()
     for thread in threads:
@@ -171,43 +169,31 @@ def test_a_request_longer_than_the_lease_keeps_its_permit() -> None:
     assert Client().get("/limited/slow/?sleep=0").status_code == 200
 
 
-@pytest.fixture
-def stopped_redis_alias(tmp_path: Path):
-    server = EmbeddedRedis(tmp_path / "down").start()
-    server.stop()
-    caches = {
-        **settings.CACHES,
-        "down": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": server.url,
-            "OPTIONS": {"CONNECTION_POOL_KWARGS": {"retry": Retry(NoBackoff(), 0)}},
-        },
-    }
-    with override_settings(CACHES=caches):
-        yield "down"
-
-
 @pytest.mark.parametrize(("fail_open", "status"), [(True, 200), (False, 503)])
-def test_fail_open_with_a_stopped_redis(
-    stopped_redis_alias: str, fail_open: bool, status: int, caplog: pytest.LogCaptureFixture
+def test_fail_open_with_redis_down(
+    redis_down: str, fail_open: bool, status: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
-    with (
-        limits(rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None),
-        caplog.at_level(logging.ERROR),
-    ):
-        response = Client().get("/limited/slow/?sleep=0")
+    with limits(rule), caplog.at_level(logging.ERROR):
+        response = Client().get("/limited/slow/?sleep=0", HTTP_ACCEPT="application/json")
     assert response.status_code == status
-    assert "Redis unavailable" in caplog.text
+    assert "Concurrency limit 'down'" in caplog.text and "Redis unavailable" in caplog.text
+    if not fail_open:
+        assert response["Retry-After"] == "5"
+        assert response.json()["error"] == "unavailable"
 
 
 @pytest.mark.parametrize("fail_open", [True, False])
-async def test_async_fail_open_with_a_stopped_redis(
-    stopped_redis_alias: str, fail_open: bool, async_client
+async def test_async_fail_open_with_redis_down(
+    redis_down: str, fail_open: bool, async_client
 ) -> None:
     rule = {"name": "down", "path": "^/limited/", "limit": 1, "timeout": 5, "fail_open": fail_open}
-    with limits(
-        rule, CONNECTION=stopped_redis_alias, CLIENT_FACTORY=None, ASYNC_CLIENT_FACTORY=None
-    ):
+    with limits(rule):
         response = await async_client.get("/limited/slow-async/")
     assert response.status_code == (200 if fail_open else 503)
+    if not fail_open:
+        assert response["Retry-After"] == "5"
+        assert [t.name for t in response.templates] == [
+            "django_rcoord/errors/503.html",
+            "django_rcoord/errors/base.html",
+        ]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.test import Client
 
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
@@ -80,6 +81,39 @@ def test_rate_limited_view_gives_429_with_retry_after(client, django_user_model)
     assert refused.json()["error"] == "rate_limited"
     client.force_login(bob)
     assert client.get("/download/").status_code == 200
+
+
+@pytest.mark.parametrize("url", ["/download/", "/download-async/"])
+def test_anonymous_users_are_limited_per_ip_not_in_one_bucket(url: str) -> None:
+    first, second = Client(REMOTE_ADDR="10.0.0.1"), Client(REMOTE_ADDR="10.0.0.2")
+    assert [first.get(url).status_code for _ in range(3)] == [200, 200, 429]
+    assert [second.get(url).status_code for _ in range(3)] == [200, 200, 429]
+    window = KeySpace("ratelimit", "download:ip:10.0.0.1").key("window")
+    assert get_client().get(window) == b"3"
+    assert not get_client().exists(KeySpace("ratelimit", "download:None").key("window"))
+
+
+async def test_async_client_anonymous_user_is_keyed_by_its_ip(async_client) -> None:
+    # (The ASGI test client always comes from 127.0.0.1; the test above runs the async
+    # view for two addresses through the sync client.)
+    statuses = [(await async_client.get("/download-async/")).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    window = KeySpace("ratelimit", "download:ip:127.0.0.1").key("window")
+    assert get_client().get(window) == b"3"
+
+
+@pytest.mark.parametrize("url", ["/download/", "/download-async/"])
+def test_429_page_is_rendered_from_templates(client, url: str) -> None:
+    for _ in range(2):
+        client.get(url)
+    page = client.get(url)
+    assert page.status_code == 429 and 59 <= int(page["Retry-After"]) <= 60
+    assert [template.name for template in page.templates] == [
+        "django_rcoord/errors/429.html",
+        "django_rcoord/errors/base.html",
+    ]
+    assert "<h1>Too many requests</h1>" in page.content.decode()
+    assert f'<a href="{url}">Try again</a>' in page.content.decode()
 
 
 async def test_rate_limited_async_view(async_client) -> None:

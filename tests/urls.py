@@ -24,5 +24,13 @@ urlpatterns = [
     path("limited/streaming/", views.streaming),
     path("unlimited/", views.unlimited, name="unlimited"),
     path("two-pickers/", views.two_pickers),
+    path("purchase-fail-open/<int:item_id>/", views.purchase_fail_open),
+    path("async-purchase-fail-open/<int:item_id>/", views.async_purchase_fail_open),
+    path("download-strict/", views.download_strict),
+    path("download-strict-async/", views.download_strict_async),
+    path("outlive/", views.outlive),
+    path("outlive-async/", views.outlive_async),
+    path("misdecorated/", views.MisdecoratedView.as_view()),
+    path("async-misdecorated/", views.AsyncMisdecoratedView.as_view()),
     path("example/", include("example_project.urls")),
 ]

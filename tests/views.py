@@ -74,6 +74,67 @@ class AsyncPurchaseView(View):
         return JsonResponse({"item": item_id, "held": lock_is_held(f"purchase:{item_id}")})
 
 
+# -- Redis unreachable, and decorators misapplied (tests/test_decorators.py) ----------
+@locked("purchase:{item_id}", fail_open=True)
+def purchase_fail_open(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse({"locked": request.rcoord_lock is not None})
+
+
+@locked("purchase:{item_id}", fail_open=True)
+async def async_purchase_fail_open(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse({"locked": request.rcoord_lock is not None})
+
+
+@rate_limited("download:{user.pk}", limit=2, seconds=60, fail_open=False)
+def download_strict(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("file")
+
+
+@rate_limited("download:{user.pk}", limit=2, seconds=60, fail_open=False)
+async def download_strict_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("file")
+
+
+#: Called inside the views below, while they hold their lock (a test sets it).
+while_locked: list = []
+
+
+@locked("outlive")
+def outlive(request: HttpRequest) -> HttpResponse:
+    for call in while_locked:
+        call()
+    return HttpResponse("done")
+
+
+@locked("outlive")
+async def outlive_async(request: HttpRequest) -> HttpResponse:
+    for call in while_locked:
+        call()
+    return HttpResponse("done")
+
+
+class MisdecoratedView(View):
+    """Decorators applied to methods without method_decorator."""
+
+    @locked("misdecorated")
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+    @rate_limited("misdecorated", limit=1, seconds=60)
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
+class AsyncMisdecoratedView(View):
+    @locked("misdecorated")
+    async def get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+    @rate_limited("misdecorated", limit=1, seconds=60)
+    async def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("never")
+
+
 # -- async under load (tests/test_async.py) -------------------------------------------
 class Occupancy:
     """How many requests are inside a view at once, and the most ever seen."""

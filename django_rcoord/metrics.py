@@ -133,14 +133,17 @@ def finished_per_minute(metrics: QueueMetrics, queue: str, now_ms: int) -> list[
 
 
 # -- Prometheus -------------------------------------------------------------------------
-def prometheus_text(*, client: Any = None) -> bytes:
-    """Every metric in Prometheus' text exposition format (``prometheus-client`` renders
-    it; it is the ``metrics`` extra)."""
-    from prometheus_client import CollectorRegistry, generate_latest
+def prometheus_exposition(accept: str = "", *, client: Any = None) -> tuple[bytes, str]:
+    """(body, content type): every metric in the exposition format the scraper's ``Accept``
+    header asks for (Prometheus' text format by default, OpenMetrics on request), rendered
+    by ``prometheus-client`` (the ``metrics`` extra)."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import choose_encoder
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(resolve_client(client)))
-    return generate_latest(registry)
+    encoder, content_type = choose_encoder(accept)
+    return encoder(registry), content_type
 
 
 class _Collector:

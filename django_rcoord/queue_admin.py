@@ -191,7 +191,7 @@ def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -
             run_script(
                 "task_delete_dead",
                 client,
-                keys=[keys.dead, keys.messages, keys.failures, keys.errors],
+                keys=[keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
                 args=[REQUEUE_BATCH, task_id or ""],
             )
         )

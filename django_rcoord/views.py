@@ -116,15 +116,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
                 status=501,
             )
         )
-    from prometheus_client import CONTENT_TYPE_LATEST
-
-    from django_rcoord.metrics import prometheus_text
+    from django_rcoord.metrics import prometheus_exposition
 
     try:
-        body = prometheus_text()
+        body, content_type = prometheus_exposition(request.headers.get("Accept", ""))
     except REDIS_UNAVAILABLE as exc:
         return _unavailable(exc)
-    return _private(HttpResponse(body, content_type=CONTENT_TYPE_LATEST))
+    return _private(HttpResponse(body, content_type=content_type))
 
 
 @require_GET

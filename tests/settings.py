@@ -11,13 +11,14 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 
 INSTALLED_APPS = [
+    # Before the admin, so that its admin/index.html (a link to the dashboard) is found first.
+    "django_rcoord",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_rcoord",
     # The example project's pages are tested too (mounted under /example/).
     "example_project",
     "tests",  # for tests/tasks.py, discovered by workers

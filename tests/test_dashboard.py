@@ -1,0 +1,324 @@
+"""Operations: the staff dashboard, the Prometheus metrics and the JSON stats endpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from django_rcoord.connection import get_client
+from django_rcoord.locks import Lock
+from django_rcoord.queues import QueueKeys, dead_letters, get_result, queue_stats
+from django_rcoord.semaphores import Semaphore
+from django_rcoord.worker import Worker
+from tests import tasks
+from tests.test_queues import output_of, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+
+
+def with_rcoord(**values: object) -> override_settings:
+    return override_settings(RCOORD={**settings.RCOORD, **values})
+
+
+def refuse_everyone(request) -> bool:
+    return False
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("olga", password="pw", is_staff=True)
+
+
+@pytest.fixture
+def member(django_user_model):
+    return django_user_model.objects.create_user("max", password="pw")
+
+
+def make_dead_letters(count: int) -> list[str]:
+    ids = [tasks.always_fail.delay(f"m{n}") for n in range(count)]
+    Worker(["default"], burst=True).run()
+    assert queue_stats("default")["dead"] == count
+    return ids
+
+
+# -- who may see and act -----------------------------------------------------------------
+def test_anonymous_users_are_sent_to_the_login_page_and_cannot_act(client) -> None:
+    (task_id,) = make_dead_letters(1)
+    for url in (
+        reverse("rcoord:dashboard"),
+        reverse("rcoord:dashboard-dead", args=["default"]),
+        reverse("rcoord:dashboard-lookup") + f"?task={task_id}",
+    ):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("admin:login"))
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "requeue"}).status_code == 302
+    assert client.post(action, {"action": "delete", "task_id": task_id}).status_code == 302
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 1}
+
+
+def test_signed_in_users_who_are_not_staff_get_403_and_cannot_act(client, member) -> None:
+    make_dead_letters(2)
+    client.force_login(member)
+    assert client.get(reverse("rcoord:dashboard")).status_code == 403
+    assert client.get(reverse("rcoord:dashboard-dead", args=["default"])).status_code == 403
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "requeue"}).status_code == 403
+    assert client.post(action, {"action": "delete"}).status_code == 403
+    assert queue_stats("default")["dead"] == 2
+
+
+def test_the_permission_setting_narrows_staff_down(client, staff) -> None:
+    client.force_login(staff)
+    assert client.get(reverse("rcoord:dashboard")).status_code == 200
+    with with_rcoord(DASHBOARD_PERMISSION="tests.test_dashboard.refuse_everyone"):
+        assert client.get(reverse("rcoord:dashboard")).status_code == 403
+    staff.is_active = False
+    staff.save()
+    client.force_login(staff)
+    assert client.get(reverse("rcoord:dashboard")).status_code in (302, 403)
+
+
+def test_actions_need_the_csrf_token(staff) -> None:
+    make_dead_letters(1)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(staff)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "requeue"}).status_code == 403
+    assert queue_stats("default")["dead"] == 1
+    page = client.get(reverse("rcoord:dashboard-dead", args=["default"]))
+    token = page.cookies["csrftoken"].value
+    response = client.post(action, {"action": "requeue", "csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    assert queue_stats("default")["dead"] == 0
+
+
+def test_a_bad_action_or_queue_is_a_4xx_not_a_500(client, staff) -> None:
+    (task_id,) = make_dead_letters(1)
+    client.force_login(staff)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "explode"}).status_code == 400
+    other = QueueKeys.of("reports/pdf").name
+    assert client.post(action, {"action": "delete", "task_id": "x" * 5}).status_code == 400
+    response = client.post(
+        reverse("rcoord:dashboard-dead-action", args=[other]),
+        {"action": "delete", "task_id": task_id},  # a task of another group
+    )
+    assert response.status_code == 400
+    assert client.get(reverse("rcoord:dashboard-dead", args=["a/"])).status_code == 404
+    assert queue_stats("default")["dead"] == 1
+
+
+# -- what staff see and do ----------------------------------------------------------------
+def test_the_dashboard_shows_queues_workers_and_schedules(client, staff) -> None:
+    for n in range(3):
+        tasks.record.delay(f"r{n}")
+    Worker(["default"], burst=True).run()
+    tasks.record.delay("waiting")
+    tasks.record.schedule("later", delay=60)
+    client.force_login(staff)
+    with with_rcoord(PERIODIC_TASKS=[{"name": "beat", "task": "tests.tasks.record", "every": 30}]):
+        response = client.get(reverse("rcoord:dashboard"))
+    assert response.status_code == 200
+    assert response["Cache-Control"].startswith("max-age=0")
+    (queue,) = response.context["state"]["queues"]
+    assert queue["name"] == "default" and queue["ready"] == 1 and queue["delayed"] == 1
+    assert queue["finished_last_hour"] == 3 and queue["finished_per_minute"][-1] == 3
+    page = response.content.decode()
+    assert 'id="rcoord-queues"' in page and "<svg" in page and "<rect" in page
+    assert "beat" in page  # the periodic schedule
+    assert "admin/base_site.html" in [template.name for template in response.templates]
+
+
+def test_dead_letters_are_paged_with_their_tracebacks(client, staff) -> None:
+    make_dead_letters(30)
+    client.force_login(staff)
+    url = reverse("rcoord:dashboard-dead", args=["default"])
+    first = client.get(url)
+    assert len(first.context["letters"]) == 25 and first.context["pages"] == 2
+    assert "ValueError: m0 always fails" in first.content.decode()
+    second = client.get(url + "?page=2")
+    assert len(second.context["letters"]) == 5
+    assert client.get(url + "?page=nope").context["page"] == 1
+    assert client.get(url + "?page=99").context["page"] == 2
+
+
+def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, caplog) -> None:
+    ids = make_dead_letters(5)
+    client.force_login(staff)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    with caplog.at_level(logging.INFO, logger="django_rcoord.dashboard"):
+        client.post(action, {"action": "requeue", "task_id": ids[2]})
+        assert queue_stats("default")["ready"] == 1
+        assert ids[2] not in [letter["id"] for letter in dead_letters("default")]
+        assert get_result(ids[2]).status == "READY"
+        client.post(action, {"action": "delete", "task_id": ids[0]})
+        assert [letter["id"] for letter in dead_letters("default")] == [ids[1], ids[3], ids[4]]
+        assert get_result(ids[0]).status == "FAILED"  # the record stays until it expires
+        client.post(action, {"action": "delete"})
+        assert queue_stats("default")["dead"] == 0
+    assert [
+        record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
+    ] == [
+        f"olga: requeued 1 dead letter(s) of default ({ids[2]})",
+        f"olga: deleted 1 dead letter(s) of default ({ids[0]})",
+        "olga: deleted 3 dead letter(s) of default",
+    ]
+    Worker(["default"], burst=True).run()  # the requeued task fails again: dead once more
+    assert [letter["id"] for letter in dead_letters("default")] == [ids[2]]
+    client.post(action, {"action": "requeue"})
+    assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
+    client.force_login(staff)
+    (task_id,) = make_dead_letters(1)
+    lock = Lock("invoice:7", timeout=30)
+    assert lock.acquire()
+    semaphore = Semaphore("reports", 2, timeout=30)
+    held = [semaphore.acquire(), semaphore.acquire()]
+    url = reverse("rcoord:dashboard-lookup")
+    response = client.get(url, {"task": task_id, "lock": "invoice:7", "semaphore": "reports"})
+    found = response.context["found"]
+    assert found["task"]["record"].status == "FAILED"
+    assert found["lock"]["held"] and 25 < found["lock"]["ttl"] <= 30
+    assert found["lock"]["token"] == lock.token
+    assert found["semaphore"]["held"] == 2 and found["semaphore"]["waiting"] == 0
+    assert {holder["id"] for holder in found["semaphore"]["holders"]} == {
+        identifier[:8] for identifier in held
+    }
+    assert lock.identifier not in response.content.decode()  # it could release the lock
+    lock.release()
+    released = client.get(url, {"lock": "invoice:7", "task": "not-an-id"}).context["found"]
+    assert not released["lock"]["held"]
+    assert released["lock"]["token"] == int(get_client().get(lock._fence_key))
+    assert released["task"]["record"] is None
+
+
+def test_the_admin_index_links_the_dashboard(client, staff) -> None:
+    client.force_login(staff)
+    page = client.get(reverse("admin:index")).content.decode()
+    assert f'href="{reverse("rcoord:dashboard")}"' in page
+
+
+# -- metrics and stats --------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["rcoord:metrics", "rcoord:stats"])
+def test_metrics_and_stats_need_the_token(client, staff, name) -> None:
+    url = reverse(name)
+    assert client.get(url).status_code == 404  # no token configured: off
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        assert client.get(url).status_code == 403
+        assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}x").status_code == 403
+        assert client.get(url, HTTP_AUTHORIZATION=f"Basic {TOKEN}").status_code == 403
+        client.force_login(staff)  # a session is no substitute for the token
+        assert client.get(url).status_code == 403
+        response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response.status_code == 200
+        assert client.post(url, HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 405
+
+
+def test_stats_is_the_document_rcoord_status_prints(client, capsys) -> None:
+    tasks.record.delay("a")
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        stats = client.get(reverse("rcoord:stats"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}").json()
+    call_command("rcoord_status", "--json")
+    printed = json.loads(capsys.readouterr().out)
+    assert stats.keys() == printed.keys()
+    stats.pop("time"), printed.pop("time")
+    for queue in stats["queues"] + printed["queues"]:
+        queue.pop("oldest_ready_age")
+    assert stats == printed
+    assert stats["queues"][0]["ready"] == 1
+
+
+@pytest.mark.slow
+def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    ids = [tasks.record_slowly.delay(f"s{n}", 0.05) for n in range(40)]
+    ids += [tasks.always_fail.delay(f"f{n}") for n in range(6)]
+    workers = [start_worker("--burst") for _ in range(2)]
+    outputs = [output_of(worker, 120) for worker in workers]
+    assert all(worker.returncode == 0 for worker in workers), outputs
+    # Both processes took part.
+    assert len({get_result(task_id).worker_ids[0] for task_id in ids}) == 2
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        response = client.get(reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+        openmetrics = client.get(
+            reverse("rcoord:metrics"),
+            HTTP_AUTHORIZATION=f"Bearer {TOKEN}",
+            HTTP_ACCEPT="application/openmetrics-text; version=1.0.0",
+        )
+    assert openmetrics["Content-Type"].startswith("application/openmetrics-text")
+    families = {
+        family.name: family for family in text_string_to_metric_families(response.content.decode())
+    }
+    finished = {
+        (sample.labels["task"], sample.labels["outcome"]): sample.value
+        for sample in families["rcoord_tasks_finished"].samples
+        if sample.name == "rcoord_tasks_finished_total"
+    }
+    assert finished == {
+        ("tests.tasks.record_slowly", "succeeded"): 40,
+        ("tests.tasks.always_fail", "failed"): 6,
+    }
+    durations = {
+        (sample.name, sample.labels["task"], sample.labels.get("le")): sample.value
+        for sample in families["rcoord_task_duration_seconds"].samples
+    }
+    slow = "tests.tasks.record_slowly"
+    assert durations[("rcoord_task_duration_seconds_count", slow, None)] == 40
+    assert durations[("rcoord_task_duration_seconds_bucket", slow, "0.025")] == 0
+    assert durations[("rcoord_task_duration_seconds_bucket", slow, "+Inf")] == 40
+    assert 40 * 0.05 <= durations[("rcoord_task_duration_seconds_sum", slow, None)] < 40
+    states = {
+        sample.labels["state"]: sample.value
+        for sample in families["rcoord_queue_tasks"].samples
+        if sample.labels["queue"] == "default"
+    }
+    assert states == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 6}
+    assert "rcoord_workers" in families and "rcoord_delayed_lateness_seconds" in families
+
+
+def test_a_retry_is_counted_as_retried(client) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    tasks.fail_then_succeed.delay("once", 1)
+    for _ in range(200):  # the retry is due 0.05 s later (TASK_RETRY_BACKOFF)
+        Worker(["default"], burst=True).run()
+        if not queue_stats("default")["delayed"]:
+            break
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        text = client.get(
+            reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}"
+        ).content.decode()
+    outcomes = {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "rcoord_tasks_finished_total"
+    }
+    assert outcomes == {"retried": 1, "succeeded": 1}
+
+
+def test_metrics_and_stats_answer_503_when_redis_is_down(client, redis_down) -> None:
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        for name in ("rcoord:metrics", "rcoord:stats"):
+            response = client.get(reverse(name), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+            assert response.status_code == 503
+            assert response.json()["error"] == "redis_unavailable"
+
+
+def test_the_dashboard_answers_503_when_redis_is_down(client, staff, redis_down) -> None:
+    client.force_login(staff)
+    assert client.get(reverse("rcoord:dashboard")).status_code == 503

@@ -95,6 +95,10 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"EMBEDDED_REDIS_DIR": 5}}, ["rcoord.E007"]),
         ({"RCOORD": {"AUTOCOMPLETE_LIMIT": 51}}, ["rcoord.E012"]),
         ({"RCOORD": {"AUTOCOMPLETE_PERMISSION": "tests.factories.nope"}}, ["rcoord.E013"]),
+        ({"RCOORD": {"DASHBOARD_PERMISSION": "tests.factories.nope"}}, ["rcoord.E026"]),
+        ({"RCOORD": {"DASHBOARD_PERMISSION": 7}}, ["rcoord.E026"]),
+        ({"RCOORD": {"METRICS_TOKEN": "short"}}, ["rcoord.E027"]),
+        ({"RCOORD": {"METRICS_TOKEN": 1234567890123456789}}, ["rcoord.E027"]),
         ({"RCOORD": {"LOCK_REPLICAS": -1}}, ["rcoord.E014"]),
         ({"RCOORD": {"LOCK_REPLICAS": True}}, ["rcoord.E014"]),
         ({"RCOORD": {"LOCK_REPLICAS": 1, "LOCK_REPLICA_TIMEOUT": 0}}, ["rcoord.E014"]),
@@ -195,3 +199,16 @@ async def _async_client() -> object:
 
 def test_good_periodic_tasks_pass_the_checks() -> None:
     assert ids(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [BEAT, CRON]}) == []
+
+
+def test_a_metrics_token_without_prometheus_client_is_a_warning(monkeypatch) -> None:
+    import importlib.util
+
+    assert ids(RCOORD={"METRICS_TOKEN": "a-long-enough-token-1234"}) == []
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "prometheus_client" else find_spec(name, *args),
+    )
+    assert ids(RCOORD={"METRICS_TOKEN": "a-long-enough-token-1234"}) == ["rcoord.W004"]

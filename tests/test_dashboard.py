@@ -322,3 +322,20 @@ def test_metrics_and_stats_answer_503_when_redis_is_down(client, redis_down) -> 
 def test_the_dashboard_answers_503_when_redis_is_down(client, staff, redis_down) -> None:
     client.force_login(staff)
     assert client.get(reverse("rcoord:dashboard")).status_code == 503
+
+
+def test_metrics_without_prometheus_client_is_a_501_not_a_500(client, monkeypatch) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "prometheus_client" else find_spec(name, *args),
+    )
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        response = client.get(reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert response.status_code == 501
+        assert "django-rcoord[metrics]" in response.json()["detail"]
+        stats = client.get(reverse("rcoord:stats"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+        assert stats.status_code == 200

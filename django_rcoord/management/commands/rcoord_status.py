@@ -95,8 +95,10 @@ class Command(BaseCommand):
         lines.append(f"workers: {len(state['workers'])}")
         for worker in state["workers"]:
             running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
+            done = "" if worker.get("done") is None else f"  {worker['done']} done"
             lines.append(
                 f"  {worker['id']}  queues {','.join(worker['queues'])}  "
-                f"{'running ' + running if running else 'idle'}"
+                f"{'running ' + running if running else 'idle'}{done}  "
+                f"heartbeat {worker['last_heartbeat_age']:.0f} s ago"
             )
         return "\n".join(lines)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from tests import views
+from tests.admin import guild_admin
 
 urlpatterns = [
     path("purchase/<int:item_id>/", views.purchase, name="purchase"),
@@ -24,5 +25,7 @@ urlpatterns = [
     path("limited/streaming/", views.streaming),
     path("unlimited/", views.unlimited, name="unlimited"),
     path("two-pickers/", views.two_pickers),
+    path("both-media/", views.both_media),
+    path("guild-admin/", guild_admin.urls),
     path("example/", include("example_project.urls")),
 ]

@@ -5,6 +5,7 @@ Skipped only when no Chromium is installed; .ci/run installs it.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -314,3 +315,72 @@ def test_admin_form_and_an_added_inline_row_autocomplete(
     quest = Quest.objects.get()
     assert (quest.title, quest.leader) == ("The lost teapot", "Emma Rossi")
     assert [member.name for member in quest.members.all()] == ["Zoë Silva"]
+
+
+# -- the example project's pages ---------------------------------------------------------
+def test_slow_report_button_sends_three_requests_at_once(browser, tmp_path, redis_url):
+    """The example project as run (its own settings: the limit of two), in a real server."""
+    import subprocess
+    import sys
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from django_rcoord.embedded import free_port
+    from tests.test_example_project import ROOT, example_env, redis_setting, wait_for_page
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=example_env(tmp_path, **redis_setting(redis_url)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_page(f"http://127.0.0.1:{port}/")
+        browser.get(f"http://127.0.0.1:{port}/slow-report/")  # itself three seconds
+        assert "this page took three seconds" in browser.page_source
+        browser.find_element(By.ID, "run-three").click()
+        read_statuses = (
+            "return Array.from(document.querySelectorAll('#statuses li[data-status]'),"
+            " item => item.dataset.status);"
+        )
+        wait = WebDriverWait(browser, 30)
+        wait.until(lambda _: len(browser.execute_script(read_statuses)) == 3)
+        statuses = browser.execute_script(read_statuses)
+        assert sorted(statuses) == ["200", "200", "503"]
+        shown = browser.find_element(By.ID, "statuses").text
+        assert shown.count(": 200") == 2 and shown.count(": 503") == 1
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_list_later_lists_at_the_price_typed(browser, live_server, client, django_user_model):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from django_rcoord.connection import get_client
+    from django_rcoord.queues import QueueKeys, queue_stats
+
+    user = django_user_model.objects.create_user("ada", password="pw")
+    open_signed_in(browser, live_server, client, user, "/example/market/")
+    (teapot,) = [
+        row
+        for row in browser.find_elements(By.CSS_SELECTOR, "#inventory li")
+        if row.text.startswith("teapot")
+    ]
+    price = teapot.find_element(By.NAME, "price")  # the price box beside the item
+    price.clear()
+    price.send_keys("37")
+    teapot.find_element(By.XPATH, ".//button[normalize-space()='List later']").click()
+    WebDriverWait(browser, 10).until(
+        lambda _: "goes on the market in 10 seconds" in browser.page_source
+    )
+    assert queue_stats("market")["delayed"] == 1
+    (body,) = get_client().hvals(QueueKeys.of("market").messages)
+    message = json.loads(body)
+    assert message["task"] == "example.relist_item"
+    assert message["args"][1:] == ["ada", 37]
+    assert message["args"][0].startswith("teapot")

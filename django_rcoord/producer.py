@@ -6,14 +6,22 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
+from django_rcoord.keys import KeySpace
 from django_rcoord.messages import encode_message
 from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys, registry_keys
 from django_rcoord.scripts import arun_script, run_script
 
-__all__ = ["aexecute_later", "enqueue_many", "execute_later"]
+__all__ = [
+    "ScriptedEnqueue",
+    "aexecute_later",
+    "enqueue_in_script",
+    "enqueue_many",
+    "execute_later",
+]
 
 
 def _enqueue_call(
@@ -153,6 +161,63 @@ async def aexecute_later(
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
     return await _aenqueue(client, name, queue, args, {}, _when(delay))
+
+
+@dataclass(frozen=True)
+class ScriptedEnqueue:
+    """A task for a project's own Lua script to queue in the same atomic step as its writes.
+
+    The script includes the queue's helper (``--! include django_rcoord:_enqueue``), takes
+    ``keys`` among its KEYS and ``args`` among its ARGV, and calls
+    ``enqueue_task(<the 7 keys>, <the 8 args>)`` in that order. After the script, call
+    ``registered(client, result)`` with what ``enqueue_task`` returned.
+    """
+
+    task_id: str
+    group: str
+    #: The queue group's hash tag: the script's other keys must share it on Redis Cluster.
+    hash_tag: str
+    keys: list[str]
+    args: list[Any]
+
+    def registered(self, client: Any, result: Any) -> None:
+        """Record the group again in the registry pollers read when the script's
+        ``enqueue_task`` returned 2 (it found the group's keys new: Redis had lost them)."""
+        if result == GROUP_CREATED:
+            register_group(resolve_client(client), self.group, force=True)
+
+
+def enqueue_in_script(
+    target: Any,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    queue: str | None = None,
+    delay: float | datetime.timedelta | None = None,
+    eta: datetime.datetime | None = None,
+    client: Any = None,
+) -> ScriptedEnqueue:
+    """Prepare a task (a ``@task``, or a name with ``queue``) for a project's own script to
+    queue with its writes: either both happen or neither, and a crash between them cannot
+    lose the task. ``queue`` overrides a task's own (e.g. a queue in the group of the
+    script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
+    is registered for pollers (once per process and hour) before the script runs."""
+    kwargs = dict(kwargs or {})
+    if not isinstance(target, str):  # a registered task
+        target.check_arguments(args, kwargs)
+        name, queue, priority = target.name, queue or target.queue, target.priority
+    elif queue is None:
+        raise ValueError("enqueue_in_script needs queue= for a task given by name")
+    else:
+        name, priority = target, 0
+    task_id, keys, argv = _enqueue_call(
+        name, queue, args, kwargs, _when(delay, eta), None, priority
+    )
+    queue_keys = QueueKeys.of(queue)
+    register_group(resolve_client(client), queue_keys.group)
+    return ScriptedEnqueue(
+        task_id, queue_keys.group, KeySpace("queue", queue_keys.group).hash_tag, keys, argv
+    )
 
 
 def enqueue_many(

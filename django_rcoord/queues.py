@@ -20,7 +20,14 @@ from typing import Any
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.messages import decode_message, encode_message
-from django_rcoord.producer import _enqueue, aexecute_later, enqueue_many, execute_later
+from django_rcoord.producer import (
+    ScriptedEnqueue,
+    _enqueue,
+    aexecute_later,
+    enqueue_in_script,
+    enqueue_many,
+    execute_later,
+)
 from django_rcoord.queue_admin import (
     LATENESS_SAMPLES,
     TaskRecord,
@@ -44,6 +51,7 @@ __all__ = [
     "WAKE_TOKEN_MS",
     "PermanentFailure",
     "QueueKeys",
+    "ScriptedEnqueue",
     "Task",
     "TaskRecord",
     "aexecute_later",
@@ -52,6 +60,7 @@ __all__ = [
     "decode_message",
     "delete_dead",
     "encode_message",
+    "enqueue_in_script",
     "enqueue_many",
     "execute_later",
     "get_result",

@@ -21,14 +21,21 @@ from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-_INCLUDE = re.compile(rb"^--! include (\w+)$", re.MULTILINE)
+_INCLUDE = re.compile(rb"^--! include (?:([\w.]+):)?(\w+)$", re.MULTILINE)
 
 
 def _source(name: str, package: str) -> bytes:
     """The script's text, each ``--! include <name>`` line replaced by ``lua/<name>.lua``
-    (helpers several scripts share, defined once)."""
+    (helpers several scripts share, defined once); ``--! include <package>:<name>``
+    includes another package's helper (a project's script including
+    ``django_rcoord:_enqueue`` queues a task in the same step as its own writes)."""
     source = resources.files(package).joinpath("lua", f"{name}.lua").read_bytes()
-    return _INCLUDE.sub(lambda match: _source(match[1].decode(), package).rstrip(b"\n"), source)
+
+    def included(match: re.Match[bytes]) -> bytes:
+        helper_package = match[1].decode() if match[1] else package
+        return _source(match[2].decode(), helper_package).rstrip(b"\n")
+
+    return _INCLUDE.sub(included, source)
 
 
 @functools.cache

@@ -13,7 +13,9 @@ Three ways to buy, as in the book's tables 6.2 and 6.3:
 
 Both lock variants write through ``market_purchase.lua``, which checks the
 lock's fencing token, so a buyer whose lock expired mid-purchase cannot
-complete a purchase the next holder already decided.
+complete a purchase the next holder already decided. Asked to (``email_seller``),
+the same script queues the seller's sold-item e-mail: the purchase and its
+e-mail happen together or not at all, whatever crashes when.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import redis
 from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
+from django_rcoord.queues import enqueue_in_script
 from django_rcoord.scripts import run_script
+from django_rcoord.tasks import send_sold_email
 
 
 @dataclass
@@ -36,6 +40,7 @@ class PurchaseResult:
     retries: int = 0
     reason: str = ""
     price: int | None = None
+    email_task_id: str | None = None  # the seller's e-mail, queued by the purchase
 
 
 class Market:
@@ -46,6 +51,10 @@ class Market:
         self.market_key = self.space.key("market")
         self.fences_key = self.space.key("fences")
         self.ids_key = self.space.key("next-item-id")
+        # The seller's e-mail goes to a queue of the queue group named like the market: the
+        # group's keys share the market's hash tag, so the purchase script can queue it
+        # (one Redis Cluster slot). For the market "main" this is the queue "email".
+        self.email_queue = f"{name}/email"
 
     @property
     def client(self) -> Any:
@@ -158,13 +167,16 @@ class Market:
             lock.release()
 
     def purchase_under_lock(
-        self, lock: Lock, buyer: str, item_id: str, seller: str
+        self, lock: Lock, buyer: str, item_id: str, seller: str, *, email_seller: bool = False
     ) -> PurchaseResult:
-        """The purchase itself, for a caller holding ``lock`` (e.g. a ``@locked`` view)."""
+        """The purchase itself, for a caller holding ``lock`` (e.g. a ``@locked`` view);
+        ``email_seller`` queues the seller's sold-item e-mail with it."""
         price, reason = self.quote(buyer, item_id, seller)
         if price is None:
             return PurchaseResult(False, 0, reason)
-        return self.complete_purchase(lock, buyer, item_id, seller, price)
+        return self.complete_purchase(
+            lock, buyer, item_id, seller, price, email_seller=email_seller
+        )
 
     def quote(self, buyer: str, item_id: str, seller: str) -> tuple[int | None, str]:
         """Read the price and check the buyer's funds: (price, "") or (None, reason)."""
@@ -179,24 +191,46 @@ class Market:
         return int(price), ""
 
     def complete_purchase(
-        self, lock: Lock, buyer: str, item_id: str, seller: str, price: int
+        self,
+        lock: Lock,
+        buyer: str,
+        item_id: str,
+        seller: str,
+        price: int,
+        *,
+        email_seller: bool = False,
     ) -> PurchaseResult:
-        """Write a purchase decided under ``lock``, unless a newer holder of it has written."""
-        outcome = run_script(
-            "market_purchase",
-            self.client,
-            keys=[
-                self.fences_key,
-                self.market_key,
-                self.user_key(buyer),
-                self.user_key(seller),
-                self.inventory_key(buyer),
-            ],
-            args=[lock.name, lock.token, f"{item_id}.{seller}", item_id, price],
-            package="example_project",
+        """Write a purchase decided under ``lock``, unless a newer holder of it has written;
+        with ``email_seller``, queue the seller's sold-item e-mail in the same script."""
+        keys = [
+            self.fences_key,
+            self.market_key,
+            self.user_key(buyer),
+            self.user_key(seller),
+            self.inventory_key(buyer),
+        ]
+        args: list[Any] = [lock.name, lock.token, f"{item_id}.{seller}", item_id, price]
+        email = None
+        if email_seller:
+            email = enqueue_in_script(
+                send_sold_email,
+                (seller, item_id, price, buyer),
+                queue=self.email_queue,
+                client=self.client,
+            )
+            if email.hash_tag != self.space.hash_tag:  # kept in one slot for Redis Cluster
+                raise ValueError(f"{self.email_queue!r} is not in the market's hash slot")
+            keys += email.keys
+            args += email.args
+        outcome, queued = run_script(
+            "market_purchase", self.client, keys=keys, args=args, package="example_project"
         )
+        if email is not None:
+            email.registered(self.client, queued)
         reasons = {1: "", 0: "gone", -1: "funds", -2: "stale lock"}
-        return PurchaseResult(outcome == 1, 0, reasons[outcome], price)
+        return PurchaseResult(
+            outcome == 1, 0, reasons[outcome], price, email.task_id if queued else None
+        )
 
     def delete(self) -> int:
         """Delete every key of this market (for benchmark runs)."""

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from django_rcoord.decorators import locked
-from django_rcoord.queues import execute_later, send_sold_email_via_queue
+from django_rcoord.queues import execute_later
 from example_project.market import Market
 
 STARTING_FUNDS = 1000
@@ -92,11 +92,13 @@ def buy_item(request: HttpRequest, member: str) -> HttpResponse:
         return redirect("market")
     _ensure_trader(buyer)
     # The write checks this lock's fencing token, so a purchase whose lock
-    # expired mid-way cannot overwrite the next holder's decision.
-    result = market.purchase_under_lock(request.rcoord_lock, buyer, item_id, seller)
+    # expired mid-way cannot overwrite the next holder's decision. The same script
+    # queues the seller's e-mail (`manage.py run_email_worker` sends it): a crash
+    # cannot leave a purchase without its e-mail.
+    result = market.purchase_under_lock(
+        request.rcoord_lock, buyer, item_id, seller, email_seller=True
+    )
     if result.bought:
-        # The seller's e-mail goes through the queue: `manage.py run_email_worker` sends it.
-        send_sold_email_via_queue(seller, item_id, result.price, buyer)
         messages.success(request, f"You bought {item_id} from {seller}.")
     else:
         explanations = {

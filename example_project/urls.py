@@ -9,7 +9,8 @@ from example_project import coordination_views, guild_views, market_views, views
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Back to the example's home page (without next_page: the admin's "logged out" page).
+    path("accounts/logout/", auth_views.LogoutView.as_view(next_page="home"), name="logout"),
     path("market/", market_views.market_home, name="market"),
     path("market/list/", market_views.list_item, name="market-list"),
     path("market/list-later/", market_views.list_later, name="market-list-later"),

@@ -109,3 +109,45 @@ def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> N
     assert "stopped" in stopped.stdout, stopped.stderr
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+# -- pages, through Django's test client (the example is mounted under /example/) ----------
+@pytest.mark.django_db
+def test_sign_out_returns_to_the_examples_home_page(client, django_user_model) -> None:
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    page = client.get("/example/market/")
+    assert b'action="/example/accounts/logout/"' in page.content  # the header's button
+    signed_out = client.post("/example/accounts/logout/", follow=True)
+    assert signed_out.redirect_chain == [("/example/", 302)]
+    assert "django-rcoord example</h1>" in signed_out.content.decode()
+    assert "Sign in" in signed_out.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("member", "address"),
+    [
+        ("Mateo Durand 545", "mateo-durand-545@example.com"),
+        ("Zoë Silva", "zoe-silva@example.com"),
+        ("李小龍", None),  # no Latin letter: an address made from the name's hash
+    ],
+)
+def test_guild_mail_goes_to_a_valid_address(
+    client, django_user_model, mailoutbox, member: str, address: str | None
+) -> None:
+    from django.core.validators import validate_email
+
+    from django_rcoord.autocomplete import join_guild
+
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    join_guild("adventurers", "ada")
+    join_guild("adventurers", member)
+    sent = client.post("/example/guild-mail/", {"recipient": member, "message": "hi"})
+    assert sent.status_code == 302
+    (letter,) = mailoutbox
+    (to,) = letter.to
+    validate_email(to)  # raises ValidationError for an invalid address
+    if address:
+        assert to == address
+    else:
+        assert re.fullmatch(r"member-[0-9a-f]{12}@example\.com", to)

@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys
+from django_rcoord.queues import QueueKeys, queue_stats
 from example_project.market import Market
 from tests.procs import run_in_processes
 from tests.test_example_project import example_env, manage, redis_setting
@@ -66,10 +67,94 @@ def test_a_buyer_whose_lock_expired_cannot_write(market: Market) -> None:
     assert fast.acquire()
     assert market.purchase_under_lock(fast, "fast", item, "seller").bought
     fast.release()
-    late = market.complete_purchase(slow, "buyer", item, "seller", price)
-    assert (late.bought, late.reason) == (False, "stale lock")
+    late = market.complete_purchase(slow, "buyer", item, "seller", price, email_seller=True)
+    assert (late.bought, late.reason, late.email_task_id) == (False, "stale lock", None)
+    assert email_tasks(market.email_queue) == []
     assert market.funds("buyer") == 100
     assert market.inventory("fast") == [item]
+
+
+def email_tasks(queue: str) -> list[dict]:
+    """The task messages stored in ``queue``'s group, and the ids ready on ``queue``."""
+    client = get_client()
+    keys = QueueKeys.of(queue)
+    ready = [task_id.decode() for task_id in client.zrange(keys.ready, 0, -1)]
+    messages = [json.loads(body) for body in client.hvals(keys.messages)]
+    return [{**message, "ready": message["id"] in ready} for message in messages]
+
+
+@pytest.mark.django_db
+def test_a_purchase_queues_the_sellers_email_in_the_same_script(
+    market: Market, django_user_model, mailoutbox
+) -> None:
+    from django_rcoord.worker import Worker
+
+    django_user_model.objects.create_user("seller", "seller@example.com", "pw")
+    item = listed_item(market)
+    lock = Lock(market.lock_name(item, "seller", fine_grained=True), wait=0)
+    assert lock.acquire()
+    result = market.purchase_under_lock(lock, "buyer", item, "seller", email_seller=True)
+    lock.release()
+    assert result.bought and result.email_task_id
+    assert market.inventory("buyer") == [item] and market.listings() == []
+    # Exactly one e-mail, queued (ready) in the market's own queue group (one hash slot).
+    assert market.email_queue == "test/email"
+    (letter,) = email_tasks(market.email_queue)
+    assert letter["id"] == result.email_task_id and letter["ready"]
+    assert (letter["task"], letter["args"]) == (
+        "rcoord.send_sold_email",
+        ["seller", item, 30, "buyer"],
+    )
+    # It is a task like any other: a worker on that queue sends it.
+    Worker([market.email_queue], burst=True).run()
+    (sent,) = mailoutbox
+    assert sent.to == ["seller@example.com"] and item in sent.body
+
+
+def test_a_refused_purchase_queues_no_email(market: Market) -> None:
+    item = listed_item(market, price=500)
+    name = market.lock_name(item, "seller", fine_grained=True)
+    # Too dear for the buyer; a price that is not the market's (the item changed). A stale
+    # lock: test_a_buyer_whose_lock_expired_cannot_write.
+    for price, reason in [(500, "funds"), (499, "gone")]:
+        lock = Lock(name, wait=0)
+        assert lock.acquire()
+        result = market.complete_purchase(lock, "buyer", item, "seller", price, email_seller=True)
+        lock.release()
+        assert (result.bought, result.reason, result.email_task_id) == (False, reason, None)
+    assert email_tasks(market.email_queue) == []
+    assert market.listings() == [(item, "seller", 500)] and market.funds("buyer") == 100
+
+
+def test_a_purchase_whose_email_cannot_be_queued_is_not_written(market: Market) -> None:
+    """Purchase and e-mail are one script: the e-mail fails, the purchase is not written
+    (two round trips would have kept the purchase and lost the e-mail)."""
+    item = listed_item(market)
+    client = get_client()
+    # A key of the e-mail queue's group holding something else (a wrong type).
+    messages_key = QueueKeys.of(market.email_queue).messages
+    client.set(messages_key, "not a hash")
+    lock = Lock(market.lock_name(item, "seller", fine_grained=True), wait=0)
+    assert lock.acquire()
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        market.purchase_under_lock(lock, "buyer", item, "seller", email_seller=True)
+    lock.release()
+    assert market.listings() == [(item, "seller", 30)]
+    assert (market.funds("buyer"), market.funds("seller")) == (100, 0)
+    assert market.inventory("buyer") == [] and market.inventory("seller") == []
+    assert queue_stats(market.email_queue) == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert client.get(messages_key) == b"not a hash"
+
+
+def test_the_email_queue_must_share_the_markets_hash_slot(market: Market) -> None:
+    item = listed_item(market)
+    market.email_queue = "email"  # the group "main": another slot than the market "test"
+    lock = Lock(market.lock_name(item, "seller", fine_grained=True), wait=0)
+    assert lock.acquire()
+    with pytest.raises(ValueError, match="hash slot"):
+        market.purchase_under_lock(lock, "buyer", item, "seller", email_seller=True)
+    lock.release()
+    assert market.listings() == [(item, "seller", 30)]
 
 
 def buy_everything(market_name: str, buyer: str, method: str) -> int:
@@ -130,9 +215,10 @@ def test_market_pages_list_and_buy_with_the_item_lock(client, django_user_model)
     assert teapot in bought.context["inventory"]
     assert bought.context["funds"] == 975
     assert Market("main").funds("alice") == 1025
-    # The seller's sold-item e-mail waits in the queue for the email worker.
-    (letter,) = [json.loads(body) for body in get_client().hvals(QueueKeys.of("email").messages)]
-    assert letter["task"] == "rcoord.send_sold_email"
+    # The purchase queued the seller's sold-item e-mail: it waits on the queue "email"
+    # (the one `rundemo`'s worker serves) for the email worker.
+    (letter,) = email_tasks("email")
+    assert letter["task"] == "rcoord.send_sold_email" and letter["ready"]
     assert letter["args"] == ["alice", teapot, 25, "bob"]
     # GET is refused; an anonymous user is sent to sign in.
     assert client.get(f"/example/market/buy/{member}/").status_code == 405

@@ -546,3 +546,24 @@ def test_max_tasks_and_concurrency_options() -> None:
     assert sorted(ran()) == sorted(f"x{i}" for i in range(10))
     # Three worker loops, each with its own identity, ran in the one process.
     assert len({line.split()[4] for line in output.splitlines() if "watching" in line}) == 3
+
+
+# -- a task queued by a project's own script (the example market's purchase) --------------
+def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_client) -> None:
+    from django_rcoord.queues import enqueue_in_script
+
+    with pytest.raises(TypeError, match="does not accept"):
+        enqueue_in_script(tasks.record, ("a", "b"))  # checked as delay() checks
+    with pytest.raises(ValueError, match="queue="):
+        enqueue_in_script("tests.tasks.record", ["a"])
+    later = enqueue_in_script(tasks.record, ["later"], delay=60, queue="scripted/q")
+    assert later.group == "scripted" and later.hash_tag == "scripted"
+    # Its keys and arguments are the enqueue helper's, in order: task_enqueue is a script
+    # that passes its KEYS and ARGV straight on to it.
+    assert run_script("task_enqueue", redis_client, keys=later.keys, args=later.args) == 2
+    later.registered(redis_client, 2)
+    assert queue_stats("scripted/q")["delayed"] == 1
+    now = enqueue_in_script(tasks.record, ["now"])
+    assert run_script("task_enqueue", redis_client, keys=now.keys, args=now.args) in (1, 2)
+    Worker(["default"], burst=True).run()
+    assert redis_client.lrange(tasks.RAN, 0, -1) == [b"now"]

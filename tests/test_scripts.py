@@ -61,10 +61,14 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
             assert call[2].strip() in parameters, f"{helper}: {call[0]}"
             key_parameters.add(call[2].strip())
         for package_, name in SCRIPTS:
-            if f"--! include {helper}" not in source(package_, name):
+            # "--! include _name" in its own package, "--! include package:_name" elsewhere.
+            qualifier = "" if package_ == package else f"{package}:"
+            if f"--! include {qualifier}{helper}\n" not in source(package_, name):
                 continue
             script = get_script(name, package_).script.decode()
-            assert "--! include" not in script and code.strip() in script
+            # The helper's text, with the helpers it includes itself, is in the script.
+            expanded = get_script(helper, package).script.decode()
+            assert "--! include" not in script and expanded.strip() in script
             # Every key a helper is given is one of the script's KEYS.
             for function, names in functions.items():
                 arguments = [argument.strip() for argument in names.split(",")]

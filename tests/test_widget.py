@@ -58,5 +58,5 @@ def test_guild_mail_page_validates_on_the_server(client, django_user_model, mail
     refused = client.post("/example/guild-mail/", {"recipient": "Nobody", "message": "hi"})
     assert "Nobody is not a member of adventurers." in refused.content.decode()
     client.post("/example/guild-mail/", {"recipient": "Zoë", "message": "hi"})
-    assert mailoutbox[0].to == ["Zoë@example.com"]
+    assert mailoutbox[0].to == ["zoe@example.com"]
     assert fetch_autocomplete_list("ada", "z") == ["Zoë"]

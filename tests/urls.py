@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import include, path
 
 from tests import views
+from tests.admin import guild_admin
 
 urlpatterns = [
     path("purchase/<int:item_id>/", views.purchase, name="purchase"),
@@ -32,5 +33,7 @@ urlpatterns = [
     path("outlive-async/", views.outlive_async),
     path("misdecorated/", views.MisdecoratedView.as_view()),
     path("async-misdecorated/", views.AsyncMisdecoratedView.as_view()),
+    path("both-media/", views.both_media),
+    path("guild-admin/", guild_admin.urls),
     path("example/", include("example_project.urls")),
 ]

@@ -249,3 +249,24 @@ def two_pickers(request: HttpRequest) -> HttpResponse:
         "<!doctype html><html><head>{{ form.media }}</head><body>{{ form.as_p }}</body></html>"
     )
     return HttpResponse(page.render({"form": form}, request))
+
+
+# -- the widget's media loaded twice, a long list ----------------------------------------
+def both_media(request: HttpRequest) -> HttpResponse:
+    """``{{ form.media }}`` and ``{% rcoord_autocomplete_media %}`` on one page (as README
+    shows), and a widget that lists up to 20 names (more than fit without scrolling)."""
+    from django import forms
+    from django.template import engines
+
+    from django_rcoord.forms import GuildMemberField, GuildMemberWidget
+
+    class MemberForm(forms.Form):
+        member = GuildMemberField(
+            guild="adventurers", widget=GuildMemberWidget(guild="adventurers", limit=20)
+        )
+
+    page = engines["django"].from_string(
+        "{% load rcoord %}<!doctype html><html><head>{{ form.media }}"
+        "{% rcoord_autocomplete_media %}</head><body>{{ form.as_p }}</body></html>"
+    )
+    return HttpResponse(page.render({"form": MemberForm()}, request))

@@ -12,28 +12,6 @@
 -- ARGV[8]  priority, -100..100 (higher runs first; delayed tasks read it from the message)
 -- Returns  1, or 2 when the group's list of queues was created by this call (the producer
 --          then records the group in the registry pollers read)
---! include _ready
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local delay = tonumber(ARGV[4])
-if tonumber(ARGV[7]) > 0 then
-    delay = tonumber(ARGV[7]) - now
-end
-local keep = math.max(delay, 0) + tonumber(ARGV[6])
-if delay <= 0 then
-    local created = enqueue_now(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[7], ARGV[3], keep,
-        ARGV[1], ARGV[2], tonumber(ARGV[8]), now, ARGV[5])
-    return created and 2 or 1
-end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('HINCRBY', KEYS[4], ARGV[3], 0)
-local ttl = redis.call('PTTL', KEYS[4])
-if ttl < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-end
-redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
--- A poller sleeping until a later due time wakes to recompute its sleep.
-redis.call('RPUSH', KEYS[6], 1)
-redis.call('LTRIM', KEYS[6], -16, -1)
-redis.call('PEXPIRE', KEYS[6], ARGV[5])
-return ttl == -1 and 2 or 1
+--! include _enqueue
+return enqueue_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[1],
+    ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])

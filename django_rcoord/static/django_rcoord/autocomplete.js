@@ -1,10 +1,18 @@
 /* django-rcoord guild-member autocomplete: a WAI-ARIA combobox with a list popup.
  * Plain JavaScript, no dependency. Listens on the document, so inputs added later
- * (admin inline formsets) work too. Down/Up move, Enter picks, Escape closes. */
+ * work too; Django admin's "formset:added" (a new inline row) sets the row's inputs
+ * up at once. Down/Up move, Enter picks, Escape closes.
+ *
+ * A page may load this file more than once ({{ form.media }} and
+ * {% rcoord_autocomplete_media %}, or two forms' media): only the first copy
+ * sets up, so each keystroke burst sends one query. */
 (function () {
   "use strict";
+  if (window.djangoRcoordAutocomplete) { return; }
   var SELECTOR = "input[data-rcoord-autocomplete]";
   var DEBOUNCE_MS = 150;
+  var GAP_PX = 2;       // between the input and its list
+  var MARGIN_PX = 8;    // kept free at the viewport's edges
   var states = new WeakMap();
   var counter = 0;
 
@@ -15,6 +23,8 @@
     if (listbox && !listbox.id) {
       listbox.id = "rcoord-listbox-" + (++counter);
     }
+    // A row cloned by the admin's inlines gets new ids but keeps the template
+    // row's aria-controls: point it at this row's list again.
     if (listbox && input.getAttribute("aria-controls") !== listbox.id) {
       input.setAttribute("aria-controls", listbox.id);
     }
@@ -26,8 +36,42 @@
     if (!s) {
       s = { timer: null, controller: null, active: -1, options: [] };
       states.set(input, s);
+      parts(input);
     }
     return s;
+  }
+
+  // Set up every autocomplete input in `root` (an element or the document).
+  function setUp(root) {
+    if (root.matches && root.matches(SELECTOR)) { state(root); }
+    if (root.querySelectorAll) {
+      Array.prototype.forEach.call(root.querySelectorAll(SELECTOR), state);
+    }
+  }
+
+  // The list is fixed to the viewport, under the input (above it when there is more
+  // room there), so containers that clip their overflow (the admin's form rows) do
+  // not cut it. It is at least as wide as the input and as wide as its longest name
+  // needs, up to the stylesheet's max-width.
+  function place(input, listbox) {
+    var box = input.getBoundingClientRect();
+    listbox.style.minWidth = box.width + "px";
+    var width = listbox.offsetWidth, height = listbox.offsetHeight;
+    var viewWidth = document.documentElement.clientWidth;
+    var viewHeight = document.documentElement.clientHeight;
+    var left = Math.max(MARGIN_PX, Math.min(box.left, viewWidth - width - MARGIN_PX));
+    var below = viewHeight - box.bottom - GAP_PX, above = box.top - GAP_PX;
+    var top = height > below && above > below ? box.top - GAP_PX - height : box.bottom + GAP_PX;
+    listbox.style.left = left + "px";
+    listbox.style.top = top + "px";
+  }
+
+  function placeOpenLists() {
+    Array.prototype.forEach.call(document.querySelectorAll(SELECTOR), function (input) {
+      if (input.getAttribute("aria-expanded") === "true") {
+        place(input, parts(input).listbox);
+      }
+    });
   }
 
   function close(input) {
@@ -72,6 +116,7 @@
       option.id = p.listbox.id + "-option-" + i;
       option.setAttribute("aria-selected", "false");
       option.textContent = name;
+      option.title = name;  // shown in full when a very long name is cut
       option.addEventListener("mousedown", function (event) {
         event.preventDefault();  // keep the focus in the input
         pick(input, i);
@@ -84,6 +129,10 @@
     var open = results.length > 0;
     p.listbox.hidden = !open;
     input.setAttribute("aria-expanded", open ? "true" : "false");
+    if (open) {
+      place(input, p.listbox);
+      p.listbox.scrollTop = 0;  // new results start at the top, not where the old ones were
+    }
     if (p.live) {
       p.live.textContent = results.length === 1 ? "1 suggestion" :
         results.length + " suggestions";
@@ -144,4 +193,24 @@
     var input = event.target;
     if (input.matches && input.matches(SELECTOR)) { close(input); }
   });
+
+  // Pressing on the list (its scrollbar included) must not take the focus from the input.
+  document.addEventListener("mousedown", function (event) {
+    if (event.target.closest && event.target.closest(".rcoord-listbox")) {
+      event.preventDefault();
+    }
+  });
+
+  // The list is fixed to the viewport: keep it under its input when anything scrolls.
+  window.addEventListener("scroll", placeOpenLists, true);
+  window.addEventListener("resize", placeOpenLists);
+
+  document.addEventListener("formset:added", function (event) { setUp(event.target); });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { setUp(document); });
+  } else {
+    setUp(document);
+  }
+
+  window.djangoRcoordAutocomplete = { setUp: setUp };
 })();

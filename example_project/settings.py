@@ -23,13 +23,14 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
 
 INSTALLED_APPS = [
+    # Before the admin: its admin/index.html links the operations dashboard.
+    "django_rcoord",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_rcoord",
     "example_project",
 ]
 
@@ -93,6 +94,8 @@ RCOORD = {
     "CONCURRENCY_LIMITS": [
         {"name": "slow-report", "url_names": ["slow-report"], "limit": 2, "timeout": 10},
     ],
+    # /rcoord/metrics/ and /rcoord/stats/ answer to this bearer token (off when unset).
+    "METRICS_TOKEN": os.environ.get("RCOORD_METRICS_TOKEN") or None,
 }
 
 SESSION_ENGINE = "django.contrib.sessions.backends.cache"

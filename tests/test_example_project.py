@@ -151,3 +151,17 @@ def test_guild_mail_goes_to_a_valid_address(
         assert to == address
     else:
         assert re.fullmatch(r"member-[0-9a-f]{12}@example\.com", to)
+
+
+@pytest.mark.django_db
+def test_the_home_page_links_the_dashboard_for_the_demo_operator(client) -> None:
+    from django.core.management import call_command
+
+    call_command("seed_demo", verbosity=0)
+    home = client.get("/example/").content.decode()
+    assert 'href="/example/rcoord/dashboard/"' in home
+    assert client.get("/example/rcoord/dashboard/").status_code == 302  # sign in first
+    assert client.login(username="alice", password="rcoord-demo")
+    assert client.get("/example/rcoord/dashboard/").status_code == 403  # not staff
+    assert client.login(username="operator", password="rcoord-demo")
+    assert client.get("/example/rcoord/dashboard/").status_code == 200

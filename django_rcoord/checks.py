@@ -15,7 +15,7 @@ from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import validate_prefix
 from django_rcoord.queue_keys import one_group
-from django_rcoord.validation import is_number, is_positive_int
+from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
@@ -154,6 +154,14 @@ def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
             "a positive int",
             "A task whose worker dies while running it this many times becomes a dead letter; "
             "the default is 5.",
+        )
+    prefetch = value("TASK_PREFETCH")
+    if not is_positive_int(prefetch) or prefetch > MAX_BATCH:
+        bad(
+            "TASK_PREFETCH",
+            f"an int from 1 to {MAX_BATCH}",
+            "The most tasks a worker takes in one call; 1 takes them one by one. The "
+            "default is 32.",
         )
     queues = value("EMAIL_QUEUES")
     hint = (

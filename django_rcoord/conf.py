@@ -36,6 +36,9 @@ DEFAULTS: dict[str, Any] = {
     # A task whose worker dies (or loses Redis) while running it this many times is a dead
     # letter: it is probably what kills its workers.
     "TASK_MAX_DELIVERIES": 5,
+    # Most tasks a worker takes in one call (it runs them in order and acknowledges them
+    # with its next take); fewer when tasks run long (see django_rcoord.worker).
+    "TASK_PREFETCH": 32,
     # Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
     # TASK_RETRY_BACKOFF_MAX.
     "TASK_RETRY_BACKOFF": 1.0,
@@ -122,6 +125,10 @@ class RcoordSettings:
     @property
     def TASK_MAX_DELIVERIES(self) -> int:
         return get("TASK_MAX_DELIVERIES")
+
+    @property
+    def TASK_PREFETCH(self) -> int:
+        return get("TASK_PREFETCH")
 
     @property
     def TASK_RETRY_BACKOFF(self) -> float:

@@ -14,6 +14,7 @@ works as in an ASGI view.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import inspect
 import json
@@ -38,9 +39,16 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
 from django_rcoord.metrics import duration_bucket, metric_labels
 from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote, result_ttl_ms
-from django_rcoord.queue_keys import HEARTBEAT_TTL, QueueKeys, same_group
+from django_rcoord.queue_keys import (
+    GROUP_KEYS_MS,
+    HEARTBEAT_TTL,
+    WAKE_TOKEN_MS,
+    QueueKeys,
+    same_group,
+)
 from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
+from django_rcoord.validation import check_batch
 from django_rcoord.waiting import Repeater, wait_for_signal
 
 logger = logging.getLogger(__name__)
@@ -51,6 +59,10 @@ IDLE_CHECK = 1.0
 #: IDLE_CHECK, renewing it), ms.
 IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
 RECOVER_BATCH = 500
+#: A worker takes as many tasks at once as it expects to run in this many ms (by the
+#: recent average run time), at most its ``prefetch``; a task running longer than this
+#: is acknowledged at once and the tasks taken with it go back for any worker.
+PREFETCH_BUDGET_MS = 50.0
 
 
 @dataclass
@@ -95,6 +107,7 @@ class Job:
     queue: QueueKeys
     failures: int  # failed attempts before this one
     state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
+    queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
 
     @property
     def record(self) -> TaskRecord | None:
@@ -105,11 +118,28 @@ class Job:
         )
 
 
+@dataclass
+class Done:
+    """A task this worker ran, waiting to be acknowledged with its next take."""
+
+    job: Job
+    outcome: Outcome
+    took_ms: float
+
+
 class Worker:
     """Runs tasks from ``queues`` (highest priority first) until ``stop()``.
 
     ``burst=True`` stops when the queues are empty; ``max_tasks`` stops after
-    that many tasks. ``lease`` defaults to ``RCOORD["TASK_LEASE"]``.
+    that many tasks. ``lease`` defaults to ``RCOORD["TASK_LEASE"]``, ``prefetch`` (the
+    most tasks taken in one call) to ``RCOORD["TASK_PREFETCH"]``.
+
+    Tasks are taken in batches: one script call finishes the tasks run since the last
+    call and takes the next ones (all leased to this worker, renewed while it holds
+    them). How many it takes adapts to how long tasks run: as many as fit in
+    ``PREFETCH_BUDGET_MS`` by the recent average, at most ``prefetch``, at least 1. A task
+    that runs longer than the budget is acknowledged at once and the tasks taken with it
+    that have not started go back to the front of their queue for any worker to take.
     """
 
     def __init__(
@@ -119,6 +149,7 @@ class Worker:
         lease: float | None = None,
         burst: bool = False,
         max_tasks: int | None = None,
+        prefetch: int | None = None,
         client: Any = None,
         stop_event: threading.Event | None = None,
     ) -> None:
@@ -128,21 +159,40 @@ class Worker:
         self.lease = float(conf.TASK_LEASE if lease is None else lease)
         self.burst = burst
         self.max_tasks = max_tasks
+        self.prefetch = check_batch(
+            conf.TASK_PREFETCH if prefetch is None else prefetch, "prefetch"
+        )
         self._client = client
         self.stopping = stop_event or threading.Event()
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.processed = 0
         self._started_at = time.time()
         first = self.queues[0]
-        self._take_keys = [key for queue in self.queues for key in (queue.ready, queue.in_flight)]
-        # The finish script's leading keys (unused when there is nothing to finish).
-        self._take_only_keys = [*self._finish_keys(first), *self._take_keys]
+        # The finish script's keys: the group's, then four per queue, in priority order.
+        self._script_keys = [
+            first.messages,
+            first.owners,
+            first.failures,
+            first.errors,
+            first.results,
+            first.results_expiry,
+            first.idle,
+            first.metrics,
+            *(
+                key
+                for queue in self.queues
+                for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
+            ),
+        ]
         space = KeySpace("queue", first.group)
         self._workers_key = space.key("workers")
         self._heartbeat_key = space.key(f"worker:{self.id}")
         self._next_check = 0.0
         self._last_heartbeat = 0.0
-        self._running: Job | None = None  # the task whose lease the renewer keeps
+        # The tasks this worker holds (taken, not yet finished): the renewer extends their
+        # leases. Replaced whole by the worker's thread, read by the renewer's.
+        self._held: tuple[Job, ...] = ()
+        self._average_ms: float | None = None  # recent run time per task (for prefetch)
         self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
         self._idle_registered = False  # in the group's idle set (see _take)
 
@@ -163,51 +213,99 @@ class Worker:
         """Process tasks until stopped; returns how many were processed."""
         autodiscover_tasks()
         logger.info(
-            "worker %s watching %s (lease %ss)",
+            "worker %s watching %s (lease %ss, prefetch up to %d)",
             self.id,
             ", ".join(queue.name for queue in self.queues),
             self.lease,
+            self.prefetch,
         )
         failures = 0  # tries in a row that found Redis out of reach
-        job: Job | None = None
-        # One thread per worker renews the running task's lease every third of it.
-        renewer = Repeater(self.lease / 3, self._renew_running, name=f"lease-renewer:{self.id}")
+        batch: collections.deque[Job] = collections.deque()  # taken, not started
+        done: list[Done] = []  # ran, not yet acknowledged
+        # One thread per worker renews the held tasks' leases every third of a lease.
+        renewer = Repeater(self.lease / 3, self._renew_held, name=f"lease-renewer:{self.id}")
         renewer.start()
         try:
             while not self.stopping.is_set():
                 try:
                     self._heartbeat()
-                    if job is None:
-                        self._recover_if_due()
-                        job = self._take()
-                    if job is None:
+                    if not batch:
+                        if not done:
+                            self._recover_if_due()
+                        batch.extend(self._exchange(done, self._take_count()))
+                        done = []
+                        self._hold(batch, done)
+                    if not batch:
                         if self.burst:
                             self._recover_if_due(force=True)
-                            job = self._take()
-                            if job is None:
+                            batch.extend(self._exchange([], self._take_count()))
+                            self._hold(batch, done)
+                            if not batch:
                                 break
                             continue
                         self._idle()
                         continue
-                    job = self._process(job)
+                    job = batch.popleft()
+                    self._hold(batch, done, job)
+                    finished = self._run_one(job)
+                    done.append(finished)
+                    self.processed += 1
                     failures = 0
-                    if self.max_tasks is not None and self.processed >= self.max_tasks:
+                    if self._should_stop():
                         break
+                    if finished.took_ms > PREFETCH_BUDGET_MS:
+                        # A long task: acknowledge it now, and let any worker take the tasks
+                        # that waited behind it.
+                        self._exchange(done, 0)
+                        done = []
+                        self._give_back(list(batch))
+                        batch.clear()
+                        self._hold(batch, done)
                 except REDIS_UNAVAILABLE as exc:
-                    # The task in hand (if any) is safe: its lease brings it back.
-                    job = None
+                    # The tasks in hand are safe: their leases bring them back.
+                    batch.clear()
+                    done = []
+                    self._hold(batch, done)
                     wait = RECONNECT_BACKOFF.compute(failures)
                     failures += 1
                     logger.error("worker %s lost Redis (%s); retrying in %.1fs", self.id, exc, wait)
                     self.stopping.wait(wait)
         finally:
+            try:
+                if done:
+                    self._exchange(done, 0)
+            except REDIS_UNAVAILABLE:
+                logger.warning("could not acknowledge %d task(s); their leases will", len(done))
             renewer.stop()
-            if job is not None:
-                self._give_back(job)
+            if batch:
+                self._give_back(list(batch))
+            self._held = ()
             self._sign_off()
             self._close_loop()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
+
+    def _hold(self, batch: Sequence[Job], done: Sequence[Done], running: Job | None = None) -> None:
+        """Tell the renewer which tasks this worker holds: taken, running, and run but not
+        yet acknowledged."""
+        self._held = (*batch, *((running,) if running else ()), *(item.job for item in done))
+
+    def _should_stop(self) -> bool:
+        if self.stopping.is_set():
+            return True
+        return self.max_tasks is not None and self.processed >= self.max_tasks
+
+    def _take_count(self) -> int:
+        """How many tasks the next call takes: as many as fit in the prefetch budget by the
+        recent average run time, at most ``prefetch``, never past ``max_tasks``."""
+        if self.stopping.is_set():
+            return 0
+        count = self.prefetch
+        if self._average_ms is not None and self._average_ms > 0:
+            count = max(1, min(count, int(PREFETCH_BUDGET_MS / self._average_ms)))
+        if self.max_tasks is not None:
+            count = min(count, self.max_tasks - self.processed)
+        return max(0, count)
 
     def _idle(self) -> None:
         timeout = max(0.01, min(IDLE_CHECK, self._next_check - time.monotonic()))
@@ -234,78 +332,115 @@ class Worker:
                 next_due = min(next_due, due_in)
         self._next_check = time.monotonic() + next_due
 
-    def _take(self) -> Job | None:
-        # task_finish with no task to finish only takes the next one. Finding nothing, a
-        # worker that will wait for a wake-up registers idle in the same call: producers
-        # push wake-ups only while a worker is registered.
+    def _exchange(self, done: Sequence[Done], take: int) -> list[Job]:
+        """One script call: finish the tasks in ``done`` (and log how each ended), take up
+        to ``take`` more. Finding nothing, a worker that will wait for a wake-up registers
+        idle in the same call: producers push wake-ups only while a worker is registered.
+        With tasks to finish, it keeps trying through a Redis outage (until they are
+        recorded, their leases would make them run again) for up to a lease."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
-        _, following = run_script(
+        args: list[Any] = [
+            self.id,
+            self._lease_ms,
+            result_ttl_ms(),
+            idle_ms,
+            "1" if self._idle_registered else "0",
+            take,
+            len(done),
+        ]
+        for item in done:
+            outcome = item.outcome
+            args += [
+                item.job.id,
+                item.job.queue_index,
+                outcome.kind,
+                outcome.error,
+                outcome.delay_ms,
+                outcome.value_json,
+                outcome.error_entry,
+                metric_labels(item.job.queue.name, outcome.task_name),
+                duration_bucket(item.took_ms / 1000),
+                round(item.took_ms * 1000),
+            ]
+        deadline = time.monotonic() + self.lease
+        failures = 0
+        while True:
+            try:
+                finished, taken = run_script(
+                    "task_finish", self.client, keys=self._script_keys, args=args
+                )
+                break
+            except REDIS_UNAVAILABLE as exc:
+                if not done or time.monotonic() > deadline:
+                    raise
+                logger.error("finishing %d task(s) failed (%s); retrying", len(done), exc)
+                time.sleep(RECONNECT_BACKOFF.compute(failures))
+                failures += 1
+        for item, held in zip(done, finished, strict=True):
+            if item.outcome.kind == "retry":  # look for it when due, not at the next check
+                due = time.monotonic() + item.outcome.delay_ms / 1000
+                self._next_check = min(self._next_check, due)
+            self._log(item.job, item.outcome, bool(held), item.took_ms)
+        jobs = [self._job(entry) for entry in taken]
+        if take:
+            self._idle_registered = not jobs and idle_ms > 0
+        return jobs
+
+    def _take(self, count: int = 1) -> Job | None:
+        """Take one task (or ``count``, returning the first; tests use it)."""
+        jobs = self._exchange([], count)
+        self._hold(jobs, [])
+        return jobs[0] if jobs else None
+
+    def _finish(self, job: Job, outcome: Outcome, took_ms: float = 0.0) -> int:
+        """Finish one task on its own; 1 when this worker still held it."""
+        (finished,), _ = run_script(
             "task_finish",
             self.client,
-            keys=self._take_only_keys,
+            keys=self._script_keys,
             args=[
-                "",
                 self.id,
-                "ack",
-                "",
-                0,
                 self._lease_ms,
-                "",
-                "",
                 result_ttl_ms(),
-                idle_ms,
-                "1" if self._idle_registered else "0",
-                "",  # nothing finished: nothing to count
                 0,
+                "0",
                 0,
+                1,
+                job.id,
+                job.queue_index,
+                outcome.kind,
+                outcome.error,
+                outcome.delay_ms,
+                outcome.value_json,
+                outcome.error_entry,
+                metric_labels(job.queue.name, outcome.task_name),
+                duration_bucket(took_ms / 1000),
+                round(took_ms * 1000),
             ],
         )
-        job = self._job(following)
-        self._idle_registered = job is None and idle_ms > 0
-        return job
+        return int(finished)
 
-    @staticmethod
-    def _finish_keys(queue: QueueKeys) -> list[str]:
-        """The task_finish script's keys for a task of ``queue`` (before the take pairs)."""
-        return [
-            queue.messages,
-            queue.owners,
-            queue.failures,
-            queue.errors,
-            queue.in_flight,
-            queue.delayed,
-            queue.dead,
-            queue.results,
-            queue.results_expiry,
-            queue.idle,
-            queue.metrics,
-        ]
-
-    def _job(self, result: Any) -> Job | None:
-        if not result:
-            return None
-        task_id, body, queue_index, failures, state = result
+    def _job(self, entry: Any) -> Job:
+        task_id, body, queue_index, failures, state = entry
         return Job(
             task_id.decode(),
             body,
             self.queues[int(queue_index) - 1],
             int(failures),
             state.decode(),
+            int(queue_index),
         )
 
     # -- one task --------------------------------------------------------------
-    def _process(self, job: Job) -> Job | None:
-        """Run ``job``, finish it, and return the next job (taken in the same round trip)."""
+    def _run_one(self, job: Job) -> Done:
+        """Run ``job`` and say how it ended (it is finished with the next exchange)."""
         started = time.perf_counter()
         outcome = self._execute(job)
         took_ms = (time.perf_counter() - started) * 1000
-        next_queues = [] if self._should_stop_after_this() else self._take_keys
-        finished, following = self._finish(job, outcome, next_queues, took_ms)
-        self.processed += 1
-        if outcome.kind == "retry":  # look for it when it is due, not at the next routine check
-            self._next_check = min(self._next_check, time.monotonic() + outcome.delay_ms / 1000)
-        self._log(job, outcome, bool(finished), took_ms)
-        return self._job(following)
+        # Recent average run time, for how many tasks to take at once.
+        average = self._average_ms
+        self._average_ms = took_ms if average is None else average * 0.8 + took_ms * 0.2
+        return Done(job, outcome, took_ms)
 
     @staticmethod
     def _log(job: Job, outcome: Outcome, finished: bool, took_ms: float) -> None:
@@ -343,11 +478,6 @@ class Worker:
         if outcome.error:
             logger.debug("task %s %s error:\n%s", job.id, name, outcome.error)
 
-    def _should_stop_after_this(self) -> bool:
-        if self.stopping.is_set():
-            return True
-        return self.max_tasks is not None and self.processed + 1 >= self.max_tasks
-
     def _execute(self, job: Job) -> Outcome:
         """Run the task and say how it ended."""
         message = decode_message(job.body)
@@ -378,7 +508,6 @@ class Worker:
         max_retries: int,
     ) -> Outcome:
         """Call a task function (awaiting an async one) and say how it ended."""
-        self._running = job
         close_old_connections()
         try:
             value = function(*args, **kwargs)
@@ -395,7 +524,6 @@ class Worker:
                 outcome.kind, outcome.delay_ms = "retry", int(backoff * 1000)
             return outcome
         finally:
-            self._running = None
             close_old_connections()
         try:
             return Outcome("ack", name, value_json=json.dumps(value, cls=DjangoJSONEncoder))
@@ -471,75 +599,56 @@ class Worker:
         finally:
             loop.close()
 
-    def _renew_running(self) -> None:
-        job = self._running
-        if job is not None and not self._renew(job):
-            logger.warning("task %s: lease lost while running (it will run again)", job.id)
+    def _renew_held(self) -> None:
+        for job in self._renew(self._held):
+            logger.warning("task %s: lease lost while held (it will run again)", job.id)
 
-    def _renew(self, job: Job, lease_ms: int | None = None, *, give_back: bool = False) -> bool:
-        return bool(
-            run_script(
+    def _renew(self, jobs: Sequence[Job]) -> list[Job]:
+        """Extend the leases of ``jobs`` (one call per queue); returns those no longer held."""
+        lost: list[Job] = []
+        for queue, queue_jobs in _by_queue(jobs):
+            held = run_script(
                 "task_renew",
                 self.client,
-                keys=[
-                    job.queue.owners,
-                    job.queue.in_flight,
-                    job.queue.results,
-                    job.queue.results_expiry,
-                ],
+                keys=[queue.owners, queue.in_flight, queue.results, queue.results_expiry],
                 args=[
-                    job.id,
                     self.id,
-                    lease_ms or self._lease_ms,
+                    self._lease_ms,
                     result_ttl_ms() + self._lease_ms,
-                    "1" if give_back else "0",
+                    *(job.id for job in queue_jobs),
                 ],
             )
-        )
+            lost += [job for job, flag in zip(queue_jobs, held, strict=True) if not flag]
+        return lost
 
-    def _finish(
-        self, job: Job, outcome: Outcome, next_queues: list[str], took_ms: float = 0.0
-    ) -> tuple[int, Any]:
-        keys = [*self._finish_keys(job.queue), *next_queues]
-        args = [
-            job.id,
-            self.id,
-            outcome.kind,
-            outcome.error,
-            outcome.delay_ms,
-            self._lease_ms,
-            outcome.value_json,
-            outcome.error_entry,
-            result_ttl_ms(),
-            0,  # finding nothing, the worker's next _take registers it idle
-            "0",
-            metric_labels(job.queue.name, outcome.task_name),
-            duration_bucket(took_ms / 1000),
-            round(took_ms * 1000),
-        ]
-        # Keep trying through a Redis outage: until it is recorded, the task's lease
-        # would make it run again.
-        deadline = time.monotonic() + self.lease
-        failures = 0
-        while True:
-            try:
-                finished, following = run_script("task_finish", self.client, keys=keys, args=args)
-                return int(finished), following
-            except REDIS_UNAVAILABLE as exc:
-                if time.monotonic() > deadline:
-                    raise
-                logger.error("finishing task %s failed (%s); retrying", job.id, exc)
-                time.sleep(RECONNECT_BACKOFF.compute(failures))
-                failures += 1
-
-    def _give_back(self, job: Job) -> None:
-        """A task taken but not run (we are stopping): end its lease now, so it goes back."""
+    def _give_back(self, jobs: Sequence[Job]) -> None:
+        """Tasks taken but not run (we are stopping, or they waited behind a long task):
+        back to the front of their queue at once, for any worker (one call per queue)."""
         try:
-            if self._renew(job, lease_ms=1, give_back=True):
-                time.sleep(0.002)
-                self._recover_if_due(force=True)
+            for queue, queue_jobs in _by_queue(jobs):
+                run_script(
+                    "task_give_back",
+                    self.client,
+                    keys=[
+                        queue.owners,
+                        queue.in_flight,
+                        queue.results,
+                        queue.ready,
+                        queue.queues,
+                        queue.messages,
+                        queue.wake,
+                        queue.idle,
+                    ],
+                    args=[
+                        self.id,
+                        queue.queue,
+                        GROUP_KEYS_MS,
+                        WAKE_TOKEN_MS,
+                        *(job.id for job in queue_jobs),
+                    ],
+                )
         except REDIS_UNAVAILABLE:
-            logger.warning("could not give back task %s; its lease will", job.id)
+            logger.warning("could not give back %d task(s); their leases will", len(jobs))
 
     # -- presence (for rcoord_status) -----------------------------------------------
     def _heartbeat(self) -> None:
@@ -572,6 +681,14 @@ class Worker:
                 pipe.execute()
         except REDIS_UNAVAILABLE:
             pass
+
+
+def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:
+    """``jobs`` by queue, each queue's in the order given."""
+    grouped: dict[str, tuple[QueueKeys, list[Job]]] = {}
+    for job in jobs:
+        grouped.setdefault(job.queue.name, (job.queue, []))[1].append(job)
+    return list(grouped.values())
 
 
 async def _as_coroutine(awaitable: Any) -> Any:

@@ -108,3 +108,19 @@ def exit_the_process() -> None:
 @task(queue="reports/pdf")
 def render_pdf(name: str) -> str:
     return f"{name}.pdf"
+
+
+@task(queue="default")
+def block_first_time(marker: str, seconds: float) -> None:
+    """Sleep ``seconds`` on the first run only (a run that a test kills), then record."""
+    client = get_client()
+    client.rpush("test:started", f"{marker}:{os.getpid()}")
+    if client.set(f"test:blocked:{marker}", 1, nx=True):
+        time.sleep(seconds)
+    client.rpush(RAN, marker)
+
+
+@task(queue="default")
+def sleep_then_record(marker: str, seconds: float) -> None:
+    time.sleep(seconds)
+    get_client().rpush(RAN, marker)

@@ -347,9 +347,9 @@ def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     other._recover_if_due(force=True)
     second = other._take()
     assert second is not None and second.id == job.id
-    finished, _ = slow._finish(job, Outcome("ack", "tests.tasks.record"), [])
+    finished = slow._finish(job, Outcome("ack", "tests.tasks.record"))
     assert finished == 0  # the lease was lost: the other worker owns the task now
-    finished, _ = other._finish(second, Outcome("ack", "tests.tasks.record"), [])
+    finished = other._finish(second, Outcome("ack", "tests.tasks.record"))
     assert finished == 1
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
@@ -432,7 +432,7 @@ def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None
     given_back = tasks.record.delay("given-back")
     keys = QueueKeys.of("default")
     stopping = Worker(["default"], lease=5)
-    stopping._give_back(stopping._take())
+    stopping._give_back([stopping._take()])
     assert get_client().hget(keys.failures, f"{given_back}:lost") is None
     assert get_client().zrange(keys.ready, 0, -1) == [given_back.encode()]
     dying = Worker(["default"], lease=0.05)
@@ -567,3 +567,93 @@ def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_cl
     assert run_script("task_enqueue", redis_client, keys=now.keys, args=now.args) in (1, 2)
     Worker(["default"], burst=True).run()
     assert redis_client.lrange(tasks.RAN, 0, -1) == [b"now"]
+
+
+# -- prefetch -----------------------------------------------------------------------
+def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
+    ids = [tasks.record.delay(f"b{n}") for n in range(10)]
+    worker = Worker(["default"], prefetch=4)
+    jobs = worker._exchange([], 4)
+    assert [job.id for job in jobs] == ids[:4]  # in queue order, all leased to it
+    assert queue_stats("default") == {"ready": 6, "in_flight": 4, "delayed": 0, "dead": 0}
+    assert {get_result(job.id).status for job in jobs} == {"RUNNING"}
+    done = [worker._run_one(job) for job in jobs]
+    following = worker._exchange(done, 4)  # one call: four finished, four more taken
+    assert [job.id for job in following] == ids[4:8]
+    assert [get_result(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
+    assert ran() == ["b0", "b1", "b2", "b3"]
+    worker._exchange([worker._run_one(job) for job in following], 0)
+    Worker(["default"], burst=True).run()
+    assert ran() == [f"b{n}" for n in range(10)]
+    assert {get_result(task_id).attempts for task_id in ids} == {1}
+
+
+def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
+    first = tasks.block_first_time.delay("first", 30)
+    rest = [tasks.record.delay(f"p{n}") for n in range(19)]
+    worker = start_worker(lease=1)
+    try:
+        wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
+        # It holds the whole batch: the task it runs and the 19 taken with it.
+        assert queue_stats("default")["in_flight"] == 20
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    time.sleep(1.2)  # the leases run out
+    Worker(["default"], burst=True).run()
+    assert sorted(ran()) == sorted(["first", *(f"p{n}" for n in range(19))])
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert get_result(first).attempts == 2
+    assert {get_result(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
+
+
+def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
+    first = tasks.block_first_time.delay("first", 1.5)
+    rest = [tasks.record.delay(f"p{n}") for n in range(9)]
+    worker = start_worker()  # a 60 s lease: only a give-back brings them back soon
+    wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
+    assert queue_stats("default")["in_flight"] == 10
+    worker.send_signal(signal.SIGTERM)
+    output = output_of(worker, 30)
+    assert worker.returncode == 0, output
+    assert ran() == ["first"]  # it finished what it had started, and nothing more
+    assert queue_stats("default") == {"ready": 9, "in_flight": 0, "delayed": 0, "dead": 0}
+    keys = QueueKeys.of("default")
+    assert get_client().zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in rest]
+    for task_id in rest:  # not a lost delivery, not an attempt
+        assert get_client().hget(keys.failures, f"{task_id}:lost") is None
+        record = get_result(task_id)
+        assert record.status == "READY" and record.attempts == 0 and record.started_at is None
+    assert get_result(first).status == "SUCCESSFUL"
+
+
+def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:
+    tasks.sleep_then_record.delay("long", 0.3)  # past the prefetch budget
+    for n in range(6):
+        tasks.sleep_then_record.delay(f"f{n}", 0.02)
+    first = Worker(["default"], burst=True)
+    first_thread = run_in_thread(first)
+    wait_until(lambda: queue_stats("default")["in_flight"] == 7)  # it took them all
+    other = Worker(["default"])
+    other_thread = run_in_thread(other)
+    first_thread.join(30)
+    wait_until(lambda: len(ran()) == 7)
+    other.stop()
+    other_thread.join(30)
+    assert sorted(ran()) == sorted(["long", *(f"f{n}" for n in range(6))])
+    assert other.processed >= 1  # given back when the long task ended, not kept
+    keys = QueueKeys.of("default")
+    assert not get_client().hkeys(keys.failures)  # no lost delivery counted
+
+
+def test_a_task_that_lost_a_worker_is_taken_alone() -> None:
+    keys = QueueKeys.of("default")
+    ids = [tasks.record.delay(f"l{n}") for n in range(5)]
+    get_client().hset(keys.failures, f"{ids[2]}:lost", 1)  # its last worker died
+    worker = Worker(["default"], prefetch=10)
+    assert [job.id for job in worker._exchange([], 10)] == ids[:2]  # stops before it
+    worker = Worker(["default"], prefetch=10)
+    assert [job.id for job in worker._exchange([], 10)] == [ids[2]]  # then it, alone
+    assert [job.id for job in worker._exchange([], 10)] == ids[3:]

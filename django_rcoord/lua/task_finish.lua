@@ -1,146 +1,284 @@
--- Finish a task this worker holds (acknowledge, retry later, or dead-letter it), and in the
--- same step take the next task, so that a busy worker needs one round trip per task. Both
--- steps keep the tasks' result records (status, times, worker ids, errors, return value).
--- With an empty task id, only take the next task.
+-- Finish the tasks a worker ran (acknowledge, retry later, or dead-letter each) and, in the
+-- same step, take its next tasks (up to a prefetch count), so that a busy worker needs one
+-- round trip per batch of tasks. Both steps keep the tasks' result records (status, times,
+-- worker ids, errors, return value) and the group's task metrics.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[4]  errors HASH (id -> last error)
--- KEYS[5]  in-flight ZSET of the finished task's queue   KEYS[6] its delayed ZSET
--- KEYS[7]  its dead LIST
--- KEYS[8]  results HASH of the group: <id> -> 'STATUS|started|last attempted|finished|workers'
+-- KEYS[5]  results HASH of the group: <id> -> 'STATUS|started|last attempted|finished|workers'
 --          (times in server ms, worker ids comma-separated), <id>:v -> return value JSON,
 --          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
--- KEYS[9]  results expiry ZSET (id -> when its finished record expires, ms)
--- KEYS[10] idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
--- KEYS[11] metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
+-- KEYS[6]  results expiry ZSET (id -> when its finished record expires, ms)
+-- KEYS[7]  idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
+-- KEYS[8]  metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
 --          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
 --          'm<US>queue<US>minute % 60' -> 'minute:finished' (the last hour, per minute)
 --          (<US> is the byte 0x1f)
--- KEYS[12..] pairs, in priority order, of the queues to take the next task from:
---          ready ZSET (highest priority first), in-flight ZSET (none: take nothing)
--- ARGV[1]  task id   ARGV[2] worker id   ARGV[3] outcome: 'ack' | 'retry' | 'dead'
--- ARGV[4]  error text (retry, dead)   ARGV[5] retry delay, ms (retry)   ARGV[6] lease, ms
--- ARGV[7]  return value JSON (ack)   ARGV[8] error entry JSON (retry, dead)
--- ARGV[9]  how long a finished result is kept, ms
--- ARGV[10] ms this worker waits for a wake-up when it finds nothing (it is registered idle
+-- KEYS[9..] four per queue the worker watches, in priority order: ready ZSET (highest
+--          priority first), in-flight ZSET, delayed ZSET, dead LIST
+-- ARGV[1]  worker id   ARGV[2] lease, ms   ARGV[3] how long a finished result is kept, ms
+-- ARGV[4]  ms this worker waits for a wake-up when it finds nothing (it is registered idle
 --          for that long, so that producers wake it; 0: do not register)
--- ARGV[11] '1' when this worker is registered idle (taking a task unregisters it)
--- ARGV[12] metric labels of the finished task: 'queue<US>task' ('' to count nothing)
--- ARGV[13] its run time's bucket (index in the worker's duration buckets)
--- ARGV[14] its run time, us
--- Returns  {finished, next} where finished is 1, or 0 when this worker no longer held the task
---          (its lease ran out and another worker has it: nothing about it is changed), and
---          next is {id, message, queue index, failures, record state} or 0 when no task was
---          taken.
+-- ARGV[5]  '1' when this worker is registered idle (taking a task unregisters it)
+-- ARGV[6]  how many tasks to take at most (0: none)
+-- ARGV[7]  how many finished tasks follow, then ten values for each: id, its queue's index
+--          (1-based, as in KEYS), outcome ('ack' | 'retry' | 'dead'), error text (retry,
+--          dead), retry delay ms (retry), return value JSON (ack), error entry JSON (retry,
+--          dead), metric labels 'queue<US>task', run time's duration bucket, run time us
+-- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
+--          longer held it (its lease ran out and another worker has it: nothing about it
+--          is changed); taken holds {id, message, queue index, failures, record state} per
+--          task taken. A task that lost a worker before (id:lost) is taken alone, so that a
+--          task killing its workers does not count against the tasks taken with it.
 --! include _records
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local id = ARGV[1]
-local finished = 0
-local result_ttl = tonumber(ARGV[9])
+local worker = ARGV[1]
+local lease = tonumber(ARGV[2])
+local result_ttl = tonumber(ARGV[3])
+local US = '\31'
 -- The records' keys live as long as the longest-lived record needs (running tasks renew it).
-local keep = result_ttl + tonumber(ARGV[6])
+local keep = result_ttl + lease
 
-if redis.call('HGET', KEYS[2], id) == ARGV[2] and redis.call('ZSCORE', KEYS[5], id) then
-    finished = 1
-    redis.call('ZREM', KEYS[5], id)
-    redis.call('HDEL', KEYS[2], id)
-    local state = load_state(KEYS[8], id)
-    if ARGV[3] == 'ack' then
-        state[1] = 'SUCCESSFUL'
-        state[4] = now
-        redis.call('HSET', KEYS[8], id .. ':v', ARGV[7])
-        local message = redis.call('HGET', KEYS[1], id)
-        if message then
-            redis.call('HSET', KEYS[8], id .. ':m', message)
+local finished = {}
+local count = tonumber(ARGV[7])
+local counted, per_minute = {}, {}
+if count > 0 then
+    -- Which of them this worker still holds: owned by it and in its queue's in-flight set.
+    local ids, by_queue = {}, {}
+    for task = 1, count do
+        local base = 7 + (task - 1) * 10
+        ids[task] = ARGV[base + 1]
+        local queue_index = tonumber(ARGV[base + 2])
+        by_queue[queue_index] = by_queue[queue_index] or {}
+        table.insert(by_queue[queue_index], task)
+    end
+    local owners = redis.call('HMGET', KEYS[2], unpack(ids))
+    local held = {}
+    for queue_index, tasks in pairs(by_queue) do
+        local queue_ids = {}
+        for _, task in ipairs(tasks) do
+            queue_ids[#queue_ids + 1] = ids[task]
         end
-        redis.call('HDEL', KEYS[1], id)
-        redis.call('HDEL', KEYS[3], id, id .. ':lost')
-        redis.call('HDEL', KEYS[4], id)
-        redis.call('ZADD', KEYS[9], now + result_ttl, id)
-    else
-        add_error(KEYS[8], id, ARGV[8])
-        redis.call('HINCRBY', KEYS[3], id, 1)
-        redis.call('HSET', KEYS[4], id, ARGV[4])
-        if ARGV[3] == 'retry' then
-            state[1] = 'READY'
-            redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), id)
-            keep = keep + tonumber(ARGV[5])
-        else
-            state[1] = 'FAILED'
-            state[4] = now
-            redis.call('RPUSH', KEYS[7], id)
-            redis.call('ZADD', KEYS[9], now + result_ttl, id)
+        local scores = redis.call('ZMSCORE', KEYS[8 + (queue_index - 1) * 4 + 2], unpack(queue_ids))
+        local gone = {}
+        for position, task in ipairs(tasks) do
+            if scores[position] and owners[task] == worker then
+                held[task] = true
+                gone[#gone + 1] = ids[task]
+            end
+        end
+        if #gone > 0 then
+            redis.call('ZREM', KEYS[8 + (queue_index - 1) * 4 + 2], unpack(gone))
         end
     end
-    save_state(KEYS[8], id, state)
+    local mine, states = {}, {}
+    for task = 1, count do
+        finished[task] = held[task] and 1 or 0
+        if held[task] then
+            mine[#mine + 1] = ids[task]
+        end
+    end
+    if #mine > 0 then
+        redis.call('HDEL', KEYS[2], unpack(mine))
+        local raw_states = redis.call('HMGET', KEYS[5], unpack(mine))
+        for position, id in ipairs(mine) do
+            states[id] = parse_state(raw_states[position])
+        end
+    end
+    local acked, acked_fields, record_fields, expiring = {}, {}, {}, {}
+    local errors, delayed, dead = {}, {}, {}
+    for task = 1, count do
+        if held[task] then
+            local base = 7 + (task - 1) * 10
+            local id, queue_index, outcome = ids[task], tonumber(ARGV[base + 2]), ARGV[base + 3]
+            local state = states[id]
+            if outcome == 'ack' then
+                state[1] = 'SUCCESSFUL'
+                state[4] = now
+                acked[#acked + 1] = id
+                acked_fields[#acked_fields + 1] = id
+                acked_fields[#acked_fields + 1] = id .. ':lost'
+                record_fields[#record_fields + 1] = id .. ':v'
+                record_fields[#record_fields + 1] = ARGV[base + 6]
+                expiring[#expiring + 1] = now + result_ttl
+                expiring[#expiring + 1] = id
+            else
+                add_error(KEYS[5], id, ARGV[base + 7])
+                redis.call('HINCRBY', KEYS[3], id, 1)
+                errors[#errors + 1] = id
+                errors[#errors + 1] = ARGV[base + 4]
+                if outcome == 'retry' then
+                    state[1] = 'READY'
+                    local delay = tonumber(ARGV[base + 5])
+                    delayed[queue_index] = delayed[queue_index] or {}
+                    table.insert(delayed[queue_index], now + delay)
+                    table.insert(delayed[queue_index], id)
+                    keep = math.max(keep, result_ttl + lease + delay)
+                else
+                    state[1] = 'FAILED'
+                    state[4] = now
+                    dead[queue_index] = dead[queue_index] or {}
+                    table.insert(dead[queue_index], id)
+                    expiring[#expiring + 1] = now + result_ttl
+                    expiring[#expiring + 1] = id
+                end
+            end
+            record_fields[#record_fields + 1] = id
+            record_fields[#record_fields + 1] = table.concat(state, '|')
+            -- Metrics, summed per field over the batch (one command per distinct field).
+            local labels = ARGV[base + 8]
+            if labels ~= '' then
+                local runs = 'n' .. US .. labels .. US .. outcome .. US .. ARGV[base + 9]
+                local spent = 's' .. US .. labels .. US .. outcome
+                counted[runs] = (counted[runs] or 0) + 1
+                counted[spent] = (counted[spent] or 0) + tonumber(ARGV[base + 10])
+                local queue = string.match(labels, '^[^\31]*')
+                per_minute[queue] = (per_minute[queue] or 0) + 1
+            end
+        end
+    end
+    if #acked > 0 then
+        -- A finished task's message moves into its record.
+        local messages = redis.call('HMGET', KEYS[1], unpack(acked))
+        for position, id in ipairs(acked) do
+            if messages[position] then
+                record_fields[#record_fields + 1] = id .. ':m'
+                record_fields[#record_fields + 1] = messages[position]
+            end
+        end
+        redis.call('HDEL', KEYS[1], unpack(acked))
+        redis.call('HDEL', KEYS[3], unpack(acked_fields))
+        redis.call('HDEL', KEYS[4], unpack(acked))
+    end
+    if #record_fields > 0 then
+        redis.call('HSET', KEYS[5], unpack(record_fields))
+    end
+    if #expiring > 0 then
+        redis.call('ZADD', KEYS[6], unpack(expiring))
+    end
+    if #errors > 0 then
+        redis.call('HSET', KEYS[4], unpack(errors))
+    end
+    for queue_index, members in pairs(delayed) do
+        redis.call('ZADD', KEYS[8 + (queue_index - 1) * 4 + 3], unpack(members))
+    end
+    for queue_index, members in pairs(dead) do
+        redis.call('RPUSH', KEYS[8 + (queue_index - 1) * 4 + 4], unpack(members))
+    end
+end
+if count > 0 then
     -- Finished records expire a while later; drop a few that have.
-    local expired = redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, 16)
+    local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 16)
     for _, old in ipairs(expired) do
-        redis.call('HDEL', KEYS[8], old, old .. ':v', old .. ':e', old .. ':m')
+        redis.call('HDEL', KEYS[5], old, old .. ':v', old .. ':e', old .. ':m')
     end
     if #expired > 0 then
-        redis.call('ZREM', KEYS[9], unpack(expired))
+        redis.call('ZREM', KEYS[6], unpack(expired))
     end
-    if ARGV[12] ~= '' then
-        local US = '\31'
-        local labels = ARGV[12] .. US .. ARGV[3]
-        redis.call('HINCRBY', KEYS[11], 'n' .. US .. labels .. US .. ARGV[13], 1)
-        redis.call('HINCRBY', KEYS[11], 's' .. US .. labels, ARGV[14])
-        -- Finished per minute: a ring of 60 fields per queue, each 'minute:count'.
-        local minute = math.floor(now / 60000)
-        local queue = string.match(ARGV[12], '^[^\31]*')
+    for field, amount in pairs(counted) do
+        redis.call('HINCRBY', KEYS[8], field, amount)
+    end
+    -- Finished per minute: a ring of 60 fields per queue, each 'minute:count'.
+    local minute = math.floor(now / 60000)
+    for queue, amount in pairs(per_minute) do
         local slot = 'm' .. US .. queue .. US .. (minute % 60)
-        local seen = redis.call('HGET', KEYS[11], slot)
-        local at, count = string.match(seen or '', '^(%d+):(%d+)$')
+        local at, seen = string.match(redis.call('HGET', KEYS[8], slot) or '', '^(%d+):(%d+)$')
         if tonumber(at) == minute then
-            redis.call('HSET', KEYS[11], slot, minute .. ':' .. (tonumber(count) + 1))
+            redis.call('HSET', KEYS[8], slot, minute .. ':' .. (tonumber(seen) + amount))
         else
-            redis.call('HSET', KEYS[11], slot, minute .. ':1')
-            redis.call('PEXPIRE', KEYS[11], keep + 30 * 24 * 3600 * 1000)
+            redis.call('HSET', KEYS[8], slot, minute .. ':' .. amount)
+            -- As long as the group's other keys (GROUP_KEYS_MS) past its last task.
+            redis.call('PEXPIRE', KEYS[8], keep + 30 * 24 * 3600 * 1000)
         end
     end
 end
 
-local taken = 0
-for index = 12, #KEYS, 2 do
-    local popped = redis.call('ZPOPMIN', KEYS[index])
-    while popped[1] do
-        local next_id = popped[1]
-        local message = redis.call('HGET', KEYS[1], next_id)
-        if message then
-            redis.call('ZADD', KEYS[index + 1], now + tonumber(ARGV[6]), next_id)
-            redis.call('HSET', KEYS[2], next_id, ARGV[2])
-            local failures = tonumber(redis.call('HGET', KEYS[3], next_id) or '0')
-            local state = load_state(KEYS[8], next_id)
-            state[1] = 'RUNNING'
-            if state[2] == '' then
-                state[2] = now
-            end
-            state[3] = now
-            state[5] = state[5] == '' and ARGV[2] or state[5] .. ',' .. ARGV[2]
-            save_state(KEYS[8], next_id, state)
-            taken = {next_id, message, (index - 10) / 2, failures, table.concat(state, '|')}
-            break
-        end
-        -- An id whose message is gone was acknowledged already (a duplicate): skip it.
-        popped = redis.call('ZPOPMIN', KEYS[index])
-    end
-    if taken ~= 0 then
+local taken = {}
+local wanted = tonumber(ARGV[6])
+local queues = (#KEYS - 8) / 4
+for queue_index = 1, queues do
+    if #taken >= wanted then
         break
+    end
+    local ready_key = 8 + (queue_index - 1) * 4 + 1
+    local popped = redis.call('ZPOPMIN', KEYS[ready_key], wanted - #taken)
+    local ids, scores = {}, {}
+    for index = 1, #popped, 2 do
+        ids[#ids + 1] = popped[index]
+        scores[#scores + 1] = popped[index + 1]
+    end
+    if #ids > 0 then
+        local fields = {}
+        for index = 1, #ids do
+            fields[#fields + 1] = ids[index]
+            fields[#fields + 1] = ids[index] .. ':lost'
+        end
+        local messages = redis.call('HMGET', KEYS[1], unpack(ids))
+        local failures = redis.call('HMGET', KEYS[3], unpack(fields))
+        local raw_states = redis.call('HMGET', KEYS[5], unpack(ids))
+        local leases, owners, records, put_back = {}, {}, {}, {}
+        for index = 1, #ids do
+            local id = ids[index]
+            local lost = tonumber(failures[index * 2] or '0') > 0
+            if lost and #taken > 0 then
+                -- Taken alone: it goes back, with the tasks after it, for a later call.
+                for rest = index, #ids do
+                    put_back[#put_back + 1] = scores[rest]
+                    put_back[#put_back + 1] = ids[rest]
+                end
+                break
+            end
+            -- An id whose message is gone was acknowledged already (a duplicate): skip it.
+            if messages[index] then
+                leases[#leases + 1] = now + lease
+                leases[#leases + 1] = id
+                owners[#owners + 1] = id
+                owners[#owners + 1] = worker
+                local state = parse_state(raw_states[index])
+                state[1] = 'RUNNING'
+                if state[2] == '' then
+                    state[2] = now
+                end
+                state[3] = now
+                state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
+                local raw = table.concat(state, '|')
+                records[#records + 1] = id
+                records[#records + 1] = raw
+                taken[#taken + 1] = {
+                    id, messages[index], queue_index, tonumber(failures[index * 2 - 1] or '0'), raw
+                }
+                if lost then
+                    for rest = index + 1, #ids do
+                        put_back[#put_back + 1] = scores[rest]
+                        put_back[#put_back + 1] = ids[rest]
+                    end
+                    wanted = #taken
+                    break
+                end
+            end
+        end
+        if #leases > 0 then
+            redis.call('ZADD', KEYS[ready_key + 1], unpack(leases))
+            redis.call('HSET', KEYS[2], unpack(owners))
+            redis.call('HSET', KEYS[5], unpack(records))
+        end
+        if #put_back > 0 then
+            redis.call('ZADD', KEYS[ready_key], unpack(put_back))
+        end
     end
 end
 -- Producers push a wake-up only while some worker is registered idle.
-local idle_ms = tonumber(ARGV[10])
-if taken == 0 and idle_ms > 0 and #KEYS > 11 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now)
-    redis.call('ZADD', KEYS[10], now + idle_ms, ARGV[2])
-    redis.call('PEXPIRE', KEYS[10], idle_ms + 60000)
-elseif taken ~= 0 and ARGV[11] == '1' then
-    redis.call('ZREM', KEYS[10], ARGV[2])
+local idle_ms = tonumber(ARGV[4])
+if #taken == 0 and idle_ms > 0 and wanted > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now)
+    redis.call('ZADD', KEYS[7], now + idle_ms, worker)
+    redis.call('PEXPIRE', KEYS[7], idle_ms + 60000)
+elseif #taken > 0 and ARGV[5] == '1' then
+    redis.call('ZREM', KEYS[7], worker)
 end
-if finished == 1 or taken ~= 0 then
-    for key_index = 8, 9 do
+if count > 0 or #taken > 0 then
+    for key_index = 5, 6 do
         if redis.call('PTTL', KEYS[key_index]) < keep then
             redis.call('PEXPIRE', KEYS[key_index], keep)
         end

@@ -1,0 +1,57 @@
+-- Give back tasks a worker took but will not run (it is stopping, or they waited behind a
+-- long task): they go back to the front of their priority in their queue at once, in the
+-- order given, not counted as lost deliveries, their records READY again without this
+-- worker's attempt; an idle worker is woken for them.
+-- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue   KEYS[3] results HASH
+-- KEYS[4]  ready ZSET of their queue   KEYS[5] queues HASH of the group (queue counters)
+-- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
+-- ARGV[1]  worker id   ARGV[2] queue name   ARGV[3] how long the group's list of queues
+--          outlives its last task, ms   ARGV[4] wake-up token lifetime, ms
+-- ARGV[5..] task ids
+-- Returns  how many were given back (the others this worker no longer held).
+--! include _ready
+--! include _records
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ids = {}
+for index = 5, #ARGV do
+    ids[#ids + 1] = ARGV[index]
+end
+local owners = redis.call('HMGET', KEYS[1], unpack(ids))
+local leases = redis.call('ZMSCORE', KEYS[2], unpack(ids))
+local mine = {}
+for index, id in ipairs(ids) do
+    if owners[index] == ARGV[1] and leases[index] then
+        mine[#mine + 1] = id
+    end
+end
+if #mine == 0 then
+    return 0
+end
+redis.call('ZREM', KEYS[2], unpack(mine))
+redis.call('HDEL', KEYS[1], unpack(mine))
+local states = redis.call('HMGET', KEYS[3], unpack(mine))
+local records = {}
+for index, id in ipairs(mine) do
+    if states[index] then
+        local state = parse_state(states[index])
+        state[1] = 'READY'
+        -- Drop the last worker id (this worker's), and the start if it was the only one.
+        state[5] = string.match(state[5], '^(.*),[^,]*$') or ''
+        if state[5] == '' then
+            state[2], state[3] = '', ''
+        end
+        records[#records + 1] = id
+        records[#records + 1] = table.concat(state, '|')
+    end
+end
+if #records > 0 then
+    redis.call('HSET', KEYS[3], unpack(records))
+end
+ready_add(KEYS[4], KEYS[5], ARGV[2], tonumber(ARGV[3]), mine, priorities_of(KEYS[6], mine), true)
+if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then
+    redis.call('RPUSH', KEYS[7], 1)
+    redis.call('LTRIM', KEYS[7], -64, -1)
+    redis.call('PEXPIRE', KEYS[7], ARGV[4])
+end
+return #mine

@@ -11,6 +11,9 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.queue_keys import QueueKeys, new_task_id
 
+#: One encoder for every message (it keeps no state between calls).
+_ENCODER = DjangoJSONEncoder(separators=(",", ":"))
+
 
 def encode_message(
     task_name: str,
@@ -18,9 +21,12 @@ def encode_message(
     args: Sequence[Any],
     kwargs: dict[str, Any],
     extra: dict[str, Any] | None = None,
+    *,
+    group: str | None = None,
 ) -> tuple[str, str]:
-    """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry."""
-    task_id = new_task_id(QueueKeys.of(queue).group)
+    """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry.
+    ``group``: the queue's group, when the caller knows it already."""
+    task_id = new_task_id(group or QueueKeys.of(queue).group)
     body = {
         "id": task_id,
         "task": task_name,
@@ -31,7 +37,7 @@ def encode_message(
         **(extra or {}),
     }
     try:
-        return task_id, json.dumps(body, cls=DjangoJSONEncoder, separators=(",", ":"))
+        return task_id, _ENCODER.encode(body)
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"Arguments of task {task_name!r} must be JSON-serializable "

@@ -32,21 +32,38 @@ def _enqueue_call(
     when: tuple[int, int],
     extra: dict[str, Any] | None = None,
     priority: int = 0,
-) -> tuple[str, list[str], list[Any]]:
-    """(task id, KEYS, ARGV) of the task_enqueue script for a new message; ``when`` is
-    (delay ms, due time ms since the epoch or 0), see ``_when``; ``priority`` -100..100
-    (higher runs first within the queue)."""
+    *,
+    full: bool = False,
+) -> tuple[str, QueueKeys, list[Any], list[Any]]:
+    """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message;
+    ``when`` is (delay ms, due time ms since the epoch or 0), see ``_when``; ``priority``
+    -100..100 (higher runs first within the queue). A task queued now gets the script's
+    short form (fewer arguments to send), unless ``full`` (the shape of ``enqueue_task``,
+    for a project's own script)."""
     keys = QueueKeys.of(queue)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
         extra = {**(extra or {}), "priority": priority}
-    task_id, body = encode_message(task_name, queue, args, kwargs, extra)
+    task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
     delay_ms, due_at_ms = when
+    if not (full or delay_ms or due_at_ms):
+        return (
+            task_id,
+            keys,
+            keys.enqueue_now_keys,
+            [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
+        )
     return (
         task_id,
+        keys,
         [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule, keys.idle],
         [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority],
     )
+
+
+# Constant arguments of every enqueue, encoded once.
+_WAKE_TOKEN_MS = str(WAKE_TOKEN_MS).encode()
+_GROUP_KEYS_MS = str(GROUP_KEYS_MS).encode()
 
 
 def check_priority(priority: Any) -> int:
@@ -102,11 +119,12 @@ def _enqueue(
     extra: dict[str, Any] | None = None,
     priority: int = 0,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
-    group = QueueKeys.of(queue).group
-    register_group(client, group)
+    task_id, queue_keys, keys, argv = _enqueue_call(
+        task_name, queue, args, kwargs, when, extra, priority
+    )
+    register_group(client, queue_keys.group)
     if run_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
-        register_group(client, group, force=True)
+        register_group(client, queue_keys.group, force=True)
     return task_id
 
 
@@ -120,12 +138,13 @@ async def _aenqueue(
     extra: dict[str, Any] | None = None,
     priority: int = 0,
 ) -> str:
-    task_id, keys, argv = _enqueue_call(task_name, queue, args, kwargs, when, extra, priority)
+    task_id, queue_keys, keys, argv = _enqueue_call(
+        task_name, queue, args, kwargs, when, extra, priority
+    )
     client = await aresolve_client(client)
-    group = QueueKeys.of(queue).group
-    await aregister_group(client, group)
+    await aregister_group(client, queue_keys.group)
     if await arun_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
-        await aregister_group(client, group, force=True)
+        await aregister_group(client, queue_keys.group, force=True)
     return task_id
 
 
@@ -210,10 +229,9 @@ def enqueue_in_script(
         raise ValueError("enqueue_in_script needs queue= for a task given by name")
     else:
         name, priority = target, 0
-    task_id, keys, argv = _enqueue_call(
-        name, queue, args, kwargs, _when(delay, eta), None, priority
+    task_id, queue_keys, keys, argv = _enqueue_call(
+        name, queue, args, kwargs, _when(delay, eta), None, priority, full=True
     )
-    queue_keys = QueueKeys.of(queue)
     register_group(resolve_client(client), queue_keys.group)
     return ScriptedEnqueue(
         task_id, queue_keys.group, KeySpace("queue", queue_keys.group).hash_tag, keys, argv
@@ -252,7 +270,7 @@ def enqueue_many(
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
             for index, name, target_queue, args, kwargs, priority in entries:
-                ids[index], keys, argv = _enqueue_call(
+                ids[index], _, keys, argv = _enqueue_call(
                     name, target_queue, args, kwargs, (0, 0), None, priority
                 )
                 run_script("task_enqueue", pipe, keys=keys, args=argv)

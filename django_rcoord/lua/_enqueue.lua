@@ -14,16 +14,19 @@
 -- then records the group in the registry pollers read).
 local function enqueue_task(messages, ready, delayed, queues, wake, schedule, idle, id, body,
                             queue, delay_ms, wake_ms, keep_ms, due_at_ms, priority)
-    local time = redis.call('TIME')
-    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
     local delay = tonumber(delay_ms)
-    if tonumber(due_at_ms) > 0 then
-        delay = tonumber(due_at_ms) - now
+    local now = 0
+    if delay > 0 or tonumber(due_at_ms) > 0 then
+        local time = redis.call('TIME')
+        now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        if tonumber(due_at_ms) > 0 then
+            delay = tonumber(due_at_ms) - now
+        end
     end
     local keep = math.max(delay, 0) + tonumber(keep_ms)
     if delay <= 0 then
         local created = enqueue_now(messages, ready, queues, wake, idle, queue, keep, id, body,
-            tonumber(priority), now, wake_ms)
+            tonumber(priority), wake_ms)
         return created and 2 or 1
     end
     redis.call('HSET', messages, id, body)

@@ -55,13 +55,15 @@ end
 
 -- Store message `body` of task `id` and queue it now on queue `queue` (keys as in
 -- ready_add; `messages` the group's HASH of messages), then wake a worker if one is
--- registered idle in the ZSET `idle` (its wake-ups in the LIST `wake`, kept `wake_ms`).
+-- registered idle in the ZSET `idle` (its wake-ups in the LIST `wake`, kept `wake_ms`). A
+-- worker leaves `idle` when it takes a task; a registration of a worker that died lingers
+-- until another worker registers or the ZSET expires, costing a needless wake-up at most.
 -- Returns true when the group's `queues` HASH was created by this call.
 local function enqueue_now(messages, ready, queues, wake, idle, queue, keep_ms, id, body,
-                           priority, now, wake_ms)
+                           priority, wake_ms)
     redis.call('HSET', messages, id, body)
     local created = ready_add(ready, queues, queue, keep_ms, {id}, {priority}, false)
-    if #redis.call('ZRANGEBYSCORE', idle, now, '+inf', 'LIMIT', 0, 1) > 0 then
+    if redis.call('EXISTS', idle) == 1 then
         redis.call('RPUSH', wake, 1)
         redis.call('LTRIM', wake, -64, -1)
         redis.call('PEXPIRE', wake, wake_ms)

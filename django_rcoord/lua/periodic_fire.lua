@@ -33,5 +33,5 @@ redis.call('LPUSH', KEYS[7], now - tick)
 redis.call('LTRIM', KEYS[7], 0, tonumber(ARGV[10]) - 1)
 redis.call('PEXPIRE', KEYS[7], ARGV[9])
 enqueue_now(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[6], tonumber(ARGV[9]), ARGV[4],
-    ARGV[5], tonumber(ARGV[7]), now, ARGV[8])
+    ARGV[5], tonumber(ARGV[7]), ARGV[8])
 return 1

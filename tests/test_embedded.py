@@ -4,6 +4,8 @@ import multiprocessing
 import os
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,24 @@ def test_rcoord_redis_command_needs_a_directory() -> None:
 
     with pytest.raises(CommandError, match="EMBEDDED_REDIS_DIR"):
         call_command("rcoord_redis", "status")
+
+
+def test_the_package_imports_without_fcntl(tmp_path: Path) -> None:
+    # Settings and tests import it everywhere; only starting a server needs POSIX.
+    code = (
+        "import sys\n"
+        "sys.modules['fcntl'] = None  # as on a platform without it: importing it fails\n"
+        "from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis, free_port\n"
+        f"print(EmbeddedRedis({str(tmp_path)!r}, port=free_port()).url)\n"
+        "try:\n"
+        f"    EmbeddedRedis({str(tmp_path)!r}).start()\n"
+        "except ImportError:\n"
+        "    print('start needs fcntl')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    url, needs = result.stdout.splitlines()
+    assert url.startswith("redis://127.0.0.1:")
+    assert needs == "start needs fcntl"

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
@@ -161,14 +162,29 @@ class EmbeddedRedis:
             return None
 
     def is_running(self) -> bool:
-        """True when a server answers PING at this address."""
+        """True when this data directory's server answers at this address."""
+        answering = self._answering()
+        return answering is not None and self._is_this_server(answering)
+
+    def _answering(self) -> dict[str, Any] | None:
+        """``INFO server`` of whatever answers at this address ({} when it refuses to say),
+        or None when nothing does."""
         client = self._client_without_retries(timeout=1)
         try:
-            return bool(client.ping())
+            return client.info("server")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
-            return False
+            return None
+        except redis.ResponseError:  # e.g. NOAUTH: a server, and not one of ours
+            return {}
         finally:
             client.close()
+
+    def _is_this_server(self, info: dict[str, Any]) -> bool:
+        # Another redis-server may listen on the same port: ours runs from our redis.conf.
+        config_file = info.get("config_file") or ""
+        return bool(config_file) and os.path.realpath(config_file) == os.path.realpath(
+            self.config_path
+        )
 
     # -- lifecycle ---------------------------------------------------------
     @contextmanager
@@ -203,10 +219,30 @@ class EmbeddedRedis:
         return header + "".join(f"{name} {value}\n" for name, value in lines.items())
 
     def start(self, timeout: float = 15.0) -> EmbeddedRedis:
-        """Start the server, or reuse it when it already answers. Returns self."""
+        """Start the server, or reuse it when it already answers. Returns self.
+
+        Raises ``EmbeddedRedisError`` when another server listens at this address, or
+        when this data directory's server runs at another address (one data directory,
+        one server).
+        """
         with self._start_lock():
-            if self.is_running():
-                return self
+            answering = self._answering()
+            if answering is not None:
+                if self._is_this_server(answering):
+                    return self
+                raise EmbeddedRedisError(
+                    f"Another redis-server (pid {answering.get('process_id', '?')}) listens "
+                    f"at {self.url}, not the one of {self.data_dir}"
+                    + ("; choose another port." if self.port is not None else ".")
+                )
+            previous_port = started_port(self.data_dir)
+            if previous_port != self.port:
+                previous = EmbeddedRedis(self.data_dir, port=previous_port)
+                if previous.is_running():
+                    raise EmbeddedRedisError(
+                        f"The redis-server of {self.data_dir} runs at {previous.url}; stop it "
+                        f"before starting it at {self.url}."
+                    )
             version = server_version(self.executable)
             if version[:2] < MINIMUM_VERSION:
                 raise EmbeddedRedisError(
@@ -295,6 +331,20 @@ class EmbeddedRedis:
 
     def __repr__(self) -> str:
         return f"EmbeddedRedis({str(self.data_dir)!r}, port={self.port!r})"
+
+
+def started_port(data_dir: str | os.PathLike[str]) -> int | None:
+    """The TCP port of the server last started in ``data_dir`` (read from the redis.conf
+    written at that start); None for a unix socket, or when none was started there."""
+    try:
+        lines = (Path(data_dir).expanduser() / "redis.conf").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(" ")
+        if name == "port" and value.strip().isdigit():
+            return int(value) or None
+    return None
 
 
 def _process_alive(pid: int) -> bool:

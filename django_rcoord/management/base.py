@@ -33,11 +33,15 @@ def stop_on_signals(
     signal ends the process at once with status 1 (a worker's lease brings its task back).
     The previous handlers are put back when the block ends."""
     event = threading.Event() if stop is None else stop
+    received = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        if event.is_set() and second_signal_exits:
+        received.append(signum)
+        if len(received) > 1 and second_signal_exits:
             os._exit(1)
-        event.set()
+        # Not event.set() here: the handler runs in the main thread, which may be inside
+        # event.wait() holding the event's lock (a deadlock); another thread sets it.
+        threading.Thread(target=event.set, name="stop-on-signal").start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -388,6 +388,6 @@ def _waiters_table(bench: Bench, before_dir: Path | None, waiters: int) -> Table
 
 
 if __name__ == "__main__":
-    from benchmarks.common import run_benchmark
+    from benchmarks.runner import run_benchmark
 
     run_benchmark("asgi", __doc__.split("\n")[0])

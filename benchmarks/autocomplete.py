@@ -30,8 +30,8 @@ from benchmarks.common import (
     ScenarioResult,
     Table,
     percentile,
-    run_benchmark,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "autocomplete"
 GUILD = "bench"

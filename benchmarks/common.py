@@ -3,7 +3,6 @@ results (tables of rows with per-repeat values) and the worker processes' start 
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -452,20 +451,3 @@ def stop_workers(children: Sequence[subprocess.Popen]) -> None:
             child.wait(10)
         except subprocess.TimeoutExpired:
             child.kill()
-
-
-# -- one scenario on its own -----------------------------------------------------------------
-
-
-def run_benchmark(name: str, description: str) -> None:
-    """``python -m benchmarks.<name>``: the same as ``python -m benchmarks --only <name>``."""
-    from benchmarks.__main__ import main
-
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int)
-    options = parser.parse_args()
-    argv = ["--only", name] + (["--quick"] if options.quick else [])
-    if options.repeats:
-        argv += ["--repeats", str(options.repeats)]
-    main(argv)

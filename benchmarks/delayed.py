@@ -27,8 +27,8 @@ from benchmarks.common import (
     measure_runs,
     percentile,
     pings,
-    run_benchmark,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "delayed"
 

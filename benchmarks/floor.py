@@ -10,7 +10,8 @@ own speed.
 
 from __future__ import annotations
 
-from benchmarks.common import Bench, Measurement, ScenarioResult, Table, measure, run_benchmark
+from benchmarks.common import Bench, Measurement, ScenarioResult, Table, measure
+from benchmarks.runner import run_benchmark
 
 NAME = "floor"
 PIPELINE = 100

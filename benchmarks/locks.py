@@ -33,10 +33,10 @@ from benchmarks.common import (
     pings,
     read_result,
     report,
-    run_benchmark,
     spawn_workers,
     stop_workers,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "locks"
 PROCESSES = 4

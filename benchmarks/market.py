@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import Bench, Measurement, ScenarioResult, Table, run_benchmark
+from benchmarks.common import Bench, Measurement, ScenarioResult, Table
+from benchmarks.runner import run_benchmark
 
 NAME = "market"
 ROOT = Path(__file__).resolve().parent.parent

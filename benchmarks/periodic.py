@@ -27,10 +27,10 @@ from benchmarks.common import (
     percentile,
     read_result,
     report,
-    run_benchmark,
     spawn_workers,
     stop_workers,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "periodic"
 POLLERS = 3

@@ -26,10 +26,10 @@ from benchmarks.common import (
     missing,
     read_result,
     report,
-    run_benchmark,
     spawn_workers,
     stop_workers,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "queues"
 

@@ -18,8 +18,8 @@ from benchmarks.common import (
     measure_side_by_side,
     missing,
     ping_operation,
-    run_benchmark,
 )
+from benchmarks.runner import run_benchmark
 
 NAME = "semaphores"
 

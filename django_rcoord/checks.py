@@ -315,7 +315,7 @@ AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 
 
 def _check_concurrency_limits(raw: object) -> list[CheckMessage]:
-    from django_rcoord.middleware import rule_problems
+    from django_rcoord.concurrency_rules import rule_problems
 
     hints = {
         "rcoord.E008": "CONCURRENCY_LIMITS is a list of dicts, each with a unique 'name'; "

@@ -11,133 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
+from django_rcoord.concurrency_rules import ConcurrencyRule, load_rules
 from django_rcoord.conf import conf
 from django_rcoord.connection import NO_REDIS
-from django_rcoord.exceptions import InvalidName
-from django_rcoord.identity import aget_user, client_ip, get_user, requester
+from django_rcoord.identity import aget_user, get_user
 from django_rcoord.responses import error_response, unavailable
 from django_rcoord.semaphores import PermitKeeper, Semaphore
-from django_rcoord.validation import is_number, is_positive_int
 from django_rcoord.waiting import spawn
 
 logger = logging.getLogger(__name__)
 
-RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "fail_open"}
-SCOPES = ("global", "user", "ip")
-
 _keeper = PermitKeeper()
-
-
-@dataclass(frozen=True)
-class ConcurrencyRule:
-    name: str
-    path: re.Pattern[str] | None
-    url_names: frozenset[str]
-    limit: int
-    timeout: float
-    wait: float
-    scope: str
-    fail_open: bool
-
-    def covers(self, request: HttpRequest, view_names: Sequence[str]) -> bool:
-        if self.path is not None and self.path.search(request.path_info):
-            return True
-        return any(name in self.url_names for name in view_names)
-
-    def semaphore_for(self, request: HttpRequest, user: Any = None) -> Semaphore:
-        """The rule's semaphore for ``request``; ``user`` is its user for a "user" rule."""
-        if self.scope == "global":
-            name = self.name
-        elif self.scope == "user":  # anonymous users by IP
-            name = f"{self.name}:{requester(request, user)}"
-        else:
-            name = f"{self.name}:ip:{client_ip(request)}"
-        return Semaphore(name, self.limit, timeout=self.timeout)
-
-
-def rule_problems(raw: object) -> list[tuple[str, str]]:
-    """(check id, message) for each problem of a CONCURRENCY_LIMITS value; [] when valid."""
-    if not isinstance(raw, (list, tuple)):
-        return [
-            ("rcoord.E008", f"CONCURRENCY_LIMITS must be a list of dicts, not {type(raw).__name__}")
-        ]
-    problems: list[tuple[str, str]] = []
-    names: set[str] = set()
-    for index, rule in enumerate(raw):
-        where = f"CONCURRENCY_LIMITS[{index}]"
-        if not isinstance(rule, dict):
-            problems.append(("rcoord.E008", f"{where} must be a dict, not {type(rule).__name__}"))
-            continue
-        unknown = sorted(set(rule) - RULE_KEYS)
-        if unknown:
-            problems.append(("rcoord.E008", f"{where} has unknown keys {unknown}"))
-        name = rule.get("name")
-        if not isinstance(name, str) or not name:
-            problems.append(("rcoord.E008", f"{where} needs a 'name' (a non-empty str)"))
-        elif name in names:
-            problems.append(("rcoord.E008", f"{where}: the name {name!r} is used twice"))
-        else:
-            names.add(name)
-            try:
-                Semaphore(name, 1)
-            except InvalidName as exc:
-                problems.append(("rcoord.E008", f"{where}: the name is not usable: {exc}"))
-        path, url_names = rule.get("path"), rule.get("url_names")
-        if path is None and url_names is None:
-            problems.append(("rcoord.E009", f"{where} needs 'path' (a regex) or 'url_names'"))
-        if path is not None:
-            try:
-                re.compile(path)
-            except (re.error, TypeError) as exc:
-                problems.append(("rcoord.E009", f"{where}: 'path' is not a valid regex: {exc}"))
-        if url_names is not None and (
-            not isinstance(url_names, (list, tuple))
-            or not all(isinstance(item, str) and item for item in url_names)
-        ):
-            problems.append(("rcoord.E009", f"{where}: 'url_names' must be a list of URL names"))
-        limit = rule.get("limit")
-        if not is_positive_int(limit):
-            problems.append(("rcoord.E010", f"{where}: 'limit' must be a positive int"))
-        if not is_number(rule.get("timeout")) or not rule["timeout"] > 0:
-            problems.append(("rcoord.E010", f"{where}: 'timeout' must be a positive number"))
-        if not is_number(rule.get("wait", 0)) or rule.get("wait", 0) < 0:
-            problems.append(("rcoord.E010", f"{where}: 'wait' must be a number >= 0"))
-        if rule.get("scope", "global") not in SCOPES:
-            problems.append(("rcoord.E010", f"{where}: 'scope' must be one of {SCOPES}"))
-        if not isinstance(rule.get("fail_open", True), bool):
-            problems.append(("rcoord.E010", f"{where}: 'fail_open' must be True or False"))
-    return problems
-
-
-def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:
-    """Compile CONCURRENCY_LIMITS (already validated by the system checks)."""
-    from django.core.exceptions import ImproperlyConfigured
-
-    problems = rule_problems(raw)
-    if problems:
-        raise ImproperlyConfigured("; ".join(f"{message} ({id_})" for id_, message in problems))
-    return tuple(
-        ConcurrencyRule(
-            name=rule["name"],
-            path=re.compile(rule["path"]) if rule.get("path") is not None else None,
-            url_names=frozenset(rule.get("url_names") or ()),
-            limit=rule["limit"],
-            timeout=float(rule["timeout"]),
-            wait=float(rule.get("wait", 0)),
-            scope=rule.get("scope", "global"),
-            fail_open=rule.get("fail_open", True),
-        )
-        for rule in raw
-    )
 
 
 class ConcurrencyLimitMiddleware:

@@ -1,10 +1,10 @@
 """Settings of the example project: a small site that uses every part of django-rcoord.
 
 Redis: ``REDIS_URL`` from the environment when set; otherwise the embedded
-redis-server in ``.rcoord/redis`` (started on demand, shared by every process
-of the project, stopped by ``manage.py rcoord_redis stop``). With
-``REDIS_CLUSTER_URL`` (any node of a Redis Cluster) every part runs on the
-cluster instead.
+redis-server in ``.rcoord/redis``, started by the first process that connects to
+it (``rundemo`` starts it and stops it at exit; ``manage.py rcoord_redis
+start|stop|status`` otherwise). With ``REDIS_CLUSTER_URL`` (any node of a Redis
+Cluster) every part runs on the cluster instead.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.embedded import embedded_cache
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Database, embedded Redis data and sent mail; EXAMPLE_STATE_DIR moves them (the tests do).
@@ -75,22 +75,22 @@ DATABASES = {
 REDIS_URL = os.environ.get("REDIS_URL")
 REDIS_CLUSTER_URL = os.environ.get("REDIS_CLUSTER_URL")
 EMBEDDED_REDIS_DIR = None if REDIS_URL or REDIS_CLUSTER_URL else STATE_DIR / "redis"
-if EMBEDDED_REDIS_DIR is not None:
-    # Only the address is computed here; example_project.apps starts the server.
-    REDIS_URL = EmbeddedRedis(EMBEDDED_REDIS_DIR).url
 
-CACHES = {
-    "default": {
-        "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "example",
+if EMBEDDED_REDIS_DIR is not None:
+    # Nothing starts here: the first process that connects to it does.
+    CACHES = {"default": {**embedded_cache(EMBEDDED_REDIS_DIR), "KEY_PREFIX": "example"}}
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "example",
+        }
     }
-}
 
 RCOORD = {
     "CONNECTION": "default",
     "KEY_PREFIX": "rcoord",
-    "EMBEDDED_REDIS_DIR": EMBEDDED_REDIS_DIR,
     "CONCURRENCY_LIMITS": [
         {"name": "slow-report", "url_names": ["slow-report"], "limit": 2, "timeout": 10},
     ],

@@ -1,15 +1,29 @@
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
+from django.core.cache import caches
 from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
 
-from django_rcoord.embedded import EmbeddedRedis, find_executable, server_version
+from django_rcoord.embedded import (
+    EmbeddedRedis,
+    embedded_cache,
+    find_executable,
+    free_port,
+    server_version,
+)
+from django_rcoord.embedded.server import started_port
 from django_rcoord.exceptions import EmbeddedRedisError
 
 
@@ -130,7 +144,111 @@ def test_rcoord_redis_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_rcoord_redis_command_needs_a_directory() -> None:
-    from django.core.management.base import CommandError
-
     with pytest.raises(CommandError, match="EMBEDDED_REDIS_DIR"):
         call_command("rcoord_redis", "status")
+
+
+def test_the_package_imports_without_fcntl(tmp_path: Path) -> None:
+    # Settings and tests import it everywhere; only starting a server needs POSIX.
+    code = (
+        "import sys\n"
+        "sys.modules['fcntl'] = None  # as on a platform without it: importing it fails\n"
+        "from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis, free_port\n"
+        f"print(EmbeddedRedis({str(tmp_path)!r}, port=free_port()).url)\n"
+        "try:\n"
+        f"    EmbeddedRedis({str(tmp_path)!r}).start()\n"
+        "except ImportError:\n"
+        "    print('start needs fcntl')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    url, needs = result.stdout.splitlines()
+    assert url.startswith("redis://127.0.0.1:")
+    assert needs == "start needs fcntl"
+
+
+def test_another_server_on_the_port_is_neither_reused_nor_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    other = EmbeddedRedis(tmp_path / "other", port=port).start()
+    try:
+        mine = EmbeddedRedis(tmp_path / "mine", port=port)
+        assert not mine.is_running()
+        with pytest.raises(EmbeddedRedisError, match="Another redis-server .* listens at"):
+            mine.start()
+        assert mine.stop() is False
+        assert other.is_running() and other.client().ping()
+    finally:
+        other.stop()
+
+
+def test_one_data_directory_runs_one_server(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    assert started_port(data_dir) is None
+    on_socket = EmbeddedRedis(data_dir).start()
+    try:
+        assert started_port(data_dir) is None
+        elsewhere = EmbeddedRedis(data_dir, port=free_port())
+        with pytest.raises(EmbeddedRedisError, match="stop it before starting it at"):
+            elsewhere.start()
+        assert not elsewhere.is_running()
+    finally:
+        on_socket.stop()
+    port = free_port()
+    on_port = EmbeddedRedis(data_dir, port=port).start()
+    try:
+        assert started_port(data_dir) == port
+    finally:
+        on_port.stop()
+
+
+def test_embedded_cache_starts_its_server_on_first_connection(tmp_path: Path) -> None:
+    data_dir = tmp_path / "dev"
+    server = EmbeddedRedis(data_dir)
+    entry = embedded_cache(data_dir)
+    assert entry["BACKEND"] == "django_redis.cache.RedisCache"
+    assert entry["LOCATION"] == server.url
+    port = free_port()
+    assert embedded_cache(data_dir, port=port)["LOCATION"] == f"redis://127.0.0.1:{port}/0"
+    try:
+        with override_settings(CACHES={**settings.CACHES, "dev": entry}):
+            cache = caches["dev"]
+            assert not server.is_running()  # configuring the cache connects nothing
+            cache.set("greeting", "hello")
+            assert server.is_running()
+            assert cache.get("greeting") == "hello"
+            assert server.client().keys("*greeting") == [b":1:greeting"]
+    finally:
+        server.stop()
+
+
+def test_rcoord_redis_on_a_port_and_what_to_put_in_caches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "cmd"
+    port = free_port()
+    with pytest.raises(CommandError, match="--port"):
+        call_command("rcoord_redis", "start", "--dir", str(data_dir), "--port", "0")
+    call_command("rcoord_redis", "start", "--dir", str(data_dir), "--port", str(port))
+    out = capsys.readouterr().out
+    url = f"redis://127.0.0.1:{port}/0"
+    assert out.startswith(f"redis-server started at {url} (pid ")
+    line = f"embedded_cache({json.dumps(str(data_dir.resolve()))}, port={port})"
+    assert f'CACHES = {{"default": {line}}}' in out
+    try:
+        # Without --port, status looks where the server last started.
+        call_command("rcoord_redis", "status", "--dir", str(data_dir))
+        assert f" running at {url} " in capsys.readouterr().out
+        # The server CACHES names needs no --dir.
+        with override_settings(
+            CACHES={**settings.CACHES, "default": embedded_cache(data_dir, port=port)}
+        ):
+            call_command("rcoord_redis", "start")
+            out = capsys.readouterr().out
+            assert out.startswith(f"redis-server already running at {url} ")
+            assert 'CACHES["default"] uses it.' in out
+            call_command("rcoord_redis", "stop")
+            assert capsys.readouterr().out == f"redis-server at {url} stopped\n"
+    finally:
+        EmbeddedRedis(data_dir, port=port).stop()

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from django_rcoord.embedded import free_port
+from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
 from tests import cluster
+from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,6 +61,43 @@ def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:
             time.sleep(0.2)
 
 
+def processes_of(state_dir: Path) -> set[int]:
+    """Pids of the processes started for the example project in ``state_dir``: those whose
+    environment holds its EXAMPLE_STATE_DIR, and the embedded redis-server (whose process
+    title, the path of its socket there, overwrites its environment)."""
+    marker = f"EXAMPLE_STATE_DIR={state_dir}".encode()
+    found = set()
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (process / "environ").read_bytes().split(b"\0")
+            title = (process / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if marker in environ or (b"redis-server" in title and os.fsencode(state_dir) in title):
+            found.add(int(process.name))
+    return found
+
+
+def start_rundemo(env: dict[str, str], port: int) -> subprocess.Popen[str]:
+    # In a session of its own, like a command run in a terminal: Ctrl-C is a SIGINT to
+    # its process group.
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "rundemo", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def press_ctrl_c(demo: subprocess.Popen[str]) -> str:
+    os.killpg(demo.pid, signal.SIGINT)
+    output, _ = demo.communicate(timeout=60)
+    return output
+
+
 def http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:
@@ -79,14 +117,7 @@ def test_check_is_clean_with_redis_url(tmp_path: Path, redis_url: str) -> None:
 def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> None:
     env = example_env(tmp_path)
     port = free_port()
-    demo = subprocess.Popen(
-        [sys.executable, "manage.py", "rundemo", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    demo = start_rundemo(env, port)
     try:
         status, page = wait_for_page(f"http://127.0.0.1:{port}/")
         assert status == 200
@@ -101,12 +132,17 @@ def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> N
                 pool.map(lambda _: http_status(f"http://127.0.0.1:{port}/slow-report/"), range(3))
             )
         assert statuses == [200, 200, 503]
+        redis_pid = int((tmp_path / "redis" / "redis.pid").read_text())
+        running = processes_of(tmp_path)
+        # rundemo, the web server, the worker, the poller and the redis-server it started
+        assert {demo.pid, redis_pid} <= running and len(running) == 5, running
     finally:
-        demo.send_signal(signal.SIGINT)
-        output, _ = demo.communicate(timeout=30)
-        stopped = manage("rcoord_redis", "stop", env=env)
+        output = press_ctrl_c(demo)
+        manage("rcoord_redis", "stop", env=env)  # only if the test failed before Ctrl-C
     assert demo.returncode == 0, output
-    assert "stopped" in stopped.stdout, stopped.stderr
+    assert "Stopped redis-server at unix://" in output, output
+    assert not _process_alive(redis_pid)
+    assert processes_of(tmp_path) == set()  # Ctrl-C stopped everything
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
 
@@ -165,3 +201,55 @@ def test_the_home_page_links_the_dashboard_for_the_demo_operator(client) -> None
     assert client.get("/example/rcoord/dashboard/").status_code == 403  # not staff
     assert client.login(username="operator", password="rcoord-demo")
     assert client.get("/example/rcoord/dashboard/").status_code == 200
+
+
+def test_rundemo_leaves_running_a_redis_it_did_not_start(tmp_path: Path) -> None:
+    env = example_env(tmp_path)
+    started = manage("rcoord_redis", "start", env=env)
+    server = EmbeddedRedis(tmp_path / "redis")
+    redis_pid = server.pid()
+    port = free_port()
+    demo = start_rundemo(env, port)
+    try:
+        assert started.returncode == 0, started.stderr
+        assert wait_for_page(f"http://127.0.0.1:{port}/")[0] == 200
+        output = press_ctrl_c(demo)
+        assert demo.returncode == 0, output
+        assert "was running before rundemo and still is" in output, output
+        assert "rcoord_redis stop" in output
+        assert server.is_running() and server.pid() == redis_pid
+        assert processes_of(tmp_path) == {redis_pid}
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        manage("rcoord_redis", "stop", env=env)
+    assert processes_of(tmp_path) == set()
+
+
+def test_only_commands_that_use_redis_start_it(tmp_path: Path) -> None:
+    env = example_env(tmp_path)
+    try:
+        status = manage("rcoord_redis", "status", env=env)
+        assert status.returncode == 3, status.stderr
+        assert status.stdout == (
+            f"redis-server at unix://{tmp_path}/redis/redis.sock?db=0 is not running\n"
+        )
+        checked = manage("check", env=env)
+        assert checked.returncode == 0, checked.stderr
+        assert processes_of(tmp_path) == set()
+        assert not (tmp_path / "redis" / "redis.pid").exists()
+        used = manage(
+            "shell",
+            "-c",
+            "from django_rcoord.connection import get_client; print(get_client().ping())",
+            env=env,
+        )
+        assert used.stdout.splitlines()[-1] == "True", used.stderr
+        redis_pid = int((tmp_path / "redis" / "redis.pid").read_text())
+        assert processes_of(tmp_path) == {redis_pid}  # started by the shell, still running
+        status = manage("rcoord_redis", "status", env=env)
+        assert status.returncode == 0 and f"(pid {redis_pid})" in status.stdout
+    finally:
+        stopped = manage("rcoord_redis", "stop", env=env)
+    assert "stopped" in stopped.stdout, stopped.stderr
+    wait_until(lambda: processes_of(tmp_path) == set(), timeout=10)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.delayed import DueTaskPromoter
-from django_rcoord.management.commands.run_email_worker import configure_logging
+from django_rcoord.management.base import configure_logging, stop_on_signals
 
 
 class Command(BaseCommand):
@@ -43,11 +41,5 @@ class Command(BaseCommand):
             self.stdout.write(f"promoted {promoted} task(s)")
             return
 
-        def on_signal(signum: int, frame: Any) -> None:
-            if stop.is_set():
-                os._exit(1)
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        promoter.run()
+        with stop_on_signals(stop):
+            promoter.run()

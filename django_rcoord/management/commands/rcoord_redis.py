@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.conf import conf
-from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.embedded.caches import configured_server
+from django_rcoord.embedded.server import EmbeddedRedis, started_port
 from django_rcoord.exceptions import EmbeddedRedisError
 
 
 class Command(BaseCommand):
     help = (
-        "Start, stop or report the embedded redis-server whose data directory is "
-        "RCOORD['EMBEDDED_REDIS_DIR'] (or --dir)."
+        "Start, stop or report the embedded redis-server of this project: the one in --dir, "
+        "else in RCOORD['EMBEDDED_REDIS_DIR'], else the one CACHES uses through "
+        "django_rcoord.embedded.embedded_cache(). Only start starts it."
     )
     requires_system_checks: list[str] = []
 
@@ -23,22 +28,41 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dir",
             dest="data_dir",
-            help="Data directory of the server (default: RCOORD['EMBEDDED_REDIS_DIR']).",
+            help="Data directory of the server (default: RCOORD['EMBEDDED_REDIS_DIR'], else "
+            "the directory given to embedded_cache() in CACHES).",
+        )
+        parser.add_argument(
+            "--port",
+            type=int,
+            help="Listen on 127.0.0.1:PORT instead of a unix socket in the data directory. "
+            "Default: start uses the port given to embedded_cache() in CACHES, stop and "
+            "status the address the server last started at.",
         )
 
-    def handle(self, *args: Any, action: str, data_dir: str | None, **options: Any) -> None:
-        data_dir = data_dir or conf.EMBEDDED_REDIS_DIR
-        if not data_dir:
+    def handle(
+        self, *args: Any, action: str, data_dir: str | None, port: int | None, **options: Any
+    ) -> None:
+        if port is not None and not 0 < port < 65536:
+            raise CommandError(f"--port must be from 1 to 65535, not {port}")
+        server = configured_server(data_dir, port)
+        if server is None:
             raise CommandError(
-                "No embedded Redis is configured: set RCOORD['EMBEDDED_REDIS_DIR'] or pass --dir."
+                "No embedded Redis is configured: put embedded_cache(<directory>) in CACHES "
+                "(from django_rcoord.embedded), set RCOORD['EMBEDDED_REDIS_DIR'], or pass --dir."
             )
-        server = EmbeddedRedis(data_dir)
+        if action != "start" and port is None and server.config_path.exists():
+            # Stop and report the server where it last started, whatever the settings say now.
+            server = EmbeddedRedis(server.data_dir, port=started_port(server.data_dir))
         try:
             if action == "start":
                 was_running = server.is_running()
                 server.start()
                 verb = "already running" if was_running else "started"
-                self.stdout.write(f"redis-server {verb} at {server.url} (pid {server.pid()})")
+                self.stdout.write(
+                    f"redis-server {verb} at {server.url} (pid {server.pid()}), "
+                    f"data in {server.data_dir}"
+                )
+                self.stdout.write(self.settings_for(server))
             elif action == "stop":
                 if server.stop():
                     self.stdout.write(f"redis-server at {server.url} stopped")
@@ -55,3 +79,20 @@ class Command(BaseCommand):
                 raise SystemExit(3)
         except EmbeddedRedisError as exc:
             raise CommandError(str(exc)) from exc
+
+    def settings_for(self, server: EmbeddedRedis) -> str:
+        """What to put in CACHES to use ``server``, unless the settings already do."""
+        alias = conf.CONNECTION
+        if getattr(settings, "CACHES", {}).get(alias, {}).get("LOCATION") == server.url:
+            return f'CACHES["{alias}"] uses it.'
+        spelled = json.dumps(str(server.data_dir))
+        base_dir = getattr(settings, "BASE_DIR", None)
+        if base_dir is not None and server.data_dir.is_relative_to(Path(base_dir).resolve()):
+            relative = server.data_dir.relative_to(Path(base_dir).resolve())
+            spelled = f"BASE_DIR / {json.dumps(str(relative))}"
+        port = "" if server.port is None else f", port={server.port}"
+        return (
+            "To use it, in your development settings:\n"
+            "    from django_rcoord.embedded import embedded_cache\n\n"
+            f'    CACHES = {{"{alias}": embedded_cache({spelled}{port})}}'
+        )

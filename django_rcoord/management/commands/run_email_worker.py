@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.conf import conf
+from django_rcoord.management.base import configure_logging, stop_on_signals
 from django_rcoord.worker import Worker
-
-VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
 class Command(BaseCommand):
@@ -56,32 +52,16 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
 
-        def on_signal(signum: int, frame: Any) -> None:
-            if stop.is_set():
-                os._exit(1)  # second signal: leave now; leases bring the tasks back
-            stop.set()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
-        if concurrency == 1:
-            workers[0].run()
-            return
-        threads = [
-            threading.Thread(target=worker.run, name=f"worker-{i}")
-            for i, worker in enumerate(workers)
-        ]
-        for thread in threads:
-            thread.start()
-        while any(thread.is_alive() for thread in threads):
+        with stop_on_signals(stop):
+            if concurrency == 1:
+                workers[0].run()
+                return
+            threads = [
+                threading.Thread(target=worker.run, name=f"worker-{i}")
+                for i, worker in enumerate(workers)
+            ]
             for thread in threads:
-                thread.join(0.2)
-
-
-def configure_logging(verbosity: int) -> None:
-    """Map --verbosity to django_rcoord's log level; log to stderr if nothing else does."""
-    logger = logging.getLogger("django_rcoord")
-    logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
+                thread.start()
+            while any(thread.is_alive() for thread in threads):
+                for thread in threads:
+                    thread.join(0.2)

@@ -1,16 +1,17 @@
 """``manage.py rundemo``: the whole example project in one terminal, stopped by Ctrl-C.
 
-It migrates the SQLite database, then runs the web server, a worker (the
-sold-item e-mails and the market's relisting tasks) and the delayed-task
-poller as child processes sharing the same Redis. When one of them exits, or
-on Ctrl-C / SIGTERM, all are stopped.
+It starts the embedded Redis (unless ``REDIS_URL`` names one), migrates the SQLite
+database, then runs the web server, a worker (the sold-item e-mails and the market's
+relisting tasks) and the delayed-task poller as child processes sharing that Redis.
+When one of them exits, or on Ctrl-C / SIGTERM, all are stopped, and so is the embedded
+Redis if rundemo started it (one already running is left running, and said so).
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
+
+from django_rcoord.embedded.caches import configured_server
+from django_rcoord.management.base import stop_on_signals
 
 
 class Command(BaseCommand):
@@ -30,6 +34,30 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
         Path(settings.STATE_DIR).mkdir(exist_ok=True)
+        # Ctrl-C and SIGTERM set `stop` from here on, so that every path below ends
+        # through the clean-up, which stops what rundemo started.
+        with stop_on_signals(second_signal_exits=False) as stop:
+            server = configured_server()
+            started_here = server is not None and not server.is_running()
+            if server is not None:
+                server.start()
+            try:
+                exit_code = self.run_site(addrport, stop)
+            finally:
+                if started_here:
+                    server.stop()
+                    self.stdout.write(f"Stopped redis-server at {server.url}")
+                elif server is not None:
+                    self.stdout.write(
+                        f"redis-server at {server.url} was running before rundemo and still "
+                        "is; `python manage.py rcoord_redis stop` stops it."
+                    )
+        if exit_code:
+            raise SystemExit(exit_code)
+
+    def run_site(self, addrport: str, stop: threading.Event) -> int:
+        """Run the site's processes until ``stop`` is set or one of them exits; its exit
+        status, or 0."""
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo", verbosity=0)
         call_command("seed_guild", verbosity=0)
@@ -39,29 +67,26 @@ class Command(BaseCommand):
             "worker": [*manage, "run_email_worker", "--queues", "email", "market"],
             "poller": [*manage, "poll_delayed"],
         }
-        children = {name: subprocess.Popen(command) for name, command in commands.items()}
+        if stop.is_set():
+            return 0
+        exit_code = 0
+        # Each child in a session of its own: Ctrl-C reaches rundemo alone, which then asks
+        # each child once to stop (a second signal would make a worker drop its task).
+        children = {
+            name: subprocess.Popen(command, start_new_session=True)
+            for name, command in commands.items()
+        }
         self.stdout.write(
             f"Running {', '.join(children)} on http://{addrport}/ (Ctrl-C stops everything)"
         )
-
-        stopping = False
-
-        def request_stop(signum: int, frame: Any) -> None:
-            nonlocal stopping
-            stopping = True
-
-        previous = {
-            sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        exit_code = 0
         try:
-            while not stopping:
-                for name, child in children.items():
-                    if child.poll() is not None:
-                        self.stderr.write(f"{name} exited with {child.returncode}; stopping")
-                        exit_code = child.returncode or 1
-                        stopping = True
-                        break
+            while not stop.is_set():
+                exited = [name for name, child in children.items() if child.poll() is not None]
+                if exited:
+                    name = exited[0]
+                    self.stderr.write(f"{name} exited with {children[name].returncode}; stopping")
+                    exit_code = children[name].returncode or 1
+                    break
                 time.sleep(0.2)
         finally:
             for child in children.values():
@@ -73,7 +98,4 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     child.kill()
                     child.wait()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        if exit_code:
-            raise SystemExit(exit_code)
+        return exit_code

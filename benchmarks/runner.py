@@ -1,0 +1,116 @@
+"""Run the benchmark suite against one embedded Redis on loopback.
+
+    python -m benchmarks [--quick] [--only floor,locks,...] [--repeats R]
+    python -m benchmarks.<scenario> [--quick] [--repeats R]
+
+Every scenario prints its tables, writes benchmarks/results/<scenario>.json and
+draws benchmarks/results/<scenario>.png. ``--quick`` is a short run (smaller
+counts and sizes, said in each JSON file); the full run is what the README shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import time
+
+from benchmarks import report
+from benchmarks.common import (
+    Bench,
+    bench_redis,
+    configure_django,
+    describe_machine,
+    machine,
+    print_table,
+    redis_version,
+    stop_redis,
+)
+
+SCENARIOS = (
+    "floor",
+    "locks",
+    "semaphores",
+    "autocomplete",
+    "queues",
+    "tasks",
+    "delayed",
+    "periodic",
+    "market",
+    "asgi",
+)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (under 3 minutes)")
+    parser.add_argument(
+        "--only",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated scenarios, of: {', '.join(SCENARIOS)}",
+    )
+    parser.add_argument("--repeats", type=int, help="repeats per row (at least 3)")
+    parser.add_argument("--no-save", action="store_true", help="print only")
+    options = parser.parse_args(argv)
+    names = [name.strip() for name in options.only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {SCENARIOS}")
+
+    # SIGTERM (a `timeout`, a CI runner, kill) and SIGHUP end the run like Ctrl-C does:
+    # through the finally below, which stops the redis-server and the worker processes.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+    server = bench_redis()
+    try:
+        server.start()
+        configure_django(server.url)
+        from django_rcoord.connection import get_client
+
+        client = get_client()
+        bench = Bench(client, server.url, options.quick, options.repeats)
+        mode = "quick" if options.quick else "full"
+        print(f"{bench.started:%Y-%m-%d %H:%M}, {mode} run: {describe_machine(client)}")
+        header = {
+            "date": bench.started.isoformat(timespec="seconds"),
+            "redis_version": redis_version(client),
+            "machine": machine(),
+            "mode": mode,
+        }
+        for name in names:
+            module = importlib.import_module(f"benchmarks.{name}")
+            client.flushdb()
+            started = time.perf_counter()
+            result = module.run(bench)
+            seconds = time.perf_counter() - started
+            print(f"\n== {result.title} ({seconds:.0f} s)")
+            for table in result.tables:
+                print_table(table)
+            if not options.no_save:
+                report.save_json(result, {**header, "seconds": round(seconds, 1)})
+                report.save_chart(result)
+            sys.stdout.flush()
+    finally:
+        stop_redis(server)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+# -- one scenario on its own -----------------------------------------------------------------
+
+
+def run_benchmark(name: str, description: str) -> None:
+    """``python -m benchmarks.<name>``: the same as ``python -m benchmarks --only <name>``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int)
+    options = parser.parse_args()
+    argv = ["--only", name] + (["--quick"] if options.quick else [])
+    if options.repeats:
+        argv += ["--repeats", str(options.repeats)]
+    main(argv)

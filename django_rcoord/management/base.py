@@ -1,0 +1,51 @@
+"""What the long-running management commands share: logging at the verbosity asked for, and
+stopping on SIGINT (Ctrl-C) or SIGTERM between units of work."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+def configure_logging(verbosity: int) -> None:
+    """Map --verbosity to django_rcoord's log level; log to stderr if nothing else does."""
+    logger = logging.getLogger("django_rcoord")
+    logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+
+
+@contextmanager
+def stop_on_signals(
+    stop: threading.Event | None = None, *, second_signal_exits: bool = True
+) -> Iterator[threading.Event]:
+    """Within the block, SIGINT and SIGTERM set ``stop`` (a new event unless one is given),
+    which the command checks between units of work. With ``second_signal_exits``, a second
+    signal ends the process at once with status 1 (a worker's lease brings its task back).
+    The previous handlers are put back when the block ends."""
+    event = threading.Event() if stop is None else stop
+    received = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) > 1 and second_signal_exits:
+            os._exit(1)
+        # Not event.set() here: the handler runs in the main thread, which may be inside
+        # event.wait() holding the event's lock (a deadlock); another thread sets it.
+        threading.Thread(target=event.set, name="stop-on-signal").start()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield event
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,272 @@
+"""Every module of django_rcoord and benchmarks imports, and no two of them import each other.
+
+The import graph is read from the source with ``ast``. An edge A -> B stands for an
+``import B`` or ``from B import name`` anywhere in A: at module level, and also inside a
+function or class body. A deferred import still ties the two modules together (it only
+moves the failure to the first call), and a deferred import of a ``__main__`` module runs
+that module a second time under ``python -m``. Imports under ``if TYPE_CHECKING:`` are left
+out: they never run. ``from package import name`` is an edge to ``package.name`` when that
+is a module, else to ``package``; ``import a.b.c`` is an edge to ``a.b.c`` alone (a
+package's ``__init__`` importing its own submodules is not a cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("django_rcoord", "benchmarks")
+
+#: Cycles in modules that other work owns, each an exact strongly connected set of
+#: modules. The operations read side: queue_admin reads metrics at import, metrics'
+#: Prometheus collector calls queue_admin.overview, which reads periodic's schedules, and
+#: periodic resolves targets through task_backend, which reads results from queue_admin.
+#: A listed cycle that is gone or changed fails the test, so this list only shrinks.
+KNOWN_CYCLES = {
+    frozenset(
+        {
+            "django_rcoord.metrics",
+            "django_rcoord.periodic",
+            "django_rcoord.queue_admin",
+            "django_rcoord.task_backend",
+        }
+    ),
+}
+
+
+def module_files(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of ``packages`` under ``root``."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``tree``, at any depth, except under ``if TYPE_CHECKING:``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            pending.extend(node.orelse)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target = alias.name
+                    while target and target not in modules:
+                        target = target.rpartition(".")[0]  # import a.b.c where c is a name
+                    if target:
+                        edges.add(target)
+                continue
+            if node.level:
+                base_parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*base_parts, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    edges.add(f"{base}.{alias.name}")
+                elif base in modules:
+                    edges.add(base)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def a_path_around(graph: dict[str, set[str]], component: frozenset[str]) -> str:
+    """One concrete cycle through ``component``, e.g. ``a -> b -> a``, for the message."""
+    start = min(component)
+    paths = {start: [start]}
+    pending = [start]
+    while pending:
+        module = pending.pop(0)
+        for target in sorted(graph[module] & component):
+            if target == start:
+                return " -> ".join([*paths[module], start])
+            if target not in paths:
+                paths[target] = [*paths[module], target]
+                pending.append(target)
+    raise AssertionError(f"no cycle through {sorted(component)}")
+
+
+def describe(graph: dict[str, set[str]], components: list[frozenset[str]]) -> str:
+    return "\n".join(
+        f"{sorted(component)}, e.g. {a_path_around(graph, component)}" for component in components
+    )
+
+
+# -- the project --------------------------------------------------------------------------
+def test_no_import_cycles() -> None:
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    new = [component for component in cycles(graph) if component not in KNOWN_CYCLES]
+    assert not new, "import cycles:\n" + describe(graph, new)
+
+
+def test_known_cycles_are_still_there() -> None:
+    found = set(cycles(import_graph(module_files(ROOT, PACKAGES))))
+    gone = [sorted(component) for component in KNOWN_CYCLES if component not in found]
+    assert not gone, f"no longer a cycle, remove from KNOWN_CYCLES: {gone}"
+
+
+def test_nothing_imports_a_main_module() -> None:
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    importers = {
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if target.rpartition(".")[2] == "__main__"
+    }
+    assert not importers  # under python -m, the importer would run it a second time
+
+
+def test_commands_share_helpers_not_each_other() -> None:
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    prefix = "django_rcoord.management.commands."
+    between = {
+        (module, target)
+        for module, targets in graph.items()
+        if module.startswith(prefix)
+        for target in targets
+        if target.startswith(prefix)
+    }
+    assert not between  # shared helpers live in django_rcoord.management.base
+    assert "django_rcoord.management.base" in graph[prefix + "run_email_worker"]
+    assert "django_rcoord.management.base" in graph[prefix + "poll_delayed"]
+
+
+def test_the_checks_read_rules_without_the_middleware() -> None:
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    assert "django_rcoord.middleware" not in graph["django_rcoord.checks"]
+    assert "django_rcoord.concurrency_rules" in graph["django_rcoord.checks"]
+    assert "django_rcoord.concurrency_rules" in graph["django_rcoord.middleware"]
+
+
+#: How each package sets Django up before its modules are imported: the test settings, and
+#: the benchmarks' own configuration (no server is reached at import).
+DJANGO_SETUP = {
+    "django_rcoord": "import django; django.setup()",
+    "benchmarks": "from benchmarks.common import configure_django; "
+    "configure_django('redis://127.0.0.1:1/0')",
+}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_imports_in_a_fresh_interpreter(package: str) -> None:
+    names = sorted(module_files(ROOT, (package,)))
+    code = (
+        f"import importlib, sys\n{DJANGO_SETUP[package]}\n"
+        "for name in sys.argv[1:]:\n"
+        "    importlib.import_module(name)\n"
+        "print('imported', len(sys.argv) - 1)\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    if package != "django_rcoord":
+        del env["DJANGO_SETTINGS_MODULE"]
+    result = subprocess.run(
+        [sys.executable, "-c", code, *names],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"imported {len(names)}"
+
+
+# -- the detector itself ------------------------------------------------------------------
+def write_package(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_detector_finds_module_level_and_deferred_cycles(tmp_path: Path) -> None:
+    write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import thing\n",
+            "pkg/a.py": "from . import b\nthing = 1\n",
+            "pkg/b.py": "import pkg.a.thing\n",
+            "pkg/c.py": "def later():\n    from pkg.sub import d\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/d.py": "class D:\n    def m(self):\n        from ..c import later\n",
+            "pkg/e.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pkg.f\n",
+            "pkg/f.py": "import pkg.e\n",
+        },
+    )
+    graph = import_graph(module_files(tmp_path, ("pkg",)))
+    assert graph["pkg"] == {"pkg.a"}  # a package importing its own module is no cycle
+    assert graph["pkg.a"] == {"pkg.b"}  # relative, from a module
+    assert graph["pkg.b"] == {"pkg.a"}  # import a.b.c where c is a name
+    assert graph["pkg.sub.d"] == {"pkg.c"}  # relative, two levels, inside a method
+    assert graph["pkg.e"] == set()  # TYPE_CHECKING only
+    found = set(cycles(graph))
+    assert found == {frozenset({"pkg.a", "pkg.b"}), frozenset({"pkg.c", "pkg.sub.d"})}
+    assert a_path_around(graph, frozenset({"pkg.c", "pkg.sub.d"})) == "pkg.c -> pkg.sub.d -> pkg.c"

@@ -35,13 +35,13 @@ from django_rcoord.queue_admin import (
     dead_letters,
     delete_dead,
     get_result,
-    overview,
     queue_stats,
     requeue_dead,
 )
 from django_rcoord.queue_keys import QueueKeys, group_of_task_id
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import semaphore_status
+from django_rcoord.status import overview
 
 logger = logging.getLogger(__name__)
 

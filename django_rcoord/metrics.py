@@ -9,6 +9,8 @@ and any number of worker processes add up):
 - per queue, task and outcome: their total run time (microseconds);
 - per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes.
 
+``django_rcoord.prometheus`` serves them to Prometheus.
+
 Outcomes are ``succeeded``, ``retried`` (failed, another attempt is due) and ``failed``
 (a dead letter now).
 """
@@ -17,13 +19,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.keys import KeySpace
-from django_rcoord.queue_keys import QueueKeys
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -130,100 +131,3 @@ def finished_per_minute(metrics: QueueMetrics, queue: str, now_ms: int) -> list[
     current = now_ms // 60_000
     seen = metrics.minutes.get(queue, {})
     return [seen.get(minute, 0) for minute in range(current - 59, current + 1)]
-
-
-# -- Prometheus -------------------------------------------------------------------------
-def prometheus_exposition(accept: str = "", *, client: Any = None) -> tuple[bytes, str]:
-    """(body, content type): every metric in the exposition format the scraper's ``Accept``
-    header asks for (Prometheus' text format by default, OpenMetrics on request), rendered
-    by ``prometheus-client`` (the ``metrics`` extra)."""
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import choose_encoder
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(resolve_client(client)))
-    encoder, content_type = choose_encoder(accept)
-    return encoder(registry), content_type
-
-
-class _Collector:
-    """Reads Redis at scrape time (bounded work: a few reads per queue group and queue)."""
-
-    def __init__(self, client: Any) -> None:
-        self.client = client
-
-    def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
-        from django_rcoord.queue_admin import overview
-
-        state = overview(client=self.client)
-        tasks = GaugeMetricFamily(
-            "rcoord_queue_tasks",
-            "Tasks in a queue, by state (ready, in_flight, delayed, dead).",
-            labels=["group", "queue", "state"],
-        )
-        for queue in state["queues"]:
-            group = QueueKeys.of(queue["name"]).group
-            for name in ("ready", "in_flight", "delayed", "dead"):
-                tasks.add_metric([group, queue["name"], name], queue[name])
-        yield tasks
-
-        workers = GaugeMetricFamily(
-            "rcoord_workers", "Live workers (heartbeat not expired).", labels=["group"]
-        )
-        for group, count in state["worker_counts"].items():
-            workers.add_metric([group], count)
-        yield workers
-
-        finished = CounterMetricFamily(
-            "rcoord_tasks_finished",
-            "Task runs that ended, by outcome (succeeded, retried, failed).",
-            labels=["queue", "task", "outcome"],
-        )
-        durations = HistogramMetricFamily(
-            "rcoord_task_duration_seconds", "Run time of tasks.", labels=["queue", "task"]
-        )
-        for group in state["groups"]:
-            metrics = read_metrics(group, client=self.client)
-            for (queue, task), counted in sorted(metrics.tasks.items()):
-                for outcome, runs in sorted(counted.finished.items()):
-                    finished.add_metric([queue, task, outcome], runs)
-                cumulative, running = [], 0
-                for bound, runs in zip(DURATION_BUCKETS, counted.buckets, strict=True):
-                    running += runs
-                    cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
-                durations.add_metric([queue, task], cumulative, counted.seconds)
-        yield finished
-        yield durations
-
-        lateness = GaugeMetricFamily(
-            "rcoord_delayed_lateness_seconds",
-            "Lateness (due -> queued, server clock) of the last 1,000 promotions of delayed "
-            "tasks, by quantile (1 is the worst).",
-            labels=["group", "quantile"],
-        )
-        for group, late in state["promotion_lateness"].items():
-            for quantile, key in (("0.5", "median_ms"), ("0.99", "p99_ms"), ("1", "max_ms")):
-                lateness.add_metric([group, quantile], late[key] / 1000)
-        yield lateness
-
-        periodic = GaugeMetricFamily(
-            "rcoord_periodic_lateness_seconds",
-            "Lateness (tick -> queued, server clock) of a periodic task's recent fires, by "
-            "quantile (1 is the worst).",
-            labels=["schedule", "quantile"],
-        )
-        for row in state["periodic"]:
-            if row.get("fires"):
-                for quantile, key in (
-                    ("0.5", "lateness_p50_ms"),
-                    ("0.99", "lateness_p99_ms"),
-                    ("1", "lateness_max_ms"),
-                ):
-                    periodic.add_metric([row["name"], quantile], row[key] / 1000)
-        yield periodic

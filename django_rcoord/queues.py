@@ -36,13 +36,13 @@ from django_rcoord.queue_admin import (
     get_result,
     known_groups,
     known_queues,
-    overview,
     queue_stats,
     recover_and_promote,
     requeue_dead,
 )
 from django_rcoord.queue_keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
 from django_rcoord.registry import PermanentFailure, Task, autodiscover_tasks, get_task, task
+from django_rcoord.status import overview
 from django_rcoord.tasks import send_sold_email
 
 __all__ = [

@@ -116,7 +116,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
                 status=501,
             )
         )
-    from django_rcoord.metrics import prometheus_exposition
+    from django_rcoord.prometheus import prometheus_exposition
 
     try:
         body, content_type = prometheus_exposition(request.headers.get("Accept", ""))
@@ -131,7 +131,7 @@ def stats(request: HttpRequest) -> HttpResponse:
     refused = _refused(request)
     if refused is not None:
         return refused
-    from django_rcoord.queue_admin import overview
+    from django_rcoord.status import overview
 
     try:
         return _private(JsonResponse(overview()))

@@ -229,21 +229,35 @@ def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
                 id="rcoord.E012",
             )
         )
-    path = user.get("AUTOCOMPLETE_PERMISSION", DEFAULTS["AUTOCOMPLETE_PERMISSION"])
-    try:
-        permission = import_string(path) if isinstance(path, str) else None
-    except ImportError:
-        permission = None
-    if not callable(permission):
-        errors.append(
-            Error(
-                f"settings.RCOORD['AUTOCOMPLETE_PERMISSION'] {path!r} is not an importable "
-                "callable.",
-                hint="Give the dotted path of a function (request, guild) -> bool.",
-                id="rcoord.E013",
-            )
+    errors.extend(
+        _check_callable(
+            user,
+            "AUTOCOMPLETE_PERMISSION",
+            "Give the dotted path of a function (request, guild) -> bool.",
+            "rcoord.E013",
         )
+    )
     return errors
+
+
+def _check_callable(
+    user: Mapping[str, Any], name: str, hint: str, check_id: str
+) -> list[CheckMessage]:
+    """An error unless ``RCOORD[name]`` is the dotted path of an importable callable."""
+    path = user.get(name, DEFAULTS[name])
+    try:
+        found = import_string(path) if isinstance(path, str) else None
+    except ImportError:
+        found = None
+    if callable(found):
+        return []
+    return [
+        Error(
+            f"settings.RCOORD[{name!r}] {path!r} is not an importable callable.",
+            hint=hint,
+            id=check_id,
+        )
+    ]
 
 
 #: Shortest METRICS_TOKEN accepted (a bearer token guessed is the whole defence).
@@ -254,20 +268,15 @@ def _check_operations(user: Mapping[str, Any]) -> list[CheckMessage]:
     import importlib.util
 
     errors: list[CheckMessage] = []
-    path = user.get("DASHBOARD_PERMISSION", DEFAULTS["DASHBOARD_PERMISSION"])
-    try:
-        permission = import_string(path) if isinstance(path, str) else None
-    except ImportError:
-        permission = None
-    if not callable(permission):
-        errors.append(
-            Error(
-                f"settings.RCOORD['DASHBOARD_PERMISSION'] {path!r} is not an importable callable.",
-                hint="Give the dotted path of a function (request) -> bool; it is asked after "
-                "the user was found to be active staff.",
-                id="rcoord.E026",
-            )
+    errors.extend(
+        _check_callable(
+            user,
+            "DASHBOARD_PERMISSION",
+            "Give the dotted path of a function (request) -> bool; it is asked after the "
+            "user was found to be active staff.",
+            "rcoord.E026",
         )
+    )
     token = user.get("METRICS_TOKEN", DEFAULTS["METRICS_TOKEN"])
     if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH):
         errors.append(

@@ -150,30 +150,23 @@ def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) 
     and short, so Redis never pauses long however many letters there are.
     """
     keys = QueueKeys.of(queue)
-    client = resolve_client(client)
-    moved = 0
-    while True:
-        count = int(
-            run_script(
-                "task_requeue_dead",
-                client,
-                keys=[
-                    keys.dead,
-                    keys.ready,
-                    keys.failures,
-                    keys.errors,
-                    keys.wake,
-                    keys.results,
-                    keys.results_expiry,
-                    keys.messages,
-                    keys.queues,
-                ],
-                args=[WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
-            )
-        )
-        moved += count
-        if task_id is not None or count < REQUEUE_BATCH:
-            return moved
+    return _dead_in_batches(
+        "task_requeue_dead",
+        client,
+        [
+            keys.dead,
+            keys.ready,
+            keys.failures,
+            keys.errors,
+            keys.wake,
+            keys.results,
+            keys.results_expiry,
+            keys.messages,
+            keys.queues,
+        ],
+        [WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
+        one=task_id is not None,
+    )
 
 
 def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
@@ -181,20 +174,27 @@ def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -
     result records stay until they expire. Returns how many. Bounded calls, as
     ``requeue_dead``."""
     keys = QueueKeys.of(queue)
+    return _dead_in_batches(
+        "task_delete_dead",
+        client,
+        [keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
+        [REQUEUE_BATCH, task_id or ""],
+        one=task_id is not None,
+    )
+
+
+def _dead_in_batches(
+    script: str, client: Any, keys: list[str], args: list[Any], *, one: bool
+) -> int:
+    """Call ``script`` (which handles at most ``REQUEUE_BATCH`` dead letters, or the one
+    named) until it handles fewer; returns how many it handled in all."""
     client = resolve_client(client)
-    deleted = 0
+    handled = 0
     while True:
-        count = int(
-            run_script(
-                "task_delete_dead",
-                client,
-                keys=[keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
-                args=[REQUEUE_BATCH, task_id or ""],
-            )
-        )
-        deleted += count
-        if task_id is not None or count < REQUEUE_BATCH:
-            return deleted
+        count = int(run_script(script, client, keys=keys, args=args))
+        handled += count
+        if one or count < REQUEUE_BATCH:
+            return handled
 
 
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:

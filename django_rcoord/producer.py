@@ -12,7 +12,13 @@ from typing import Any
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import encode_message
-from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys, registry_keys
+from django_rcoord.queue_keys import (
+    GROUP_KEYS_MS,
+    WAKE_TOKEN_MS,
+    QueueKeys,
+    enqueue_now_keys,
+    registry_keys,
+)
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
@@ -50,7 +56,7 @@ def _enqueue_call(
         return (
             task_id,
             keys,
-            keys.enqueue_now_keys,
+            enqueue_now_keys(keys),
             [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
         )
     return (

@@ -55,12 +55,6 @@ class QueueKeys:
     periodic: str
     metrics: str
 
-    @functools.cached_property
-    def enqueue_now_keys(self) -> list[bytes]:
-        """The KEYS of task_enqueue's short form (queue a task now), encoded once."""
-        keys = (self.messages, self.ready, self.queues, self.wake, self.idle)
-        return [key.encode() for key in keys]
-
     @classmethod
     def of(cls, name: str) -> QueueKeys:
         if not isinstance(name, str):
@@ -94,6 +88,12 @@ class QueueKeys:
             periodic=space.key("periodic"),
             metrics=space.key("metrics"),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def enqueue_now_keys(keys: QueueKeys) -> list[bytes]:
+    """The KEYS of task_enqueue's short form (queue a task now), encoded once."""
+    return [key.encode() for key in (keys.messages, keys.ready, keys.queues, keys.wake, keys.idle)]
 
 
 @functools.lru_cache(maxsize=1024)

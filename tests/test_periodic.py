@@ -148,10 +148,11 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     assert len(ticks) == len(set(ticks)), ticks  # no tick queued twice
     # Consecutive seconds: none skipped, also across the kill.
     assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), ticks
-    # Every tick of the ten seconds, and only those (plus one at each edge at most).
+    # Every tick of the ten seconds all three ran (the first fired on its own while the
+    # others were starting), and at most one more while they stopped.
     window = [tick for tick in ticks if started <= tick * 1000 <= stopped]
     assert len(window) in (10, 11), (started, stopped, ticks)
-    assert len(ticks) - len(window) <= 2, (started, stopped, ticks)
+    assert len([tick for tick in ticks if tick * 1000 > stopped]) <= 1, (stopped, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
     lateness = [

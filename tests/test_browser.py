@@ -189,8 +189,9 @@ def test_media_loaded_twice_queries_once_and_the_list_fits_its_names(
         join_guild("adventurers", name)
     browser.set_window_size(1024, 768)
     open_signed_in(browser, live_server, client, user, "/both-media/")
-    page = browser.page_source
-    assert page.count("autocomplete.js") == 2  # both media tags are on the page
+    # (waited for: a loaded machine has been seen to hand back the page before its source)
+    WebDriverWait(browser, 30).until(lambda _: "autocomplete.js" in browser.page_source)
+    assert browser.page_source.count("autocomplete.js") == 2  # both media tags are there
     box = browser.find_element(By.ID, "id_member")
     listbox = browser.find_element(By.ID, box.get_attribute("aria-controls"))
     wait = WebDriverWait(browser, 10)
@@ -340,7 +341,9 @@ def test_slow_report_button_sends_three_requests_at_once(browser, tmp_path, redi
     try:
         wait_for_page(f"http://127.0.0.1:{port}/")
         browser.get(f"http://127.0.0.1:{port}/slow-report/")  # itself three seconds
-        assert "this page took three seconds" in browser.page_source
+        WebDriverWait(browser, 30).until(
+            lambda _: "this page took three seconds" in browser.page_source
+        )
         browser.find_element(By.ID, "run-three").click()
         read_statuses = (
             "return Array.from(document.querySelectorAll('#statuses li[data-status]'),"

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from django_rcoord.ratelimit import hit
+from example_project.guild_views import member_address
 
 CODE_INTERVAL = 60  # seconds between verification codes, per user
 
@@ -28,7 +29,7 @@ def verification_code(request: HttpRequest) -> HttpResponse:
                 "Your verification code",
                 f"Your code is {code}.",
                 None,
-                [request.user.email or f"{request.user.get_username()}@example.com"],
+                [request.user.email or member_address(request.user.get_username())],
             )
             messages.success(request, "A code is on its way to your inbox.")
         else:

@@ -253,3 +253,17 @@ def test_only_commands_that_use_redis_start_it(tmp_path: Path) -> None:
         stopped = manage("rcoord_redis", "stop", env=env)
     assert "stopped" in stopped.stdout, stopped.stderr
     wait_until(lambda: processes_of(tmp_path) == set(), timeout=10)
+
+
+@pytest.mark.django_db
+def test_a_verification_code_goes_to_a_valid_address_without_an_email(
+    client, django_user_model, mailoutbox
+) -> None:
+    from django.core.validators import validate_email
+
+    client.force_login(django_user_model.objects.create_user("ada+demo@home", password="pw"))
+    assert client.post("/example/verification-code/").status_code == 200
+    (letter,) = mailoutbox
+    (to,) = letter.to
+    validate_email(to)
+    assert to == "adademohome@example.com"

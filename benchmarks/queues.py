@@ -36,7 +36,7 @@ NAME = "queues"
 # system: (row name, round trips per task: enqueue + worker side)
 SYSTEMS = {
     "floor": ("PING per task, each side (the floor)", "1 + 1"),
-    "django-rcoord": ("django-rcoord", "1 + 1 (one script each side)"),
+    "django-rcoord": ("django-rcoord", "1 + 1 per batch (prefetch up to 32)"),
     "book": ("book: RPUSH / BLPOP worker (no lease, no ack)", "1 + 1"),
     "huey": ("Huey (its consumer's dequeue/execute loop)", "1 + 1"),
     "dramatiq": ("dramatiq (1 thread per process)", "1 + 2 (fetch, ack)"),

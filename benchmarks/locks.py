@@ -269,10 +269,13 @@ def handoff_latencies(
         acquired_at: list[float] = []
 
         def waiter(
-            wait: Callable[[], object] = wait, acquired_at: list[float] = acquired_at
+            wait: Callable[[], object] = wait,
+            done: Callable[[], object] = done,
+            acquired_at: list[float] = acquired_at,
         ) -> None:
             wait()
             acquired_at.append(time.perf_counter())
+            done()  # by the thread that holds it: a lock may keep its holds per thread
 
         thread = threading.Thread(target=waiter)
         thread.start()
@@ -280,7 +283,6 @@ def handoff_latencies(
         released_at = time.perf_counter()
         let_go()
         thread.join()
-        done()
         latencies.append(acquired_at[0] - released_at)
     return latencies
 

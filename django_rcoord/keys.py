@@ -112,3 +112,20 @@ class KeySpace:
 
     def __repr__(self) -> str:
         return f"KeySpace({self.kind!r}, {self.name!r})"
+
+
+def instance_keys(kind: str, name: str, parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``tuple(KeySpace(kind, name).key(part) for part in parts)``, built once per (kind,
+    name, ``KEY_PREFIX``, parts) and then looked up: a primitive made per call (a ``Lock``
+    per request) does not check and encode the same name again. The prefix is read at
+    every call, so ``override_settings`` still changes the keys."""
+    if type(name) is not str:  # not hashable, or a str subclass: checked (and refused) anew
+        space = KeySpace(kind, name)
+        return tuple(space.key(part) for part in parts)
+    return _instance_keys(kind, name, conf.KEY_PREFIX, parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _instance_keys(kind: str, name: str, prefix: str, parts: tuple[str, ...]) -> tuple[str, ...]:
+    space = KeySpace(kind, name, prefix=prefix)
+    return tuple(space.key(part) for part in parts)

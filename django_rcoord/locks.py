@@ -188,8 +188,10 @@ class Lock:
 
     @staticmethod
     def _block_ms(deadline: float, now: float) -> int:
-        """The acquire script's ARGV[3]: how long the caller may block if refused."""
-        return max(0, int((deadline - now) * 1000) + 1)
+        """The acquire script's ARGV[3]: how long the caller may block if refused (0: it
+        will not wait, and raises no "someone waits" flag)."""
+        remaining = deadline - now
+        return int(remaining * 1000) + 1 if remaining > 0 else 0
 
     # -- acquiring -----------------------------------------------------------
     def _try_acquire(self, client: Any, identifier: str, block_ms: int) -> int:

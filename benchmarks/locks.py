@@ -43,7 +43,7 @@ PROCESSES = 4
 
 # name: (round trips of one uncontended acquire+release, how a blocked waiter waits)
 PEERS = {
-    "django-rcoord Lock": ("2 (2 scripts)", "BLPOP wake-up"),
+    "django-rcoord Lock": ("2 (2 scripts)", "BLPOP hand-over"),
     "redis-py Lock": ("2", "sleep 0.1 s poll"),
     "python-redis-lock": ("2", "BLPOP wake-up"),
     "pottery Redlock (1 master)": ("2 (+ thread pool)", "random sleep <= 0.2 s"),
@@ -51,7 +51,7 @@ PEERS = {
 }
 # name: round trips from the start of release to the waiter holding the lock
 HANDOFF_TRIPS = {
-    "django-rcoord Lock": "2 (BLPOP returns)",
+    "django-rcoord Lock": "1 (BLPOP returns it held)",
     "redis-py Lock": "2 + sleep",
     "python-redis-lock": "2 (BLPOP returns)",
     "pottery Redlock (1 master)": "2 + sleep",

@@ -42,7 +42,7 @@ from django_rcoord.connection import (
     slot_pipeline,
 )
 from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout, RcoordError
-from django_rcoord.keys import instance_keys
+from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait
 from django_rcoord.waiting import Repeater, Waiting, pop_signal, spawn
@@ -133,8 +133,7 @@ class Lock:
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self._client = client
-        self._keys = instance_keys("lock", name, KEY_PARTS)
-        self._owner_key, self._fence_key, self._signal_key, _ = self._keys
+        self._keys = encoded_instance_keys("lock", name, KEY_PARTS)
         #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
         self.holder_ttl: float | None = None
         self._holds: weakref.WeakKeyDictionary[Any, _Hold] = weakref.WeakKeyDictionary()
@@ -142,6 +141,19 @@ class Lock:
     @property
     def client(self) -> Any:
         return resolve_client(self._client)
+
+    # The keys as str, for the few commands outside the scripts.
+    @property
+    def _owner_key(self) -> str:
+        return self._keys[0].decode()
+
+    @property
+    def _fence_key(self) -> str:
+        return self._keys[1].decode()
+
+    @property
+    def _signal_key(self) -> str:
+        return self._keys[2].decode()
 
     @property
     def _ttl_ms(self) -> int:

@@ -64,13 +64,20 @@ def run_script(
     script = get_script(name, package)
     if _is_pipeline(type(client)):
         return script(keys=keys, args=args, client=client)
-    # EVALSHA straight from the cached SHA1: redis-py's Script.__call__ costs a few
-    # microseconds more per call (an import, tuple copies), a lock cycle runs two.
+    # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ costs a few
+    # microseconds more per call (an import, tuple copies, the SHA1 encoded again), and a
+    # lock cycle runs two scripts.
+    sha = _sha_bytes(script)
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        return client.evalsha(sha, len(keys), *keys, *args)
     except NoScriptError:
         client.script_load(script.script)
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        return client.evalsha(sha, len(keys), *keys, *args)
+
+
+@functools.cache
+def _sha_bytes(script: Script) -> bytes:
+    return script.sha.encode()
 
 
 @functools.cache

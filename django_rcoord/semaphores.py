@@ -33,7 +33,7 @@ from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
-from django_rcoord.keys import instance_keys
+from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.locks import new_identifier
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
@@ -93,15 +93,21 @@ class Semaphore:
         self.fair = fair
         self.wait = wait
         self._client = client
-        self._keys = instance_keys("semaphore", name, KEY_PARTS)
-        (
-            self._holders_key,
-            self._waiters_key,
-            self._waiter_leases_key,
-            self._tickets_key,
-            self._signal_key,
-        ) = self._keys
-        self._release_keys = (*self._keys[:3], self._signal_key)
+        self._keys = encoded_instance_keys("semaphore", name, KEY_PARTS)
+        self._release_keys = (*self._keys[:3], self._keys[4])
+
+    # The keys as str, for the few commands outside the scripts.
+    @property
+    def _holders_key(self) -> str:
+        return self._keys[0].decode()
+
+    @property
+    def _waiters_key(self) -> str:
+        return self._keys[1].decode()
+
+    @property
+    def _signal_key(self) -> str:
+        return self._keys[4].decode()
 
     @property
     def client(self) -> Any:

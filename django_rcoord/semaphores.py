@@ -153,7 +153,7 @@ class Semaphore:
             remaining = deadline - time.monotonic()
             args = self._acquire_args(identifier, remaining > 0, woken, in_line)
             result = run_script("semaphore_acquire", client, keys=self._keys, args=args)
-            if result[0] == 1:
+            if result == 1:
                 return identifier
             in_line = in_line or remaining > 0
             remaining = deadline - time.monotonic()
@@ -253,7 +253,7 @@ class Semaphore:
                     # Granted or queued in flight: either way, give the identifier up after.
                     attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
                     raise
-                if result[0] == 1:
+                if result == 1:
                     return identifier
                 in_line = in_line or remaining > 0
                 remaining = deadline - loop.time()

@@ -28,7 +28,7 @@ import unicodedata
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
-from django_rcoord.keys import instance_keys
+from django_rcoord.keys import encoded_instance_keys, instance_keys
 
 __all__ = [
     "MAX_LIMIT",
@@ -87,8 +87,10 @@ def _entry(name: str) -> bytes:
     return (fold(name) + _SEPARATOR + name).encode("utf-8")
 
 
-def _display(entry: bytes) -> str:
-    return entry.partition(b"\x00")[2].decode()
+def _displays(entries: list[bytes]) -> list[str]:
+    """The names as written of index entries, in three C calls: names and folded names
+    hold no control character, so NUL only ever separates the two halves of an entry."""
+    return b"\x00".join(entries).decode().split("\x00")[1::2]
 
 
 _MEMBERS = ("members",)
@@ -158,11 +160,16 @@ def _page_query(
         low = b"(" + position
     high = b"(" + folded + _AFTER_ALL
     count = limit + 1 if with_cursor else limit
-    return ("ZRANGE", _members_key(guild), low, high, "BYLEX", "LIMIT", 0, count)
+    key = encoded_instance_keys("guild", guild, _MEMBERS)[0]
+    # Arguments as bytes: redis-py sends them as they are (a str or int is encoded anew).
+    return ("ZRANGE", key, low, high, b"BYLEX", b"LIMIT", b"0", _COUNTS[count])
+
+
+_COUNTS = [str(count).encode() for count in range(MAX_LIMIT + 2)]
 
 
 def _page(entries: list[bytes], limit: int) -> tuple[list[str], str | None]:
-    names = [_display(entry) for entry in entries[:limit]]
+    names = _displays(entries[:limit])
     cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
     return names, cursor
 
@@ -203,7 +210,7 @@ def autocomplete_on_prefix(
 ) -> list[str]:
     """The book's autocomplete_on_prefix: the first ``limit`` members matching ``prefix``."""
     command = _page_query(guild, prefix, limit, None, with_cursor=False)
-    return [_display(entry) for entry in resolve_client(client).execute_command(*command)]
+    return _displays(resolve_client(client).execute_command(*command))
 
 
 async def aautocomplete_on_prefix(
@@ -211,7 +218,7 @@ async def aautocomplete_on_prefix(
 ) -> list[str]:
     command = _page_query(guild, prefix, limit, None, with_cursor=False)
     client = await aresolve_client(client)
-    return [_display(entry) for entry in await client.execute_command(*command)]
+    return _displays(await client.execute_command(*command))
 
 
 def guild_members(guild: str, *, client: Any = None) -> list[str]:
@@ -223,7 +230,7 @@ def guild_members(guild: str, *, client: Any = None) -> list[str]:
     start: bytes | str = "-"
     while True:
         page = client.zrangebylex(key, start, "+", start=0, num=GUILD_PAGE)
-        members.extend(_display(entry) for entry in page)
+        members.extend(_displays(page))
         if len(page) < GUILD_PAGE:
             return members
         start = b"(" + page[-1]

@@ -441,6 +441,14 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
             assert replica.client().get(owner_key) == lock.identifier.encode()
             lock.release()
 
+            # A grant is replicated when it is made, so a release frees the lock and wakes
+            # a waiter instead of handing it over.
+            assert lock.acquire()
+            assert Lock("durable", wait=0.1, client=client).acquire() is False  # waited
+            lock.release()
+            assert client.lrange(KeySpace("lock", "durable").key("signal"), 0, -1) == [b"1"]
+            assert client.get(owner_key) is None
+
             replica.stop()
             wait_until(lambda: client.info("replication")["connected_slaves"] == 0, timeout=30)
             unreplicated = Lock("durable", wait=0, client=client)

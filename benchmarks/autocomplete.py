@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from benchmarks import book
 from benchmarks.common import (
+    TURN,
     Bench,
     Measurement,
     ScenarioResult,
@@ -170,11 +171,17 @@ def run(bench: Bench) -> ScenarioResult:
         zscan_calls.clear()
         medians: list[list[float]] = [[] for _ in methods]
         p99s: list[list[float]] = [[] for _ in methods]
-        for _ in range(repeats):  # interleaved, so drift hits every method alike
-            for index, (_, _, operation, method_queries) in enumerate(methods):
-                samples = latencies(operation, method_queries)
-                medians[index].append(1000 * statistics.median(samples))
-                p99s[index].append(1000 * percentile(samples, 0.99))
+        for _ in range(repeats):
+            # Interleaved: the methods take turns every TURN queries, so drift and a noisy
+            # neighbour's bursts hit every method alike.
+            samples: list[list[float]] = [[] for _ in methods]
+            for start in range(0, len(queries), TURN):
+                for index, (_, _, operation, method_queries) in enumerate(methods):
+                    turn = method_queries[start : start + TURN]
+                    samples[index].extend(latencies(operation, turn))
+            for index, method_samples in enumerate(samples):
+                medians[index].append(1000 * statistics.median(method_samples))
+                p99s[index].append(1000 * percentile(method_samples, 0.99))
         rows = []
         for index, (name, trips, _, method_queries) in enumerate(methods):
             note = ""

@@ -314,19 +314,30 @@ def measure_side_by_side(
     """Run each operation ``count`` times per repeat; record operations per second.
 
     The repeats are interleaved (every row's first repeat, then every row's
-    second...), so a noisy neighbour's bursts fall on all rows alike.
+    second...), and within a repeat the rows take turns every ``TURN``
+    operations, so that each row's repeat spans the same stretch of time: a noisy
+    neighbour's bursts (this is a shared 2-core machine) fall on all rows alike.
     """
     for _, _, operation in operations:
         for _ in range(min(count, 200)):  # warm up connections and script caches
             operation()
     rows = [Measurement(name, round_trips, []) for name, round_trips, _ in operations]
     for _ in range(repeats):
-        for row, (_, _, operation) in zip(rows, operations, strict=True):
-            started = time.perf_counter()
-            for _ in range(count):
-                operation()
-            row.values.append(count / (time.perf_counter() - started))
+        spent = [0.0] * len(operations)
+        for done in range(0, count, TURN):
+            turn = min(TURN, count - done)
+            for index, (_, _, operation) in enumerate(operations):
+                started = time.perf_counter()
+                for _ in range(turn):
+                    operation()
+                spent[index] += time.perf_counter() - started
+        for row, seconds in zip(rows, spent, strict=True):
+            row.values.append(count / seconds)
     return rows
+
+
+#: Operations one row runs before the next row's turn (``measure_side_by_side``).
+TURN = 50
 
 
 def measure(

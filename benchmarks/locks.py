@@ -43,7 +43,7 @@ PROCESSES = 4
 
 # name: (round trips of one uncontended acquire+release, how a blocked waiter waits)
 PEERS = {
-    "django-rcoord Lock": ("2 (2 scripts)", "BLPOP wake-up"),
+    "django-rcoord Lock": ("2 (2 scripts)", "BLPOP hand-over"),
     "redis-py Lock": ("2", "sleep 0.1 s poll"),
     "python-redis-lock": ("2", "BLPOP wake-up"),
     "pottery Redlock (1 master)": ("2 (+ thread pool)", "random sleep <= 0.2 s"),
@@ -51,7 +51,7 @@ PEERS = {
 }
 # name: round trips from the start of release to the waiter holding the lock
 HANDOFF_TRIPS = {
-    "django-rcoord Lock": "2 (BLPOP returns)",
+    "django-rcoord Lock": "1 (BLPOP returns it held)",
     "redis-py Lock": "2 + sleep",
     "python-redis-lock": "2 (BLPOP returns)",
     "pottery Redlock (1 master)": "2 + sleep",
@@ -269,10 +269,13 @@ def handoff_latencies(
         acquired_at: list[float] = []
 
         def waiter(
-            wait: Callable[[], object] = wait, acquired_at: list[float] = acquired_at
+            wait: Callable[[], object] = wait,
+            done: Callable[[], object] = done,
+            acquired_at: list[float] = acquired_at,
         ) -> None:
             wait()
             acquired_at.append(time.perf_counter())
+            done()  # by the thread that holds it: a lock may keep its holds per thread
 
         thread = threading.Thread(target=waiter)
         thread.start()
@@ -280,7 +283,6 @@ def handoff_latencies(
         released_at = time.perf_counter()
         let_go()
         thread.join()
-        done()
         latencies.append(acquired_at[0] - released_at)
     return latencies
 

@@ -28,7 +28,7 @@ import unicodedata
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import encoded_instance_keys, instance_keys
 
 __all__ = [
     "MAX_LIMIT",
@@ -67,6 +67,8 @@ _AFTER_ALL = b"\xff"
 
 def fold(text: str) -> str:
     """The form names are matched in: NFKC, then case-folded (then NFKC again)."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and casefold() of ASCII is lower()
+        return text.lower()
     return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
 
 
@@ -85,12 +87,17 @@ def _entry(name: str) -> bytes:
     return (fold(name) + _SEPARATOR + name).encode("utf-8")
 
 
-def _display(entry: bytes) -> str:
-    return entry.decode("utf-8").split(_SEPARATOR, 1)[1]
+def _displays(entries: list[bytes]) -> list[str]:
+    """The names as written of index entries, in three C calls: names and folded names
+    hold no control character, so NUL only ever separates the two halves of an entry."""
+    return b"\x00".join(entries).decode().split("\x00")[1::2]
+
+
+_MEMBERS = ("members",)
 
 
 def _members_key(guild: str) -> str:
-    return KeySpace("guild", guild).key("members")
+    return instance_keys("guild", guild, _MEMBERS)[0]
 
 
 # -- guild members ---------------------------------------------------------------------
@@ -136,9 +143,12 @@ async def ais_guild_member(guild: str, user: str, *, client: Any = None) -> bool
 
 
 def _page_query(
-    guild: str, prefix: str, limit: int, after: str | None
-) -> tuple[str, bytes, bytes, dict[str, Any]]:
-    """The ZRANGE BYLEX arguments of a page: (key, low, high, options)."""
+    guild: str, prefix: str, limit: int, after: str | None, *, with_cursor: bool = True
+) -> tuple[Any, ...]:
+    """The ``ZRANGE key low high BYLEX LIMIT 0 n`` command of a page, sent as it is
+    (``execute_command``: redis-py's ``zrange()`` spends microseconds sorting out options
+    that a lexicographic range never uses). With a cursor, one more than asked tells
+    whether there is a next page."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIMIT}")
     folded = fold(prefix).encode("utf-8")
@@ -148,13 +158,18 @@ def _page_query(
         if not position.startswith(folded):
             raise ValueError("the cursor does not belong to this query")
         low = b"(" + position
-    # One more than asked tells whether there is a next page.
-    options = {"bylex": True, "offset": 0, "num": limit + 1}
-    return _members_key(guild), low, b"(" + folded + _AFTER_ALL, options
+    high = b"(" + folded + _AFTER_ALL
+    count = limit + 1 if with_cursor else limit
+    key = encoded_instance_keys("guild", guild, _MEMBERS)[0]
+    # Arguments as bytes: redis-py sends them as they are (a str or int is encoded anew).
+    return ("ZRANGE", key, low, high, b"BYLEX", b"LIMIT", b"0", _COUNTS[count])
+
+
+_COUNTS = [str(count).encode() for count in range(MAX_LIMIT + 2)]
 
 
 def _page(entries: list[bytes], limit: int) -> tuple[list[str], str | None]:
-    names = [_display(entry) for entry in entries[:limit]]
+    names = _displays(entries[:limit])
     cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
     return names, cursor
 
@@ -172,8 +187,8 @@ def autocomplete_page(
     Returns (names, cursor): pass the cursor as ``after`` for the next page (None
     when there is none). One read-only ``ZRANGE ... BYLEX LIMIT`` round trip.
     """
-    key, low, high, options = _page_query(guild, prefix, limit, after)
-    return _page(resolve_client(client).zrange(key, low, high, **options), limit)
+    command = _page_query(guild, prefix, limit, after)
+    return _page(resolve_client(client).execute_command(*command), limit)
 
 
 async def aautocomplete_page(
@@ -185,22 +200,25 @@ async def aautocomplete_page(
     client: Any = None,
 ) -> tuple[list[str], str | None]:
     """``autocomplete_page`` for async code."""
-    key, low, high, options = _page_query(guild, prefix, limit, after)
+    command = _page_query(guild, prefix, limit, after)
     client = await aresolve_client(client)
-    return _page(await client.zrange(key, low, high, **options), limit)
+    return _page(await client.execute_command(*command), limit)
 
 
 def autocomplete_on_prefix(
     guild: str, prefix: str, limit: int = 10, *, client: Any = None
 ) -> list[str]:
     """The book's autocomplete_on_prefix: the first ``limit`` members matching ``prefix``."""
-    return autocomplete_page(guild, prefix, limit, client=client)[0]
+    command = _page_query(guild, prefix, limit, None, with_cursor=False)
+    return _displays(resolve_client(client).execute_command(*command))
 
 
 async def aautocomplete_on_prefix(
     guild: str, prefix: str, limit: int = 10, *, client: Any = None
 ) -> list[str]:
-    return (await aautocomplete_page(guild, prefix, limit, client=client))[0]
+    command = _page_query(guild, prefix, limit, None, with_cursor=False)
+    client = await aresolve_client(client)
+    return _displays(await client.execute_command(*command))
 
 
 def guild_members(guild: str, *, client: Any = None) -> list[str]:
@@ -212,7 +230,7 @@ def guild_members(guild: str, *, client: Any = None) -> list[str]:
     start: bytes | str = "-"
     while True:
         page = client.zrangebylex(key, start, "+", start=0, num=GUILD_PAGE)
-        members.extend(_display(entry) for entry in page)
+        members.extend(_displays(page))
         if len(page) < GUILD_PAGE:
             return members
         start = b"(" + page[-1]
@@ -239,8 +257,11 @@ def decode_cursor(cursor: str) -> bytes:
 
 
 # -- recent contacts -----------------------------------------------------------------------
+_RECENT = ("recent",)
+
+
 def _contacts_key(user: str) -> str:
-    return KeySpace("contacts", user).key("recent")
+    return instance_keys("contacts", user, _RECENT)[0]
 
 
 def add_update_contact(user: str, contact: str, *, client: Any = None) -> None:

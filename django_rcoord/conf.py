@@ -69,9 +69,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+_NO_SETTINGS: dict[str, Any] = {}
+
+
 def user_settings() -> Mapping[str, Any]:
     """Return the project's ``RCOORD`` dict (empty when unset)."""
-    value = getattr(settings, "RCOORD", {})
+    value = getattr(settings, "RCOORD", _NO_SETTINGS)
+    if type(value) is dict:  # the usual case, without the ABC check (hot paths read settings)
+        return value
     if not isinstance(value, Mapping):
         raise ImproperlyConfigured(
             f"settings.RCOORD must be a dict, not {type(value).__name__} (see check rcoord.E001)."

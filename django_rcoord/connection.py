@@ -238,9 +238,19 @@ _ASYNC_CLIENT_CLASSES = (
 )
 
 
+#: Answers of ``is_async_client`` per class: isinstance against these classes goes through
+#: ABC and typing hooks (microseconds), and every call of every part asks.
+_async_by_class: dict[type, bool] = {}
+
+
 def is_async_client(client: Any) -> bool:
     """True for a ``redis.asyncio`` client, cluster client or pipeline."""
-    return isinstance(client, _ASYNC_CLIENT_CLASSES)
+    kind = type(client)
+    try:
+        return _async_by_class[kind]
+    except KeyError:
+        answer = _async_by_class[kind] = isinstance(client, _ASYNC_CLIENT_CLASSES)
+        return answer
 
 
 def is_async_cluster(client: Any) -> bool:

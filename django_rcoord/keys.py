@@ -112,3 +112,36 @@ class KeySpace:
 
     def __repr__(self) -> str:
         return f"KeySpace({self.kind!r}, {self.name!r})"
+
+
+def instance_keys(kind: str, name: str, parts: tuple[str, ...]) -> tuple[str, ...]:
+    """``tuple(KeySpace(kind, name).key(part) for part in parts)``, built once per (kind,
+    name, ``KEY_PREFIX``, parts) and then looked up: a primitive made per call (a ``Lock``
+    per request) does not check and encode the same name again. The prefix is read at
+    every call, so ``override_settings`` still changes the keys."""
+    return _keys_of(kind, name, parts)[0]
+
+
+def encoded_instance_keys(kind: str, name: str, parts: tuple[str, ...]) -> tuple[bytes, ...]:
+    """``instance_keys`` as UTF-8 bytes, for the hot commands: redis-py sends bytes as they
+    are, and encodes every str argument again on every call."""
+    return _keys_of(kind, name, parts)[1]
+
+
+def _keys_of(
+    kind: str, name: str, parts: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    if type(name) is not str:  # not hashable, or a str subclass: checked (and refused) anew
+        return _build_keys(kind, name, None, parts)
+    return _cached_keys(kind, name, conf.KEY_PREFIX, parts)
+
+
+def _build_keys(
+    kind: str, name: str, prefix: str | None, parts: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[bytes, ...]]:
+    space = KeySpace(kind, name, prefix=prefix)
+    keys = tuple(space.key(part) for part in parts)
+    return keys, tuple(key.encode() for key in keys)
+
+
+_cached_keys = functools.lru_cache(maxsize=4096)(_build_keys)

@@ -6,9 +6,14 @@ Redis in Action 6.2 done right:
   step, ``INCR`` of a per-name counter, returned as the fencing token;
 - releasing and extending are compare-the-identifier-then-act scripts, so a
   holder whose TTL ran out can never delete or extend the next holder's lock;
-- waiters do not poll: a release pushes one wake-up token onto a per-lock list
-  that waiters ``BLPOP``; a waiter never blocks longer than the holder's
-  remaining TTL, so a holder that died is replaced as soon as its lock expires.
+- waiters do not poll: a refused caller that will wait raises a "someone waits"
+  flag and ``BLPOP``s a per-lock list; a release that sees the flag hands the
+  lock over on that list (a new fencing token and identifier for whoever Redis
+  gives it to: the waiter blocked longest), so the lock is never free for a
+  newcomer to barge in while others wait, and the waiter holds it without asking
+  again. A release nobody waits for only deletes the owner key. A waiter never
+  blocks longer than the holder's remaining TTL, so a holder that died is
+  replaced as soon as its lock expires.
 
 Every operation has an async twin (``aacquire``, ``arelease``, ``aextend``,
 ``aowned``, ``async with``) on ``redis.asyncio``: no thread, and async waiters
@@ -20,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,10 +42,10 @@ from django_rcoord.connection import (
     slot_pipeline,
 )
 from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout, RcoordError
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait
-from django_rcoord.waiting import Repeater, Waiting, spawn, wait_for_signal
+from django_rcoord.waiting import Repeater, Waiting, pop_signal, spawn
 
 __all__ = [
     "Lock",
@@ -54,13 +59,31 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The keys of one lock, in the order its scripts take them.
+KEY_PARTS = ("owner", "fence", "signal", "waiting")
+
+
+def new_identifier() -> str:
+    """A holder's identifier: 128 bits from the OS's CSPRNG (as uuid4's, in a third of its
+    time, and fork-safe without hooks). Nobody can release or extend a lock without it."""
+    return secrets.token_hex(16)
+
+
+def _handover(token: bytes) -> tuple[str, int, int] | None:
+    """(identifier, fencing token, TTL ms) of a lock handed over by a release, or None for
+    a plain wake-up (``b"1"``)."""
+    fields = token.split(b":", 2)
+    if len(fields) != 3:
+        return None
+    return fields[2].decode(), int(fields[0]), int(fields[1])
+
 
 def current_holder() -> Any:
     """Who holds what in this thread or task: the running asyncio task, else the thread."""
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no loop runs in this thread
-        task = None
+    # _get_running_loop() answers None where asyncio.current_task() would raise (sync
+    # code), without the cost of an exception on every acquire and release.
+    loop = asyncio._get_running_loop()
+    task = None if loop is None else asyncio.current_task(loop)
     return task if task is not None else threading.current_thread()
 
 
@@ -110,10 +133,7 @@ class Lock:
         self.auto_renew = auto_renew
         self.on_lost = on_lost
         self._client = client
-        space = KeySpace("lock", name)
-        self._owner_key = space.key("owner")
-        self._fence_key = space.key("fence")
-        self._signal_key = space.key("signal")
+        self._keys = encoded_instance_keys("lock", name, KEY_PARTS)
         #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
         self.holder_ttl: float | None = None
         self._holds: weakref.WeakKeyDictionary[Any, _Hold] = weakref.WeakKeyDictionary()
@@ -121,6 +141,19 @@ class Lock:
     @property
     def client(self) -> Any:
         return resolve_client(self._client)
+
+    # The keys as str, for the few commands outside the scripts.
+    @property
+    def _owner_key(self) -> str:
+        return self._keys[0].decode()
+
+    @property
+    def _fence_key(self) -> str:
+        return self._keys[1].decode()
+
+    @property
+    def _signal_key(self) -> str:
+        return self._keys[2].decode()
 
     @property
     def _ttl_ms(self) -> int:
@@ -147,7 +180,7 @@ class Lock:
                 f"{'task' if isinstance(holder, asyncio.Task) else 'thread'} (it is not "
                 "re-entrant)."
             )
-        return holder, uuid.uuid4().hex, self.wait if wait is None else wait
+        return holder, new_identifier(), self.wait if wait is None else wait
 
     def _replication_failed(self, acknowledged: int) -> LockNotReplicated:
         replicas = conf.LOCK_REPLICAS
@@ -165,16 +198,23 @@ class Lock:
         holder_ttl = remaining_wait if self.holder_ttl is None else self.holder_ttl
         return min(remaining_wait, holder_ttl)
 
+    @staticmethod
+    def _block_ms(deadline: float, now: float) -> int:
+        """The acquire script's ARGV[3]: how long the caller may block if refused (0: it
+        will not wait, and raises no "someone waits" flag)."""
+        remaining = deadline - now
+        return int(remaining * 1000) + 1 if remaining > 0 else 0
+
     # -- acquiring -----------------------------------------------------------
-    def _try_acquire(self, client: Any, identifier: str) -> int:
+    def _try_acquire(self, client: Any, identifier: str, block_ms: int) -> int:
         """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms."""
-        keys, args = [self._owner_key, self._fence_key], [identifier, self._ttl_ms]
+        args = (identifier, self._ttl_ms, block_ms)
         replicas = conf.LOCK_REPLICAS
         if not replicas:
-            return int(run_script("lock_acquire", client, keys=keys, args=args))
+            return int(run_script("lock_acquire", client, keys=self._keys, args=args))
         # WAIT counts the writes of its own connection: send it in the same pipeline.
         with slot_pipeline(client, self._owner_key, transaction=False) as pipe:
-            run_script("lock_acquire", pipe, keys=keys, args=args)
+            run_script("lock_acquire", pipe, keys=self._keys, args=args)
             pipe.wait(replicas, max(1, int(conf.LOCK_REPLICA_TIMEOUT * 1000)))
             result, acknowledged = pipe.execute()
         result = int(result)
@@ -191,16 +231,34 @@ class Lock:
         """
         holder, identifier, wait = self._start(wait)
         client = self.client
-        deadline = time.monotonic() + wait
+        now = time.monotonic()
+        deadline = now + wait
         while True:
-            result = self._try_acquire(client, identifier)
+            result = self._try_acquire(client, identifier, self._block_ms(deadline, now))
             if result > 0:
                 self._granted(holder, identifier, result)
                 return True
             block = self._failed_attempt(result, deadline, time.monotonic())
             if block is None:
                 return False
-            wait_for_signal(client, self._signal_key, block)
+            token = pop_signal(client, self._signal_key, block)
+            grant = None if token is None else self._take_handover(client, token)
+            if grant is not None:
+                self._granted(holder, *grant)
+                return True
+            now = time.monotonic()
+
+    def _take_handover(self, client: Any, token: bytes) -> tuple[str, int] | None:
+        """(identifier, fencing token) of the lock a release handed to this waiter, or None
+        for a plain wake-up. A hand-over made with another TTL than this lock's is extended
+        to this lock's (a second round trip, only then)."""
+        handover = _handover(token)
+        if handover is None:
+            return None
+        identifier, fencing_token, ttl_ms = handover
+        if ttl_ms != self._ttl_ms and not self._extend_identifier(client, identifier, self._ttl_ms):
+            return None
+        return identifier, fencing_token
 
     def _granted(self, holder: Any, identifier: str, token: int) -> _Hold:
         hold = _Hold(identifier, token)
@@ -267,7 +325,7 @@ class Lock:
 
     def _extend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
         return bool(
-            run_script("lock_extend", client, keys=[self._owner_key], args=[identifier, ttl_ms])
+            run_script("lock_extend", client, keys=self._keys[:1], args=(identifier, ttl_ms))
         )
 
     # -- releasing ---------------------------------------------------------
@@ -289,12 +347,14 @@ class Lock:
             raise LockLost(f"Lock {self.name!r} is not held by this thread or task.")
         return hold
 
-    def _release_args(self, identifier: str) -> tuple[list[str], list[Any]]:
-        return [self._owner_key, self._signal_key], [identifier, self._ttl_ms]
+    def _release_args(self, identifier: str) -> tuple[str, int, int]:
+        # With LOCK_REPLICAS, a grant must be acknowledged by replicas when it is made
+        # (acquire sends WAIT): releases then wake a waiter instead of handing over.
+        return identifier, self._ttl_ms, 0 if conf.LOCK_REPLICAS else 1
 
     def _release_identifier(self, client: Any, identifier: str) -> bool:
-        keys, args = self._release_args(identifier)
-        return bool(run_script("lock_release", client, keys=keys, args=args))
+        args = self._release_args(identifier)
+        return bool(run_script("lock_release", client, keys=self._keys, args=args))
 
     # -- context managers --------------------------------------------------
     def _timeout(self) -> LockTimeout:
@@ -326,14 +386,14 @@ class Lock:
     async def _aclient(self) -> Any:
         return await aresolve_client(self._client)
 
-    async def _atry_acquire(self, client: Any, identifier: str) -> int:
-        keys, args = [self._owner_key, self._fence_key], [identifier, self._ttl_ms]
+    async def _atry_acquire(self, client: Any, identifier: str, block_ms: int) -> int:
+        args = (identifier, self._ttl_ms, block_ms)
         replicas = conf.LOCK_REPLICAS
         if not replicas:
-            return int(await arun_script("lock_acquire", client, keys=keys, args=args))
+            return int(await arun_script("lock_acquire", client, keys=self._keys, args=args))
         pipe = await aslot_pipeline(client, self._owner_key, transaction=False)
         async with pipe:
-            await arun_script("lock_acquire", pipe, keys=keys, args=args)
+            await arun_script("lock_acquire", pipe, keys=self._keys, args=args)
             pipe.wait(replicas, max(1, int(conf.LOCK_REPLICA_TIMEOUT * 1000)))
             result, acknowledged = await pipe.execute()
         result = int(result)
@@ -350,12 +410,15 @@ class Lock:
         """
         holder, identifier, wait = self._start(wait)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
+        now = loop.time()
+        deadline = now + wait
         client = await self._aclient()
         waiting: Waiting | None = None
         try:
             while True:
-                attempt = asyncio.ensure_future(self._atry_acquire(client, identifier))
+                attempt = asyncio.ensure_future(
+                    self._atry_acquire(client, identifier, self._block_ms(deadline, now))
+                )
                 try:
                     result = await asyncio.shield(attempt)
                 except asyncio.CancelledError:
@@ -370,11 +433,52 @@ class Lock:
                 if block is None:
                     return False
                 if waiting is None:
-                    waiting = Waiting(client, self._signal_key)
-                await waiting.wait(block)
+                    waiting = Waiting(
+                        client,
+                        self._signal_key,
+                        lambda token: self._arelease_handover(client, token),
+                    )
+                # Between the token's arrival and the hold's record there is no await: a
+                # cancellation either comes first (the hub passes the token on) or after.
+                token = await waiting.take(block)
+                grant = None if token is None else _handover(token)
+                if grant is not None:
+                    grant_identifier, fencing_token, ttl_ms = grant
+                    self._granted_async(holder, grant_identifier, fencing_token, client)
+                    if ttl_ms != self._ttl_ms:
+                        await self._aextend_handover(client, holder, grant_identifier)
+                    if holder in self._holds:
+                        return True
+                now = loop.time()
         finally:
             if waiting is not None:
                 waiting.leave()
+
+    async def _aextend_handover(self, client: Any, holder: Any, identifier: str) -> None:
+        """A lock handed over with another TTL than this lock's gets this lock's; if it was
+        lost meanwhile, the caller goes on waiting."""
+        try:
+            extended = await self._aextend_identifier(client, identifier, self._ttl_ms)
+        except BaseException:
+            self._forget_hold(holder)
+            spawn(self._arelease_identifier(client, identifier))
+            raise
+        if not extended:
+            self._forget_hold(holder)
+
+    def _forget_hold(self, holder: Any) -> None:
+        hold = self._holds.pop(holder, None)
+        if hold is not None and isinstance(hold.renewer, asyncio.Task):
+            hold.renewer.cancel()
+
+    async def _arelease_handover(self, client: Any, token: bytes) -> bool:
+        """A hand-over no waiter of this loop is left to take is released (and so handed
+        on, or freed); False for a plain wake-up, which goes back on the list."""
+        handover = _handover(token)
+        if handover is None:
+            return False
+        await self._arelease_identifier(client, handover[0])
+        return True
 
     def _give_back_late_grant(
         self, done: asyncio.Future[int], client: Any, identifier: str
@@ -414,8 +518,8 @@ class Lock:
             raise LockLost(f"Lock {self.name!r} expired or was taken by another holder.")
 
     async def _arelease_identifier(self, client: Any, identifier: str) -> bool:
-        keys, args = self._release_args(identifier)
-        return bool(await arun_script("lock_release", client, keys=keys, args=args))
+        args = self._release_args(identifier)
+        return bool(await arun_script("lock_release", client, keys=self._keys, args=args))
 
     async def aextend(self, seconds: float | None = None) -> None:
         """``extend`` for async code."""
@@ -427,9 +531,7 @@ class Lock:
 
     async def _aextend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
         return bool(
-            await arun_script(
-                "lock_extend", client, keys=[self._owner_key], args=[identifier, ttl_ms]
-            )
+            await arun_script("lock_extend", client, keys=self._keys[:1], args=(identifier, ttl_ms))
         )
 
     async def aowned(self) -> bool:

@@ -28,13 +28,13 @@ import contextvars
 import logging
 import threading
 import time
-import uuid
 from types import TracebackType
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import encoded_instance_keys
+from django_rcoord.locks import new_identifier
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
 from django_rcoord.waiting import Waiting, spawn, wait_for_signal
@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a waiter keeps its place in line without asking again.
 WAITER_LEASE = 2.0
+_WAITER_LEASE_MS = int(WAITER_LEASE * 1000)
+
+#: The keys of one semaphore: acquire takes all five, release all but the tickets.
+KEY_PARTS = ("holders", "waiters", "waiter-leases", "tickets", "signal")
 
 # Identifiers taken by ``with semaphore:`` in this thread / task, per semaphore.
 _entered: contextvars.ContextVar[tuple[tuple[int, str], ...]] = contextvars.ContextVar(
@@ -89,12 +93,21 @@ class Semaphore:
         self.fair = fair
         self.wait = wait
         self._client = client
-        space = KeySpace("semaphore", name)
-        self._holders_key = space.key("holders")
-        self._waiters_key = space.key("waiters")
-        self._waiter_leases_key = space.key("waiter-leases")
-        self._tickets_key = space.key("tickets")
-        self._signal_key = space.key("signal")
+        self._keys = encoded_instance_keys("semaphore", name, KEY_PARTS)
+        self._release_keys = (*self._keys[:3], self._keys[4])
+
+    # The keys as str, for the few commands outside the scripts.
+    @property
+    def _holders_key(self) -> str:
+        return self._keys[0].decode()
+
+    @property
+    def _waiters_key(self) -> str:
+        return self._keys[1].decode()
+
+    @property
+    def _signal_key(self) -> str:
+        return self._keys[4].decode()
 
     @property
     def client(self) -> Any:
@@ -105,26 +118,21 @@ class Semaphore:
         return max(1, int(self.timeout * 1000))
 
     # -- the three operations -------------------------------------------------
-    def _acquire_call(
-        self, identifier: str, queue: bool, woken: bool
-    ) -> tuple[list[str], list[Any]]:
-        keys = [
-            self._holders_key,
-            self._waiters_key,
-            self._waiter_leases_key,
-            self._tickets_key,
-            self._signal_key,
-        ]
-        args = [
+    def _acquire_args(
+        self, identifier: str, queue: bool, woken: bool, in_line: bool
+    ) -> tuple[Any, ...]:
+        """ARGV of semaphore_acquire.lua. ``in_line``: an earlier attempt of this acquire was
+        refused with ``queue`` (only then does the script look the caller up in line)."""
+        return (
             identifier,
             self.limit,
             self._lease_ms,
             int(self.fair),
             int(queue),
-            int(WAITER_LEASE * 1000),
+            _WAITER_LEASE_MS,
             int(woken),
-        ]
-        return keys, args
+            int(in_line),
+        )
 
     @staticmethod
     def _block_after(result: Any, remaining: float) -> float:
@@ -138,15 +146,16 @@ class Semaphore:
         default the instance's ``wait``, as for ``Lock.acquire``)."""
         wait = self.wait if wait is None else wait
         client = self.client
-        identifier = uuid.uuid4().hex
+        identifier = new_identifier()
         deadline = time.monotonic() + wait
-        woken = False
+        woken = in_line = False
         while True:
             remaining = deadline - time.monotonic()
-            keys, args = self._acquire_call(identifier, remaining > 0, woken)
-            result = run_script("semaphore_acquire", client, keys=keys, args=args)
-            if result[0] == 1:
+            args = self._acquire_args(identifier, remaining > 0, woken, in_line)
+            result = run_script("semaphore_acquire", client, keys=self._keys, args=args)
+            if result == 1:
                 return identifier
+            in_line = in_line or remaining > 0
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if wait > 0:
@@ -158,13 +167,9 @@ class Semaphore:
         """Give back a permit; False when it was not held (its lease had ended)."""
         return self._release(self.client, identifier)
 
-    def _release_call(self, identifier: str) -> tuple[list[str], list[Any]]:
-        keys = [self._holders_key, self._waiters_key, self._waiter_leases_key, self._signal_key]
-        return keys, [identifier, int(WAITER_LEASE * 1000)]
-
     def _release(self, client: Any, identifier: str) -> bool:
-        keys, args = self._release_call(identifier)
-        return bool(run_script("semaphore_release", client, keys=keys, args=args))
+        args = (identifier, _WAITER_LEASE_MS)
+        return bool(run_script("semaphore_release", client, keys=self._release_keys, args=args))
 
     # A waiter that gives up leaves the line the same way a holder leaves.
     _leave_line = _release
@@ -175,8 +180,8 @@ class Semaphore:
             run_script(
                 "semaphore_refresh",
                 self.client,
-                keys=[self._holders_key],
-                args=[identifier, self._lease_ms],
+                keys=self._keys[:1],
+                args=(identifier, self._lease_ms),
             )
         )
 
@@ -230,17 +235,17 @@ class Semaphore:
         """
         wait = self.wait if wait is None else wait
         client = await self._aclient()
-        identifier = uuid.uuid4().hex
+        identifier = new_identifier()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        woken = False
+        woken = in_line = False
         waiting: Waiting | None = None
         try:
             while True:
                 remaining = deadline - loop.time()
-                keys, args = self._acquire_call(identifier, remaining > 0, woken)
+                args = self._acquire_args(identifier, remaining > 0, woken, in_line)
                 attempt = asyncio.ensure_future(
-                    arun_script("semaphore_acquire", client, keys=keys, args=args)
+                    arun_script("semaphore_acquire", client, keys=self._keys, args=args)
                 )
                 try:
                     result = await asyncio.shield(attempt)
@@ -248,8 +253,9 @@ class Semaphore:
                     # Granted or queued in flight: either way, give the identifier up after.
                     attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
                     raise
-                if result[0] == 1:
+                if result == 1:
                     return identifier
+                in_line = in_line or remaining > 0
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     if wait > 0:
@@ -272,8 +278,10 @@ class Semaphore:
         return await self._arelease(await self._aclient(), identifier)
 
     async def _arelease(self, client: Any, identifier: str) -> bool:
-        keys, args = self._release_call(identifier)
-        return bool(await arun_script("semaphore_release", client, keys=keys, args=args))
+        args = (identifier, _WAITER_LEASE_MS)
+        return bool(
+            await arun_script("semaphore_release", client, keys=self._release_keys, args=args)
+        )
 
     async def arefresh(self, identifier: str) -> bool:
         """``refresh`` for async code."""
@@ -281,8 +289,8 @@ class Semaphore:
             await arun_script(
                 "semaphore_refresh",
                 await self._aclient(),
-                keys=[self._holders_key],
-                args=[identifier, self._lease_ms],
+                keys=self._keys[:1],
+                args=(identifier, self._lease_ms),
             )
         )
 

@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from django_rcoord import connection
@@ -40,8 +40,14 @@ def _socket_timeout_cap(client: Any) -> float:
 
 def wait_for_signal(client: Any, key: str, seconds: float) -> bool:
     """Block on the wake-up list ``key`` for up to ``seconds``; True if a token was taken."""
+    return pop_signal(client, key, seconds) is not None
+
+
+def pop_signal(client: Any, key: str, seconds: float) -> bytes | None:
+    """Block on the wake-up list ``key`` for up to ``seconds``; the token taken, or None."""
     timeout = max(MIN_BLOCK, min(seconds, _socket_timeout_cap(client)))
-    return client.blpop([key], timeout=timeout) is not None
+    popped = client.blpop([key], timeout=timeout)
+    return None if popped is None else popped[1]
 
 
 #: Longest one shared BLPOP blocks before its hub looks whether anyone still waits.
@@ -54,24 +60,32 @@ class Waiting:
     """One async waiter's place in line for wake-up tokens of the list ``key``.
 
     ``await wait(seconds)`` returns True when a token came, False when
-    ``seconds`` passed. The place is taken at the first ``wait`` and kept
-    between waits (a waiter that asks Redis again in between does not go to the
-    back of the line); ``leave()`` gives it up. ``order`` (a fair semaphore's
+    ``seconds`` passed; ``await take(seconds)`` returns the token itself, or
+    None. The place is taken at the first ``wait`` and kept between waits (a
+    waiter that asks Redis again in between does not go to the back of the
+    line); ``leave()`` gives it up. ``order`` (a fair semaphore's
     ticket) places the waiter among the others by it; without one, by arrival.
     ``client`` is the redis.asyncio client of the caller's commands (the
-    configured one, or one passed as ``client=``).
+    configured one, or one passed as ``client=``). ``unclaimed`` is what becomes
+    of a token the hub took when no waiter of its loop waits any more (a lock's
+    hand-over is released); without it, or when it returns False, the token goes
+    back on the list.
     """
 
-    __slots__ = ("_hub", "_key", "future", "joined", "order")
+    __slots__ = ("_hub", "_key", "future", "joined", "order", "unclaimed")
 
-    def __init__(self, client: Any, key: str) -> None:
+    def __init__(self, client: Any, key: str, unclaimed: Unclaimed | None = None) -> None:
         self._hub = signal_hub(client)
         self._key = key
-        self.future: asyncio.Future[bool] | None = None  # set while waiting
+        self.future: asyncio.Future[bytes | None] | None = None  # set while waiting
         self.joined = False
         self.order: float = math.inf
+        self.unclaimed = unclaimed
 
     async def wait(self, seconds: float, order: float | None = None) -> bool:
+        return await self.take(seconds, order) is not None
+
+    async def take(self, seconds: float, order: float | None = None) -> bytes | None:
         if order is not None and not self.joined:
             self.order = order
         return await self._hub.wait(self._key, self, seconds)
@@ -79,6 +93,9 @@ class Waiting:
     def leave(self) -> None:
         self._hub.leave(self._key, self)
 
+
+#: What a hub does with a token nobody of its loop waits for: True when it was dealt with.
+Unclaimed = Callable[[bytes], Awaitable[bool]]
 
 _hubs_of_clients: weakref.WeakKeyDictionary[Any, SignalHub] = weakref.WeakKeyDictionary()
 
@@ -106,20 +123,22 @@ class SignalHub:
     list when none is. At most ``RCOORD["ASYNC_WAIT_CONNECTIONS"]`` lists are
     blocked on at once; beyond that a list waits for a free connection in
     arrival order, and its waiters still wake at their own deadlines. Short
-    commands (a holder's release) never go through ``waits``.
+    commands (a holder's release) never go through ``waits``. A token is handed
+    to its waiter as it was popped (a lock's hand-over carries the grant).
     """
 
     def __init__(self, waits: Any, commands: Any) -> None:
         self._waits = waits
         self._commands = commands
         self._lines: dict[str, list[Waiting]] = {}
+        self._unclaimed: dict[str, Unclaimed] = {}
         self._servers: dict[str, asyncio.Task[None]] = {}
         self._connections = asyncio.Semaphore(conf.ASYNC_WAIT_CONNECTIONS)
         self._block = min(HUB_BLOCK, _socket_timeout_cap(waits))
         #: How many lists are blocked on now (one connection of ``waits`` each).
         self.blocking = 0
 
-    async def wait(self, key: str, place: Waiting, seconds: float) -> bool:
+    async def wait(self, key: str, place: Waiting, seconds: float) -> bytes | None:
         loop = asyncio.get_running_loop()
         line = self._lines.get(key)
         if line is None:
@@ -127,6 +146,8 @@ class SignalHub:
         if not place.joined:
             bisect.insort_right(line, place, key=_order)
             place.joined = True
+            if place.unclaimed is not None:
+                self._unclaimed[key] = place.unclaimed
         if key not in self._servers:
             self._servers[key] = loop.create_task(self._serve(key, line))
         waiter = place.future = loop.create_future()
@@ -134,8 +155,9 @@ class SignalHub:
         try:
             return await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.result():
-                self._hand_on(key, line)  # the token came as we were cancelled: pass it on
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                # The token came as we were cancelled: pass it on.
+                self._hand_on(key, line, waiter.result())
             raise
         finally:
             timer.cancel()
@@ -160,7 +182,7 @@ class SignalHub:
                     while line:
                         popped = await self._waits.blpop([key], timeout=self._block)
                         if popped is not None:
-                            self._hand_on(key, line)
+                            self._hand_on(key, line, popped[1])
                 finally:
                     self.blocking -= 1
         except asyncio.CancelledError:
@@ -170,24 +192,27 @@ class SignalHub:
             logger.warning("waiting on %s failed: %s", key, exc)
             for place in line:
                 if place.future is not None:
-                    _wake(place.future)
+                    _expire(place.future)
         finally:
             if self._servers.get(key) is asyncio.current_task():
                 del self._servers[key]
             if not line and self._lines.get(key) is line:
                 del self._lines[key]
+                self._unclaimed.pop(key, None)
 
-    def _hand_on(self, key: str, line: list[Waiting]) -> None:
+    def _hand_on(self, key: str, line: list[Waiting], token: bytes) -> None:
         """Give a taken token to the first place waiting now, or back to Redis."""
         for place in line:
-            if place.future is not None and _wake(place.future):
+            if place.future is not None and _wake(place.future, token):
                 return
-        spawn(self._return_token(key))
+        spawn(self._return_token(key, token, self._unclaimed.get(key)))
 
-    async def _return_token(self, key: str) -> None:
+    async def _return_token(self, key: str, token: bytes, unclaimed: Unclaimed | None) -> None:
         try:
+            if unclaimed is not None and await unclaimed(token):
+                return
             async with self._commands.pipeline(transaction=False) as pipe:
-                pipe.rpush(key, 1)
+                pipe.rpush(key, token)
                 pipe.pexpire(key, RETURNED_TOKEN_MS)
                 await pipe.execute()
         except Exception as exc:
@@ -207,16 +232,16 @@ def _order(place: Waiting) -> float:
     return place.order
 
 
-def _wake(waiter: asyncio.Future[bool]) -> bool:
+def _wake(waiter: asyncio.Future[bytes | None], token: bytes) -> bool:
     if waiter.done():
         return False
-    waiter.set_result(True)
+    waiter.set_result(token)
     return True
 
 
-def _expire(waiter: asyncio.Future[bool]) -> None:
+def _expire(waiter: asyncio.Future[bytes | None]) -> None:
     if not waiter.done():
-        waiter.set_result(False)
+        waiter.set_result(None)
 
 
 def spawn(coroutine: Any) -> asyncio.Task[Any]:

@@ -241,6 +241,46 @@ async def test_wait_counts_from_the_call_and_a_cancelled_waiter_leaves_the_line(
     assert await semaphore.aacquire() is not None
 
 
+async def test_tasks_of_one_loop_are_handed_the_lock_in_arrival_order() -> None:
+    holder = Lock("task-line", timeout=30, wait=0)
+    assert await holder.aacquire()
+    first_token = holder.token
+    order: list[tuple[int, int]] = []
+
+    async def wait_in_line(tag: int) -> None:
+        lock = Lock("task-line", timeout=30, wait=30)
+        async with lock:
+            order.append((tag, lock.token))
+            await asyncio.sleep(0.005)
+
+    tasks = []
+    for tag in range(5):
+        tasks.append(asyncio.create_task(wait_in_line(tag)))
+        await asyncio.sleep(0.02)  # each refused and in line before the next comes
+    await holder.arelease()
+    # Handed over, never free: a newcomer is refused.
+    assert await Lock("task-line", wait=0).aacquire() is False
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
+    assert order == [(tag, first_token + 1 + tag) for tag in range(5)]
+
+
+async def test_a_hand_over_whose_waiter_left_is_not_lost() -> None:
+    """The loop's shared BLPOP may take a hand-over after its waiter gave up: it is
+    released (handed on, or left for the next attempt), never kept by nobody."""
+    holder = Lock("left-line", timeout=30, wait=0)
+    assert await holder.aacquire()
+    token = holder.token
+    assert await Lock("left-line", timeout=30, wait=0.2).aacquire() is False
+    await holder.arelease()  # the hub's BLPOP (up to 1 s) is still blocked
+    newcomer = Lock("left-line", timeout=30, wait=0)
+    deadline = time.monotonic() + 2
+    while not await newcomer.aacquire():
+        assert time.monotonic() < deadline, "the hand-over was lost: the lock stays held"
+        await asyncio.sleep(0.01)
+    assert newcomer.token > token
+    await newcomer.arelease()
+
+
 # -- one Lock object shared by threads and tasks -------------------------------------------
 SHARED = Lock("shared-invoice", timeout=10, wait=60)
 

@@ -57,6 +57,25 @@ def test_matches_a_brute_force_oracle(members: set[str], data: st.DataObject) ->
     assert autocomplete_on_prefix("oracle", prefix, limit) == oracle(members, prefix, limit)
 
 
+@given(st.text(alphabet=st.characters(max_codepoint=127)))
+def test_ascii_text_folds_as_the_full_rule_folds_it(text: str) -> None:
+    full = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    assert fold(text) == full
+
+
+def test_guild_keys_follow_key_prefix_changes() -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    join_guild("prefixed", "Ada")
+    with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "other"}):
+        assert autocomplete_on_prefix("prefixed", "a") == []
+        join_guild("prefixed", "Ann")
+        assert autocomplete_on_prefix("prefixed", "a") == ["Ann"]
+        assert get_client().zcard("other:guild:{prefixed}:members") == 1
+    assert autocomplete_on_prefix("prefixed", "a") == ["Ada"]
+
+
 def test_case_and_accents_fold_and_display_keeps_the_spelling() -> None:
     for name in ["Émile", "emma", "Zoë", "名前", "Ωmega", "🙂smile", "a{b}", "O'Brien", "Straße"]:
         join_guild("g", name)

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_rcoord.exceptions import InvalidName, RcoordError
-from django_rcoord.keys import MAX_NAME_LENGTH, KeySpace, decode_name, encode_name
+from django_rcoord.keys import (
+    MAX_NAME_LENGTH,
+    KeySpace,
+    decode_name,
+    encode_name,
+    instance_keys,
+)
 
 HOSTILE_NAMES = [
     "a",
@@ -103,6 +109,29 @@ def test_unusable_names_raise_invalid_name(bad: object) -> None:
         KeySpace("lock", bad)  # type: ignore[arg-type]
     assert isinstance(excinfo.value, RcoordError)
     assert isinstance(excinfo.value, ValueError)
+
+
+def test_instance_keys_are_the_key_spaces_keys_per_prefix() -> None:
+    parts = ("owner", "fence")
+    for name in ("x:y", "a}b", "émile"):
+        space = KeySpace("lock", name)
+        assert instance_keys("lock", name, parts) == (space.key("owner"), space.key("fence"))
+        assert instance_keys("lock", name, parts) == (space.key("owner"), space.key("fence"))
+    with override_settings(RCOORD={"KEY_PREFIX": "shop:coord"}):
+        assert instance_keys("lock", "x", parts)[0] == "shop:coord:lock:{x}:owner"
+    assert instance_keys("lock", "x", parts)[0] == "rcoord:lock:{x}:owner"
+    with override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}):
+        with pytest.raises(ImproperlyConfigured, match="rcoord.E006"):
+            instance_keys("lock", "x", parts)
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "x" * (MAX_NAME_LENGTH + 1), 42, None, b"bytes", ["list"], "lone\ud800surrogate"]
+)
+def test_instance_keys_refuse_unusable_names_every_time(bad: object) -> None:
+    for _ in range(2):  # a refusal is not cached as an answer
+        with pytest.raises(InvalidName):
+            instance_keys("lock", bad, ("owner",))  # type: ignore[arg-type]
 
 
 def test_kind_is_checked() -> None:

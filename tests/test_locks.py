@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord.connection import get_client
+from django_rcoord.connection import get_client, is_cluster
 from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.exceptions import LockNotReplicated
 from django_rcoord.keys import KeySpace
@@ -24,6 +24,31 @@ TOKENS = "test:tokens"
 
 def owner_key(name: str) -> str:
     return KeySpace("lock", name).key("owner")
+
+
+def lock_key(name: str, part: str) -> str:
+    return KeySpace("lock", name).key(part)
+
+
+def blocked_clients(key: str) -> int:
+    """Clients blocked (BLPOP) on the server that holds ``key``."""
+    client = get_client()
+    if is_cluster(client):
+        info = client.info("clients", target_nodes=client.get_node_from_key(key))
+        if "blocked_clients" not in info:  # one answer per node
+            (info,) = info.values()
+    else:
+        info = client.info("clients")
+    return int(info["blocked_clients"])
+
+
+def wait_in_line(name: str, tag: str, hold: float) -> None:
+    """Wait for the lock, note the order it came in and the token, hold it, release."""
+    lock = Lock(name, timeout=30, wait=60)
+    assert lock.acquire()
+    get_client().rpush("test:order", f"{tag}:{lock.token}")
+    time.sleep(hold)
+    lock.release()
 
 
 # -- code run in child processes -------------------------------------------------
@@ -213,6 +238,115 @@ def test_waiters_do_not_poll_redis() -> None:
     holder.release()
 
 
+# -- release: no wake-up when nobody waits, a hand-over when someone does ------------------
+def test_a_release_nobody_waits_for_pushes_no_wake_up() -> None:
+    client = get_client()
+    signal, waiting = lock_key("quiet-release", "signal"), lock_key("quiet-release", "waiting")
+    lock = Lock("quiet-release", timeout=30, wait=0)
+    for _ in range(3):
+        assert lock.acquire()
+        # A try-lock that will not wait raises no "someone waits" flag.
+        assert Lock("quiet-release", wait=0).acquire() is False
+        lock.release()
+        assert client.exists(signal, waiting) == 0
+    # A caller that waits raises it; the release then hands the lock over, and as that
+    # waiter gave up meanwhile, the hand-over stays on the list for the next attempt.
+    assert lock.acquire()
+    token = lock.token
+    assert Lock("quiet-release", wait=0.2).acquire() is False
+    # Set at its first attempt: its wait (0.2 s) and 1 s more, of which 0.2 s have passed.
+    assert 700 < client.pttl(waiting) <= 1201
+    lock.release()
+    (handover,) = client.lrange(signal, 0, -1)
+    assert handover.startswith(f"{token + 1}:30000:".encode())
+    newcomer = Lock("quiet-release", timeout=10, wait=0)
+    assert newcomer.acquire()  # claimed: nobody is locked out until the TTL
+    assert newcomer.token == token + 1
+    assert not client.exists(signal)
+    assert 9000 < client.pttl(owner_key("quiet-release")) <= 10_000  # its own TTL
+    assert client.get(owner_key("quiet-release")).decode() == newcomer.identifier
+    newcomer.release()
+
+
+def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_in() -> None:
+    client = get_client()
+    signal = lock_key("line", "signal")
+    holder = Lock("line", timeout=30, wait=0)
+    assert holder.acquire()
+    first_token = holder.token
+    waiters = []
+    try:
+        for tag in range(4):
+            waiters.append(start_process(wait_in_line, "line", str(tag), 0.2))
+            wait_until(lambda tag=tag: blocked_clients(signal) == tag + 1)
+        holder.release()
+        # Handed over to the first waiter: a newcomer finds it held, never free.
+        assert Lock("line", wait=0).acquire() is False
+        for waiter in waiters:
+            waiter.join(60)
+            assert waiter.exitcode == 0
+    finally:
+        for waiter in waiters:
+            waiter.kill()
+    order = [entry.decode().split(":") for entry in client.lrange("test:order", 0, -1)]
+    assert [tag for tag, _ in order] == ["0", "1", "2", "3"]
+    assert [int(token) for _, token in order] == list(range(first_token + 1, first_token + 5))
+
+
+def test_threads_of_one_process_are_served_in_arrival_order() -> None:
+    signal = lock_key("thread-line", "signal")
+    holder = Lock("thread-line", timeout=30, wait=0)
+    assert holder.acquire()
+    threads = []
+    for tag in range(4):
+        thread = threading.Thread(target=wait_in_line, args=("thread-line", str(tag), 0.01))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda tag=tag: blocked_clients(signal) == tag + 1)
+    holder.release()
+    for thread in threads:
+        thread.join(30)
+    order = [entry.decode().split(":")[0] for entry in get_client().lrange("test:order", 0, -1)]
+    assert order == ["0", "1", "2", "3"]
+
+
+def test_a_hand_over_gets_the_waiters_own_ttl() -> None:
+    signal = lock_key("ttl-handover", "signal")
+    holder = Lock("ttl-handover", timeout=2, wait=0)
+    assert holder.acquire()
+    token = holder.token
+    seen: dict[str, int] = {}
+
+    def wait() -> None:
+        lock = Lock("ttl-handover", timeout=30, wait=10)
+        assert lock.acquire()
+        seen["ttl"] = get_client().pttl(owner_key("ttl-handover"))
+        seen["token"] = lock.token
+        assert lock.owned()
+        lock.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: blocked_clients(signal) == 1)
+    holder.release()
+    thread.join(10)
+    assert seen["ttl"] > 25_000  # extended from the releaser's 2 s to its own 30 s
+    assert seen["token"] == token + 1
+
+
+def test_keys_follow_key_prefix_changes() -> None:
+    """Keys are cached per (name, KEY_PREFIX): override_settings still moves them."""
+    client = get_client()
+    with Lock("prefixed", wait=0):
+        assert client.exists("rcoord:lock:{prefixed}:owner")
+    with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "other"}):
+        with Lock("prefixed", wait=0) as lock:
+            assert client.get("other:lock:{prefixed}:owner").decode() == lock.identifier
+            assert not client.exists("rcoord:lock:{prefixed}:owner")
+    with Lock("prefixed", wait=0) as lock:
+        assert client.get("rcoord:lock:{prefixed}:owner").decode() == lock.identifier
+
+
 # -- scripts ---------------------------------------------------------------------------
 def test_scripts_survive_a_script_cache_flush() -> None:
     with Lock("flush", wait=0) as lock:
@@ -306,6 +440,14 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
             # WAIT returned only once the replica had the grant.
             assert replica.client().get(owner_key) == lock.identifier.encode()
             lock.release()
+
+            # A grant is replicated when it is made, so a release frees the lock and wakes
+            # a waiter instead of handing it over.
+            assert lock.acquire()
+            assert Lock("durable", wait=0.1, client=client).acquire() is False  # waited
+            lock.release()
+            assert client.lrange(KeySpace("lock", "durable").key("signal"), 0, -1) == [b"1"]
+            assert client.get(owner_key) is None
 
             replica.stop()
             wait_until(lambda: client.info("replication")["connected_slaves"] == 0, timeout=30)

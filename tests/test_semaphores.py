@@ -194,6 +194,41 @@ def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
         waiter.kill()
 
 
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "counting"])
+def test_a_waiter_granted_a_permit_leaves_the_line_and_nobody_waiting_writes_no_line(
+    fair: bool,
+) -> None:
+    client = get_client()
+    line_keys = [KeySpace("semaphore", "granted").key(part) for part in ("waiters", "tickets")]
+    line_keys.append(KeySpace("semaphore", "granted").key("waiter-leases"))
+    semaphore = Semaphore("granted", 1, timeout=10, fair=fair)
+    for _ in range(3):  # uncontended: the line's keys are never written
+        assert semaphore.release(semaphore.acquire())
+    assert client.exists(*line_keys) == 0
+    held = semaphore.acquire()
+    granted: list[str | None] = []
+    thread = threading.Thread(target=lambda: granted.append(semaphore.acquire(wait=10)))
+    thread.start()
+    wait_until(lambda: waiters("granted") == 1)
+    assert semaphore.release(held)
+    thread.join(10)
+    assert granted[0] is not None
+    assert waiters("granted") == 0
+    assert client.zcard(line_keys[2]) == 0  # its place's lease is gone too
+    assert semaphore.release(granted[0])
+    assert semaphore.release(granted[0]) is False
+
+
+def test_semaphore_keys_follow_key_prefix_changes() -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "other"}):
+        identifier = Semaphore("prefixed", 2).acquire()
+        assert get_client().zscore("other:semaphore:{prefixed}:holders", identifier)
+    assert Semaphore("prefixed", 2)._holders_key == "rcoord:semaphore:{prefixed}:holders"
+
+
 def test_acquire_waits_the_instances_wait_by_default_as_lock_acquire_does() -> None:
     holder = Semaphore("patient", 1, timeout=30)
     held = holder.acquire()

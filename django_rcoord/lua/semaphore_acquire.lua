@@ -9,7 +9,8 @@
 -- ARGV[5]  queue: 1 = take (or keep) a place in line when no permit is free; 0 = do not wait
 -- ARGV[6]  waiter lease, ms (a waiter that stops asking loses its place after this)
 -- ARGV[7]  woken: 1 when the caller consumed a wake-up token before this call
--- Returns  {1} when the permit is granted;
+-- ARGV[8]  in line: 1 when an earlier call of this acquire may have put the caller in line
+-- Returns  1 when the permit is granted;
 --          {0, ms, ticket} when not, ms = time until the earliest holder's lease ends (-1: none),
 --          ticket = the caller's place in line (-1: not in line).
 local time = redis.call('TIME')
@@ -17,26 +18,38 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local identifier, limit = ARGV[1], tonumber(ARGV[2])
 local fair, queue = ARGV[4] == '1', ARGV[5] == '1'
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
--- Waiters that stopped asking lose their place, a bounded number per call.
-local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
-if #gone > 0 then
-    redis.call('ZREM', KEYS[2], unpack(gone))
-    redis.call('ZREM', KEYS[3], unpack(gone))
+local in_line = ARGV[8] == '1'
+local waiting = redis.call('ZCARD', KEYS[2])
+if waiting > 0 then
+    -- Waiters that stopped asking lose their place, a bounded number per call.
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 100)
+    if #gone > 0 then
+        redis.call('ZREM', KEYS[2], unpack(gone))
+        redis.call('ZREM', KEYS[3], unpack(gone))
+        waiting = redis.call('ZCARD', KEYS[2])
+    end
 end
 
-local free = limit - redis.call('ZCARD', KEYS[1])
 local ahead = 0
-if fair then
-    local rank = redis.call('ZRANK', KEYS[2], identifier)
-    ahead = rank or redis.call('ZCARD', KEYS[2])
+if fair and waiting > 0 then
+    local rank = in_line and redis.call('ZRANK', KEYS[2], identifier)
+    ahead = rank or waiting
+end
+-- Ended leases count until the set looks full: only then are they dropped and the holders
+-- counted again (a free permit is found without the purge; a refusal never counts one).
+local free = limit - redis.call('ZCARD', KEYS[1])
+if free <= ahead then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+    free = limit - redis.call('ZCARD', KEYS[1])
 end
 
 if free > ahead then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), identifier)
-    redis.call('ZREM', KEYS[2], identifier)
-    redis.call('ZREM', KEYS[3], identifier)
-    return {1}
+    if in_line then
+        redis.call('ZREM', KEYS[2], identifier)
+        redis.call('ZREM', KEYS[3], identifier)
+    end
+    return 1
 end
 
 -- Waiters of both kinds are counted, so that releases wake only when someone waits;

@@ -7,8 +7,12 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local released = redis.call('ZREM', KEYS[1], ARGV[1])
-local left_line = redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+-- A holder is not in line (its grant took it out); only a waiter giving up is.
+local left_line = 0
+if released == 0 then
+    left_line = redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZREM', KEYS[3], ARGV[1])
+end
 -- One token per freed permit, or per place in line given up, while anyone waits. A waiter
 -- woken for a permit it may not take yet (someone is ahead of it) passes the token on.
 local waiting = redis.call('ZCARD', KEYS[2])

@@ -194,7 +194,7 @@ def run(bench: Bench) -> ScenarioResult:
             try:
                 __import__(module)
             except ImportError:
-                reason = f"{module} not installed (pip install -e '.[bench]')"
+                reason = f"{module} not installed (pip install --group bench)"
                 rows.append(missing(SYSTEMS[system], "", reason))
                 continue
         rows.append(run_system(bench, system, count, repeats))

@@ -113,7 +113,7 @@ def _servers(url: str, before_dir: Path | None) -> Any:
             ],
             ROOT,
             env,
-        ),  # fmt: skip
+        ),
     }
     if before_dir is not None:
         ports[BEFORE] = free_port()
@@ -296,7 +296,7 @@ async def _load(
 
     started = time.perf_counter()
     tasks = [asyncio.ensure_future(client(count)) for count in per_client if count]
-    done, pending = await asyncio.wait(tasks, timeout=time_limit)
+    _, pending = await asyncio.wait(tasks, timeout=time_limit)
     seconds = time.perf_counter() - started
     for task in pending:
         task.cancel()

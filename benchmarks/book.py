@@ -20,13 +20,13 @@ def acquire_lock_with_timeout(
     """6.2.5: SETNX in a loop with a 1 ms sleep, then EXPIRE (two round trips when free)."""
     identifier = str(uuid.uuid4())
     lockname = "lock:" + lockname
-    lock_timeout = int(math.ceil(lock_timeout))
+    lock_timeout = math.ceil(lock_timeout)
     end = time.time() + acquire_timeout
     while time.time() < end:
         if conn.setnx(lockname, identifier):
             conn.expire(lockname, lock_timeout)
             return identifier
-        elif conn.ttl(lockname) < 0:  # the book's repair of a lock left without TTL
+        if conn.ttl(lockname) < 0:  # the book's repair of a lock left without TTL
             conn.expire(lockname, lock_timeout)
         time.sleep(0.001)
     return None
@@ -147,7 +147,7 @@ def poll_queue_once(conn: redis.Redis, on_moved=None) -> bool:
     if not item or item[0][1] > time.time():
         return False
     item, due = item[0]
-    identifier, queue, function, args = json.loads(item)
+    identifier, queue, _function, _args = json.loads(item)
     locked = acquire_lock(conn, identifier)
     if not locked:
         return True

@@ -33,12 +33,11 @@ def bench_redis() -> EmbeddedRedis:
     Persistence is off: the benchmarks measure the coordination algorithms, not
     this machine's disk, and the autocomplete indexes would make AOF rewrites.
     """
-    server = EmbeddedRedis(
+    return EmbeddedRedis(
         tempfile.mkdtemp(prefix="rcoord-bench-"),
         port=free_port(),
         extra_config={"appendonly": "no", "save": '""'},
     )
-    return server
 
 
 def stop_redis(server: EmbeddedRedis) -> None:

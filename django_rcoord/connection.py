@@ -10,6 +10,7 @@ connections belong to the loop that opened them) and closed with that loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -311,10 +312,8 @@ def _close_with_loop(clients: LoopClients) -> Any:
 
     generator = closer()
     step = generator.asend(None)
-    try:
+    with contextlib.suppress(StopIteration):
         step.send(None)  # runs up to the yield without suspending: registers with the loop
-    except StopIteration:
-        pass
     return generator
 
 
@@ -343,10 +342,8 @@ def _forget_loop_clients() -> None:
         if running is loop:
             loop.create_task(_close_clients(clients))
         else:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed since the check
                 asyncio.run_coroutine_threadsafe(_close_clients(clients), loop)
-            except RuntimeError:
-                pass
 
 
 def async_client_like(client: Any, *, max_connections: int | None = None) -> Any:

@@ -131,10 +131,15 @@ def test_the_dashboard_shows_queues_workers_and_schedules(client, staff) -> None
     assert response.status_code == 200
     assert response["Cache-Control"].startswith("max-age=0")
     (queue,) = response.context["state"]["queues"]
-    assert queue["name"] == "default" and queue["ready"] == 1 and queue["delayed"] == 1
-    assert queue["finished_last_hour"] == 3 and queue["finished_per_minute"][-1] == 3
+    assert queue["name"] == "default"
+    assert queue["ready"] == 1
+    assert queue["delayed"] == 1
+    assert queue["finished_last_hour"] == 3
+    assert queue["finished_per_minute"][-1] == 3
     page = response.content.decode()
-    assert 'id="rcoord-queues"' in page and "<svg" in page and "<rect" in page
+    assert 'id="rcoord-queues"' in page
+    assert "<svg" in page
+    assert "<rect" in page
     assert "beat" in page  # the periodic schedule
     assert "admin/base_site.html" in [template.name for template in response.templates]
 
@@ -144,7 +149,8 @@ def test_dead_letters_are_paged_with_their_tracebacks(client, staff) -> None:
     client.force_login(staff)
     url = reverse("rcoord:dashboard-dead", args=["default"])
     first = client.get(url)
-    assert len(first.context["letters"]) == 25 and first.context["pages"] == 2
+    assert len(first.context["letters"]) == 25
+    assert first.context["pages"] == 2
     assert "ValueError: m0 always fails" in first.content.decode()
     second = client.get(url + "?page=2")
     assert len(second.context["letters"]) == 5
@@ -190,9 +196,11 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     response = client.get(url, {"task": task_id, "lock": "invoice:7", "semaphore": "reports"})
     found = response.context["found"]
     assert found["task"]["record"].status == "FAILED"
-    assert found["lock"]["held"] and 25 < found["lock"]["ttl"] <= 30
+    assert found["lock"]["held"]
+    assert 25 < found["lock"]["ttl"] <= 30
     assert found["lock"]["token"] == lock.token
-    assert found["semaphore"]["held"] == 2 and found["semaphore"]["waiting"] == 0
+    assert found["semaphore"]["held"] == 2
+    assert found["semaphore"]["waiting"] == 0
     assert {holder["id"] for holder in found["semaphore"]["holders"]} == {
         identifier[:8] for identifier in held
     }
@@ -287,7 +295,8 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
         if sample.labels["queue"] == "default"
     }
     assert states == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 6}
-    assert "rcoord_workers" in families and "rcoord_delayed_lateness_seconds" in families
+    assert "rcoord_workers" in families
+    assert "rcoord_delayed_lateness_seconds" in families
 
 
 def test_a_retry_is_counted_as_retried(client) -> None:

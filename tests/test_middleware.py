@@ -55,7 +55,8 @@ def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
     assert refused["Retry-After"] == "1"
     assert refused.json()["error"] == "too_busy"
     page = client.get("/limited/slow/", HTTP_ACCEPT="text/html")
-    assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert page.status_code == 503
+    assert page["Content-Type"].startswith("text/html")
     assert page.templates[0].name == "django_rcoord/errors/503.html"  # as the decorators'
     assert b'<a href="/limited/slow/">Try again</a>' in page.content
     assert client.get("/unlimited/").status_code == 200  # not covered by the rule
@@ -77,7 +78,8 @@ async def test_async_the_request_over_the_limit_gets_503(async_client) -> None:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
     refused = await async_client.get("/limited/slow-async/")
-    assert refused.status_code == 503 and refused["Retry-After"] == "1"
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == "1"
     views.async_gate.set()
     assert [(await first).status_code, (await second).status_code] == [200, 200]
     assert semaphore.holders() == 0
@@ -92,7 +94,8 @@ def test_a_thousand_requests_ten_percent_failing_leave_no_permit_held() -> None:
         ).status_code
         for index in range(1000)
     ]
-    assert statuses.count(500) == 100 and statuses.count(200) == 900
+    assert statuses.count(500) == 100
+    assert statuses.count(200) == 900
     assert Semaphore("all", 5).holders() == 0
 
 
@@ -110,7 +113,8 @@ async def test_async_failures_leave_no_permit_held(async_client) -> None:
             )
         )
         statuses += [response.status_code for response in responses]
-    assert statuses.count(500) == 20 and statuses.count(200) == 180
+    assert statuses.count(500) == 20
+    assert statuses.count(200) == 180
     assert Semaphore("all", 5).holders() == 0
 
 
@@ -177,7 +181,8 @@ def test_fail_open_with_redis_down(
     with limits(rule), caplog.at_level(logging.ERROR):
         response = Client().get("/limited/slow/?sleep=0", HTTP_ACCEPT="application/json")
     assert response.status_code == status
-    assert "Concurrency limit 'down'" in caplog.text and "Redis unavailable" in caplog.text
+    assert "Concurrency limit 'down'" in caplog.text
+    assert "Redis unavailable" in caplog.text
     if not fail_open:
         assert response["Retry-After"] == "5"
         assert response.json()["error"] == "unavailable"

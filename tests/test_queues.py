@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 import json
 import os
 import random
@@ -67,10 +68,9 @@ def start_worker(
 def start_logged(command: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Start ``command`` with its output in a file (a pipe nobody reads would fill up and
     block it); ``output_of`` waits for it and returns that output."""
-    log = tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False)
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False) as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     process.log_path = log.name  # type: ignore[attr-defined]
-    log.close()
     return process
 
 
@@ -93,8 +93,10 @@ def test_delay_stores_a_json_message_in_one_queue() -> None:
     assert client.zrange(keys.ready, 0, -1) == [task_id.encode()]
     message = json.loads(client.hget(keys.messages, task_id))
     assert message["task"] == "tests.tasks.record"
-    assert message["args"] == ["a"] and message["kwargs"] == {}
-    assert message["id"] == task_id and message["queue"] == "default"
+    assert message["args"] == ["a"]
+    assert message["kwargs"] == {}
+    assert message["id"] == task_id
+    assert message["queue"] == "default"
     assert abs(message["enqueued_at"] - time.time()) < 60
 
 
@@ -105,17 +107,18 @@ def test_arguments_json_cannot_carry_are_a_type_error_at_enqueue() -> None:
     # Dates and decimals travel as strings (DjangoJSONEncoder).
     tasks.add_numbers.delay(datetime.date(2026, 1, 2), b=decimal.Decimal("1.50"))
     body = json.loads(get_client().hvals(QueueKeys.of("default").messages)[0])
-    assert body["args"] == ["2026-01-02"] and body["kwargs"] == {"b": "1.50"}
+    assert body["args"] == ["2026-01-02"]
+    assert body["kwargs"] == {"b": "1.50"}
 
 
 async def test_arguments_the_task_does_not_accept_are_a_type_error_at_enqueue() -> None:
     for call in (
-        lambda: tasks.record.delay(),
+        tasks.record.delay,
         lambda: tasks.record.delay("a", "b"),
         lambda: tasks.record.schedule("a", delay=5, colour="red"),
         lambda: enqueue_many([(tasks.record, ["fine"], {}), (tasks.record, [], {"x": 1})]),
     ):
-        with pytest.raises(TypeError, match="'tests.tasks.record' does not accept"):
+        with pytest.raises(TypeError, match=r"'tests\.tasks\.record' does not accept"):
             call()  # refused before anything is sent
     with pytest.raises(TypeError, match="does not accept"):
         await tasks.record.adelay("a", "b")
@@ -142,7 +145,8 @@ def test_enqueue_many_across_groups_returns_the_ids_in_call_order(redis_client) 
     for i, task_id in enumerate(ids):
         keys = QueueKeys.of("default" if i % 2 else "reports/pdf")
         assert json.loads(redis_client.hget(keys.messages, task_id))["args"] == [f"m{i}"]
-    assert queue_stats("default")["ready"] == 3 and queue_stats("reports/pdf")["ready"] == 3
+    assert queue_stats("default")["ready"] == 3
+    assert queue_stats("reports/pdf")["ready"] == 3
 
 
 def test_execute_later_with_delay_waits_for_its_time() -> None:
@@ -170,11 +174,12 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
     with pytest.raises(TypeError):
         task(lambda: None)  # type: ignore[arg-type]
     for bad in ("", "reports/", "/x"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="is not a queue name"):
             task(queue=bad)
     # Any other text is a usable name: the key layer encodes it.
     odd = QueueKeys.of("a}b/x{")
-    assert odd.group == "a}b" and odd.ready.endswith(":ready:x%7B")
+    assert odd.group == "a}b"
+    assert odd.ready.endswith(":ready:x%7B")
 
 
 # -- consuming ------------------------------------------------------------------------
@@ -198,10 +203,12 @@ def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
     worker.stop()
     thread.join(5)
     times = [float(t) for t in get_client().lrange("test:attempt-times:flaky", 0, -1)]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # TASK_RETRY_BACKOFF is 0.05 s in the test settings: 0.05 s, then 0.1 s.
     assert len(times) == 3
-    assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[1] > gaps[0]
+    assert gaps[0] >= 0.045
+    assert gaps[1] >= 0.095
+    assert gaps[1] > gaps[0]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     # Each failure is one line with the exception and when the task runs again; the
     # traceback is at DEBUG.
@@ -225,10 +232,12 @@ def test_retries_run_out_into_dead_letters_and_can_be_requeued() -> None:
     thread.join(5)
     assert int(get_client().get("test:attempts:hopeless")) == 4
     (letter,) = dead_letters("default")
-    assert letter["task"] == "tests.tasks.fail_then_succeed" and letter["failures"] == 4
+    assert letter["task"] == "tests.tasks.fail_then_succeed"
+    assert letter["failures"] == 4
     assert "attempt 4 fails on purpose" in letter["error"]
     assert requeue_dead("default") == 1
-    assert queue_stats("default")["ready"] == 1 and dead_letters("default") == []
+    assert queue_stats("default")["ready"] == 1
+    assert dead_letters("default") == []
 
 
 def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> None:
@@ -346,7 +355,8 @@ def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     other = Worker(["default"])
     other._recover_if_due(force=True)
     second = other._take()
-    assert second is not None and second.id == job.id
+    assert second is not None
+    assert second.id == job.id
     finished = slow._finish(job, Outcome("ack", "tests.tasks.record"))
     assert finished == 0  # the lease was lost: the other worker owns the task now
     finished = other._finish(second, Outcome("ack", "tests.tasks.record"))
@@ -423,7 +433,9 @@ def test_a_task_that_kills_its_worker_every_time_becomes_a_dead_letter() -> None
     assert letter["id"] == poison
     assert "its worker died (or lost Redis) while running it, 3 times" in letter["error"]
     record = get_result(poison)
-    assert record.status == "FAILED" and record.attempts == 3 and record.finished_at
+    assert record.status == "FAILED"
+    assert record.attempts == 3
+    assert record.finished_at
     assert record.errors[-1]["exception_class_path"] == "django_rcoord.exceptions.WorkerLost"
     assert "TASK_MAX_DELIVERIES" in output
 
@@ -453,7 +465,9 @@ def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
     output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert ran() == ["s0"]
-    assert "task " in output and " succeeded (ran " in output  # one log line per task
+    # one log line per task
+    assert "task " in output
+    assert " succeeded (ran " in output
     assert queue_stats("default") == {"ready": 2, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
@@ -516,19 +530,19 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
     call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     queues = {queue["name"]: queue for queue in state["queues"]}
-    assert queues["default"]["ready"] == 2 and queues["default"]["in_flight"] == 1
+    assert queues["default"]["ready"] == 2
+    assert queues["default"]["in_flight"] == 1
     assert queues["default"]["oldest_ready_age"] >= 0
     assert queues["reports/pdf"]["ready"] == 1
     (seen,) = state["workers"]
-    assert seen["id"] == worker.id and seen["queues"] == ["default"]
+    assert seen["id"] == worker.id
+    assert seen["queues"] == ["default"]
     assert seen["running"] == [{"id": job.id, "task": "tests.tasks.record"}]
     call_command("rcoord_status")
     text = capsys.readouterr().out
-    assert (
-        "default" in text
-        and "reports/pdf" in text
-        and f"running tests.tasks.record {job.id}" in text
-    )
+    assert "default" in text
+    assert "reports/pdf" in text
+    assert f"running tests.tasks.record {job.id}" in text
     worker._sign_off()
     call_command("rcoord_status", "--json")
     assert json.loads(capsys.readouterr().out)["workers"] == []
@@ -539,7 +553,8 @@ def test_max_tasks_and_concurrency_options() -> None:
     worker = start_worker("--max-tasks", "3")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output
-    assert len(ran()) == 3 and queue_stats("default")["ready"] == 7
+    assert len(ran()) == 3
+    assert queue_stats("default")["ready"] == 7
     threaded = start_worker("--burst", "--concurrency", "3")
     output = output_of(threaded, 60)
     assert threaded.returncode == 0, output
@@ -557,7 +572,8 @@ def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_cl
     with pytest.raises(ValueError, match="queue="):
         enqueue_in_script("tests.tasks.record", ["a"])
     later = enqueue_in_script(tasks.record, ["later"], delay=60, queue="scripted/q")
-    assert later.group == "scripted" and later.hash_tag == "scripted"
+    assert later.group == "scripted"
+    assert later.hash_tag == "scripted"
     # Its keys and arguments are the enqueue helper's, in order: task_enqueue is a script
     # that passes its KEYS and ARGV straight on to it.
     assert run_script("task_enqueue", redis_client, keys=later.keys, args=later.args) == 2
@@ -625,7 +641,9 @@ def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
     for task_id in rest:  # not a lost delivery, not an attempt
         assert get_client().hget(keys.failures, f"{task_id}:lost") is None
         record = get_result(task_id)
-        assert record.status == "READY" and record.attempts == 0 and record.started_at is None
+        assert record.status == "READY"
+        assert record.attempts == 0
+        assert record.started_at is None
     assert get_result(first).status == "SUCCESSFUL"
 
 

@@ -66,12 +66,14 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
                 capture_output=True,
                 text=True,
                 timeout=120,
+                check=False,
             )
             assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
             outputs.append(result.stdout)
             if words[2:4] == ["rcoord_redis", "start"]:
                 pid = server.pid()
-                assert pid is not None and _process_alive(pid)
+                assert pid is not None
+                assert _process_alive(pid)
                 assert b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
     finally:
         server.stop()

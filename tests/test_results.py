@@ -31,10 +31,12 @@ def test_a_queued_task_is_ready_with_its_arguments() -> None:
     assert record.status == "READY"
     assert record.task == "tests.tasks.record"
     assert record.queue == "default"
-    assert record.args == ["r1"] and record.kwargs == {}
+    assert record.args == ["r1"]
+    assert record.kwargs == {}
     assert before - datetime.timedelta(seconds=1) <= record.enqueued_at
     assert record.started_at is record.finished_at is None
-    assert record.attempts == 0 and record.errors == []
+    assert record.attempts == 0
+    assert record.errors == []
     assert not record.is_finished
 
 
@@ -44,10 +46,12 @@ def test_a_finished_task_is_successful_with_its_return_value() -> None:
     record = get_result(task_id)
     assert record.status == "SUCCESSFUL"
     assert record.return_value == {"sum": 5, "on": "2026-11-23"}
-    assert record.args == [2] and record.kwargs == {"b": 3}
+    assert record.args == [2]
+    assert record.kwargs == {"b": 3}
     assert record.enqueued_at <= record.started_at <= record.finished_at
     assert record.last_attempted_at == record.started_at
-    assert record.attempts == 1 and len(record.worker_ids[0]) > 10
+    assert record.attempts == 1
+    assert len(record.worker_ids[0]) > 10
     assert record.errors == []
 
 
@@ -57,7 +61,8 @@ def test_running_is_seen_from_another_process() -> None:
     try:
         wait_until(lambda: get_result(task_id).status == "RUNNING", timeout=60)
         record = get_result(task_id)
-        assert record.started_at is not None and record.finished_at is None
+        assert record.started_at is not None
+        assert record.finished_at is None
         assert record.worker_ids[0].split(":")[1] == str(worker.pid)
         wait_until(lambda: get_result(task_id).status == "SUCCESSFUL", timeout=60)
     finally:
@@ -73,7 +78,8 @@ def test_a_failed_task_keeps_its_error_and_traceback() -> None:
     assert record.finished_at is not None
     (error,) = record.errors
     assert error["exception_class_path"] == "builtins.ValueError"
-    assert "f1 always fails" in error["traceback"] and "Traceback" in error["traceback"]
+    assert "f1 always fails" in error["traceback"]
+    assert "Traceback" in error["traceback"]
     assert record.return_value is None
 
 

@@ -34,7 +34,8 @@ def test_scripts_are_found() -> None:
 def test_each_script_has_a_header_naming_keys_args_and_return(package: str, name: str) -> None:
     header = [line for line in source(package, name).splitlines() if line.startswith("--")]
     text = "\n".join(header)
-    assert "KEYS[1]" in text and "Returns" in text, name
+    assert "KEYS[1]" in text, name
+    assert "Returns" in text, name
 
 
 @pytest.mark.parametrize(("package", "name"), SCRIPTS)
@@ -68,7 +69,8 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
             script = get_script(name, package_).script.decode()
             # The helper's text, with the helpers it includes itself, is in the script.
             expanded = get_script(helper, package).script.decode()
-            assert "--! include" not in script and expanded.strip() in script
+            assert "--! include" not in script
+            assert expanded.strip() in script
             # Every key a helper is given is one of the script's KEYS.
             for function, names in functions.items():
                 arguments = [argument.strip() for argument in names.split(",")]

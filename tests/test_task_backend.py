@@ -48,7 +48,9 @@ def run_worker_process(*queues: str) -> str:
 def test_the_backend_says_what_it_supports() -> None:
     backend = task_backends["default"]
     assert isinstance(backend, RedisTaskBackend)
-    assert backend.supports_defer and backend.supports_async_task and backend.supports_get_result
+    assert backend.supports_defer
+    assert backend.supports_async_task
+    assert backend.supports_get_result
     assert backend.supports_priority
 
 
@@ -78,16 +80,19 @@ def test_a_priority_out_of_range_is_refused_before_anything_is_stored() -> None:
 def test_enqueue_is_ready_then_a_worker_process_makes_it_successful() -> None:
     result = framework_tasks.add.enqueue(2, b=3)
     assert result.status == TaskResultStatus.READY
-    assert result.args == [2] and result.kwargs == {"b": 3}
+    assert result.args == [2]
+    assert result.kwargs == {"b": 3}
     fetched = framework_tasks.add.get_result(result.id)
-    assert fetched.status == TaskResultStatus.READY and fetched.task == framework_tasks.add
+    assert fetched.status == TaskResultStatus.READY
+    assert fetched.task == framework_tasks.add
     worker = start_worker("--burst")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == 5
-    assert result.attempts == 1 and result.worker_ids[0].split(":")[1] == str(worker.pid)
+    assert result.attempts == 1
+    assert result.worker_ids[0].split(":")[1] == str(worker.pid)
     assert result.enqueued_at <= result.started_at <= result.finished_at
     assert result.errors == []
 
@@ -119,7 +124,8 @@ def test_options_can_ask_for_retries() -> None:
                 break
         result = task_backends["default"].get_result(result.id)
     assert result.status == TaskResultStatus.FAILED
-    assert result.attempts == 3 and len(result.errors) == 3
+    assert result.attempts == 3
+    assert len(result.errors) == 3
 
 
 def test_context_gives_the_result_and_the_attempt() -> None:
@@ -133,7 +139,8 @@ def test_async_task_functions_are_awaited() -> None:
     result = framework_tasks.add_later.enqueue(20, 22)
     run_worker_process()
     result.refresh()
-    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == 42
 
 
 def test_a_worker_killed_mid_task_runs_it_again() -> None:
@@ -181,8 +188,8 @@ def test_run_after_waits_in_the_delayed_set_until_the_servers_clock_reaches_it()
 def test_the_framework_signals_are_sent() -> None:
     seen: list[tuple[str, str]] = []
 
-    def receiver(name: str):  # noqa: ANN202
-        def receive(sender, task_result, **kwargs):  # noqa: ANN001, ANN202
+    def receiver(name: str):
+        def receive(sender, task_result, **kwargs):
             seen.append((name, str(task_result.status)))
 
         return receive
@@ -222,7 +229,8 @@ def test_a_worker_runs_only_the_queues_it_watches() -> None:
     assert task_backends["default"].get_result(quick.id).status == TaskResultStatus.SUCCESSFUL
     run_worker_process("slow")
     slow.refresh()
-    assert slow.status == TaskResultStatus.SUCCESSFUL and slow.return_value == "woke"
+    assert slow.status == TaskResultStatus.SUCCESSFUL
+    assert slow.return_value == "woke"
     assert slow.task.queue_name == "slow"
 
 

@@ -260,6 +260,7 @@ class EmbeddedRedis:
                 stderr=subprocess.STDOUT,
                 text=True,
                 timeout=timeout,
+                check=False,  # the exit code is reported below, with the output and log
             )
             if result.returncode != 0:
                 raise EmbeddedRedisError(

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import Client, override_settings
 
@@ -160,6 +161,21 @@ def test_streaming_response_holds_its_permit_until_the_body_is_sent(client) -> N
     assert client.get("/limited/streaming/").status_code == 503
     assert list(chunks) == [b"chunk 1\n", b"chunk 2\n"]
     assert semaphore.holders() == 0  # released with the last chunk
+
+
+@limits({"name": "stream", "path": "^/limited/streaming", "limit": 1, "timeout": 10})
+def test_an_async_body_after_a_sync_middleware_releases_its_permit(client) -> None:
+    # The sync test client runs the middleware sync: its permit is a sync one, released
+    # when an ASGI server (here: this loop) has sent the async body.
+    response = client.get("/limited/streaming-async-body/")
+    semaphore = Semaphore("stream", 1)
+    assert semaphore.holders() == 1
+
+    async def read_body() -> list[bytes]:
+        return [chunk async for chunk in response.streaming_content]
+
+    assert async_to_sync(read_body)() == [b"chunk 0\n", b"chunk 1\n", b"chunk 2\n"]
+    assert semaphore.holders() == 0
 
 
 @limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 0.3})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
@@ -227,6 +228,16 @@ async def slow_async(request: HttpRequest) -> HttpResponse:
 
 def streaming(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(f"chunk {index}\n" for index in range(3))
+
+
+def streaming_async_body(request: HttpRequest) -> StreamingHttpResponse:
+    """A sync view whose body is an async iterator."""
+
+    async def chunks() -> AsyncIterator[str]:
+        for index in range(3):
+            yield f"chunk {index}\n"
+
+    return StreamingHttpResponse(chunks())
 
 
 def unlimited(request: HttpRequest) -> HttpResponse:

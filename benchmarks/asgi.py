@@ -155,6 +155,7 @@ def _wait_for_port(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            assert process.stderr is not None  # started with stderr=PIPE
             raise RuntimeError(f"server exited: {process.stderr.read().decode()[-2000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -15,7 +15,7 @@ import functools
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 #: a lost or timed-out connection, and Redis Cluster's own (the cluster is down,
 #: a slot is moving, no node answers). Workers and pollers wait these out;
 #: fail-open middleware lets the request through.
-REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.ClusterError,
@@ -47,7 +47,7 @@ REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
 #: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
 #: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
 #: ``@rate_limited``) decides whether the request is served anyway.
-NO_REDIS: tuple[type[BaseException], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
+NO_REDIS: tuple[type[Exception], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
 
 #: How long a worker or poller that lost Redis waits before its next try, by how many
 #: tries failed in a row: doubling from 0.5 s up to 10 s, each wait a random point in its
@@ -304,7 +304,7 @@ def _close_with_loop(clients: LoopClients) -> Any:
     then closes the clients while the loop still runs.
     """
 
-    async def closer() -> AsyncIterator[None]:
+    async def closer() -> AsyncGenerator[None, None]:
         try:
             yield
         finally:

@@ -560,7 +560,9 @@ class Worker:
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
-        result = result_from_record(task, job.record)
+        record = job.record
+        assert record is not None  # its body is the message read above
+        result = result_from_record(task, record)
         if task.takes_context:
             args = [framework.TaskContext(task_result=result), *args]
         try:

@@ -28,7 +28,11 @@ def verification_code(request: HttpRequest) -> HttpResponse:
                 "Your verification code",
                 f"Your code is {code}.",
                 None,
-                [request.user.email or f"{request.user.get_username()}@example.com"],
+                # A custom user model need not have an e-mail field.
+                [
+                    getattr(request.user, "email", "")
+                    or f"{request.user.get_username()}@example.com"
+                ],
             )
             messages.success(request, "A code is on its way to your inbox.")
         else:

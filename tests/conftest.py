@@ -66,6 +66,7 @@ def redis_url(redis_server: EmbeddedRedis | EmbeddedCluster | None) -> Iterator[
             )
         yield url
         return
+    assert redis_server is not None  # it starts one whenever REDIS_URL is unset
     yield redis_server.url
 
 

@@ -29,6 +29,7 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
+    assert CHROMIUM is not None  # the module is skipped without it
     options.binary_location = CHROMIUM
     for flag in (
         "--headless",

@@ -32,7 +32,7 @@ CRON = {"name": "nightly", "task": "tests.framework_tasks.add", "cron": "0 3 * *
 
 def ids(**settings) -> list[str]:
     with override_settings(**settings):
-        return [message.id for message in check_settings()]
+        return [str(message.id) for message in check_settings()]
 
 
 def test_test_settings_are_clean() -> None:
@@ -140,7 +140,7 @@ def test_each_check_id(settings: dict, expected: list[str]) -> None:
 def test_unknown_key_hint_names_the_close_match() -> None:
     with override_settings(RCOORD={"CONECTION": "default"}):
         (message,) = check_settings()
-    assert "'CONNECTION'" in message.hint
+    assert "'CONNECTION'" in str(message.hint)
 
 
 def test_factory_replaces_the_connection_check() -> None:

@@ -122,6 +122,7 @@ def test_a_lock_on_the_cluster_excludes_and_hands_over(cc: RedisCluster) -> None
     second = Lock("shared", timeout=5, client=cc)
     assert first.acquire(wait=0)
     first_token = first.token
+    assert first_token is not None
     assert not second.acquire(wait=0)
     first.release()
     assert second.acquire(wait=1)

@@ -13,11 +13,11 @@ from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys, dead_letters, get_result, queue_stats
+from django_rcoord.queues import QueueKeys, dead_letters, queue_stats
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import output_of, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,10 +166,10 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
         client.post(action, {"action": "requeue", "task_id": ids[2]})
         assert queue_stats("default")["ready"] == 1
         assert ids[2] not in [letter["id"] for letter in dead_letters("default")]
-        assert get_result(ids[2]).status == "READY"
+        assert result_of(ids[2]).status == "READY"
         client.post(action, {"action": "delete", "task_id": ids[0]})
         assert [letter["id"] for letter in dead_letters("default")] == [ids[1], ids[3], ids[4]]
-        assert get_result(ids[0]).status == "FAILED"  # the record stays until it expires
+        assert result_of(ids[0]).status == "FAILED"  # the record stays until it expires
         client.post(action, {"action": "delete"})
         assert queue_stats("default")["dead"] == 0
     assert [
@@ -192,6 +192,7 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert lock.acquire()
     semaphore = Semaphore("reports", 2, timeout=30)
     held = [semaphore.acquire(), semaphore.acquire()]
+    assert None not in held
     url = reverse("rcoord:dashboard-lookup")
     response = client.get(url, {"task": task_id, "lock": "invoice:7", "semaphore": "reports"})
     found = response.context["found"]
@@ -202,8 +203,9 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert found["semaphore"]["held"] == 2
     assert found["semaphore"]["waiting"] == 0
     assert {holder["id"] for holder in found["semaphore"]["holders"]} == {
-        identifier[:8] for identifier in held
+        identifier[:8] for identifier in held if identifier is not None
     }
+    assert lock.identifier is not None
     assert lock.identifier not in response.content.decode()  # it could release the lock
     lock.release()
     released = client.get(url, {"lock": "invoice:7", "task": "not-an-id"}).context["found"]
@@ -258,7 +260,7 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
     outputs = [output_of(worker, 120) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers), outputs
     # Both processes took part.
-    assert len({get_result(task_id).worker_ids[0] for task_id in ids}) == 2
+    assert len({result_of(task_id).worker_ids[0] for task_id in ids}) == 2
     with with_rcoord(METRICS_TOKEN=TOKEN):
         response = client.get(reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
         assert response["Content-Type"].startswith("text/plain; version=0.0.4")

@@ -204,9 +204,9 @@ def test_redis_lost_while_the_view_runs_keeps_its_response(
 
 def test_fail_open_must_be_a_bool() -> None:
     with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
-        locked("x", fail_open="no")
+        locked("x", fail_open="no")  # type: ignore[arg-type]
     with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
-        rate_limited("x", limit=1, seconds=1, fail_open=None)
+        rate_limited("x", limit=1, seconds=1, fail_open=None)  # type: ignore[arg-type]
 
 
 # -- anonymous users ----------------------------------------------------------------

@@ -97,6 +97,7 @@ def test_concurrent_starters_share_one_server(server: EmbeddedRedis) -> None:
 
 def test_stale_socket_file_does_not_block_start(server: EmbeddedRedis) -> None:
     server.data_dir.mkdir(parents=True)
+    assert server.socket_path is not None  # the fixture's server listens on a socket
     server.socket_path.write_text("left over by a crash")
     server.start()
     assert server.client().ping()

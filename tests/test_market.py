@@ -61,6 +61,7 @@ def test_a_buyer_whose_lock_expired_cannot_write(market: Market) -> None:
     slow = Lock(name, timeout=0.1, wait=0)
     assert slow.acquire()
     price, _ = market.quote("buyer", item, "seller")
+    assert price is not None
     time.sleep(0.2)  # the slow buyer stalls after deciding; its lock expires
     market.create_user("fast", 100)
     fast = Lock(name, wait=0)

@@ -18,11 +18,11 @@ from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.periodic import MISSED_AFTER, Schedule, fire_due, lateness_key, schedules
-from django_rcoord.queues import QueueKeys, get_result, queue_stats
+from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.scripts import run_script
 from django_rcoord.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, ran, start_logged
+from tests.test_queues import output_of, ran, result_of, start_logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -227,7 +227,7 @@ def test_a_framework_task_runs_on_schedule_with_a_result() -> None:
     assert message["backend"] == "default"
     assert message["task"] == "tests.framework_tasks.add"
     Worker(["default"], burst=True).run()
-    assert get_result(message["id"]).return_value == 5
+    assert result_of(message["id"]).return_value == 5
 
 
 def test_a_project_task_keeps_its_queue_and_priority() -> None:

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core import mail
@@ -23,6 +24,7 @@ from django_rcoord.queue_admin import REQUEUE_BATCH
 from django_rcoord.queues import (
     QueueKeys,
     Task,
+    TaskRecord,
     dead_letters,
     enqueue_many,
     execute_later,
@@ -34,7 +36,7 @@ from django_rcoord.queues import (
     task,
 )
 from django_rcoord.scripts import run_script
-from django_rcoord.worker import Outcome, Worker
+from django_rcoord.worker import Job, Outcome, Worker
 from tests import tasks
 from tests.procs import wait_until
 
@@ -46,6 +48,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def ran() -> list[str]:
     return [marker.decode() for marker in get_client().lrange(tasks.RAN, 0, -1)]
+
+
+def take(worker: Worker) -> Job:
+    """One task taken by ``worker``, which must find one."""
+    job = worker._take()
+    assert job is not None, "no task to take"
+    return job
+
+
+def result_of(task_id: str) -> TaskRecord:
+    """The result record of a task that has one."""
+    record = get_result(task_id)
+    assert record is not None, f"no result record for {task_id}"
+    return record
 
 
 def start_worker(
@@ -140,7 +156,9 @@ def test_enqueue_many_and_execute_later() -> None:
 def test_enqueue_many_across_groups_returns_the_ids_in_call_order(redis_client) -> None:
     # Tasks of two groups, interleaved: one pipeline per group, ids still in order.
     other = Task(tasks.record.function, "tests.tasks.record", "reports/pdf", max_retries=0)
-    calls = [((tasks.record if i % 2 else other), (f"m{i}",), {}) for i in range(6)]
+    calls: list[tuple[Task, tuple[str], dict[str, Any]]] = [
+        ((tasks.record if i % 2 else other), (f"m{i}",), {}) for i in range(6)
+    ]
     ids = enqueue_many(calls)
     for i, task_id in enumerate(ids):
         keys = QueueKeys.of("default" if i % 2 else "reports/pdf")
@@ -311,7 +329,7 @@ def test_a_task_whose_lease_ran_out_goes_back_to_the_front_of_its_priority() -> 
     tasks.record_urgent.delay("urgent")
     tasks.record_whenever.delay("whenever")
     dying = Worker(["default"], lease=0.1)
-    taken = [dying._take(), dying._take()]  # urgent, then first; then the worker dies
+    taken = [take(dying), take(dying)]  # urgent, then first; then the worker dies
     assert [json.loads(job.body)["args"] for job in taken] == [["urgent"], ["first"]]
     time.sleep(0.2)
     assert recover_and_promote(QueueKeys.of("default"))[0] == 2
@@ -320,7 +338,7 @@ def test_a_task_whose_lease_ran_out_goes_back_to_the_front_of_its_priority() -> 
     Worker(["default"], burst=True).run()
     assert ran() == ["urgent", "urgent-later", "first", "second", "third", "whenever"]
     for job in taken:
-        assert get_result(job.id).attempts == 2
+        assert result_of(job.id).attempts == 2
 
 
 def test_priorities_out_of_range_are_refused() -> None:
@@ -350,12 +368,11 @@ def test_producers_push_a_wake_up_only_while_a_worker_waits_for_one() -> None:
 def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     tasks.record.delay("once")
     slow = Worker(["default"], lease=0.2)
-    job = slow._take()
+    job = take(slow)
     time.sleep(0.3)
     other = Worker(["default"])
     other._recover_if_due(force=True)
-    second = other._take()
-    assert second is not None
+    second = take(other)
     assert second.id == job.id
     finished = slow._finish(job, Outcome("ack", "tests.tasks.record"))
     assert finished == 0  # the lease was lost: the other worker owns the task now
@@ -432,7 +449,7 @@ def test_a_task_that_kills_its_worker_every_time_becomes_a_dead_letter() -> None
     (letter,) = dead_letters("default")
     assert letter["id"] == poison
     assert "its worker died (or lost Redis) while running it, 3 times" in letter["error"]
-    record = get_result(poison)
+    record = result_of(poison)
     assert record.status == "FAILED"
     assert record.attempts == 3
     assert record.finished_at
@@ -444,7 +461,7 @@ def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None
     given_back = tasks.record.delay("given-back")
     keys = QueueKeys.of("default")
     stopping = Worker(["default"], lease=5)
-    stopping._give_back([stopping._take()])
+    stopping._give_back([take(stopping)])
     assert get_client().hget(keys.failures, f"{given_back}:lost") is None
     assert get_client().zrange(keys.ready, 0, -1) == [given_back.encode()]
     dying = Worker(["default"], lease=0.05)
@@ -526,7 +543,7 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
     execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
     worker = Worker(["default"])
     worker._heartbeat()
-    job = worker._take()
+    job = take(worker)
     call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     queues = {queue["name"]: queue for queue in state["queues"]}
@@ -592,16 +609,16 @@ def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
     jobs = worker._exchange([], 4)
     assert [job.id for job in jobs] == ids[:4]  # in queue order, all leased to it
     assert queue_stats("default") == {"ready": 6, "in_flight": 4, "delayed": 0, "dead": 0}
-    assert {get_result(job.id).status for job in jobs} == {"RUNNING"}
+    assert {result_of(job.id).status for job in jobs} == {"RUNNING"}
     done = [worker._run_one(job) for job in jobs]
     following = worker._exchange(done, 4)  # one call: four finished, four more taken
     assert [job.id for job in following] == ids[4:8]
-    assert [get_result(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
+    assert [result_of(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
     assert ran() == ["b0", "b1", "b2", "b3"]
     worker._exchange([worker._run_one(job) for job in following], 0)
     Worker(["default"], burst=True).run()
     assert ran() == [f"b{n}" for n in range(10)]
-    assert {get_result(task_id).attempts for task_id in ids} == {1}
+    assert {result_of(task_id).attempts for task_id in ids} == {1}
 
 
 def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
@@ -621,8 +638,8 @@ def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
     Worker(["default"], burst=True).run()
     assert sorted(ran()) == sorted(["first", *(f"p{n}" for n in range(19))])
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
-    assert get_result(first).attempts == 2
-    assert {get_result(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
+    assert result_of(first).attempts == 2
+    assert {result_of(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
 
 
 def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
@@ -640,11 +657,11 @@ def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
     assert get_client().zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in rest]
     for task_id in rest:  # not a lost delivery, not an attempt
         assert get_client().hget(keys.failures, f"{task_id}:lost") is None
-        record = get_result(task_id)
+        record = result_of(task_id)
         assert record.status == "READY"
         assert record.attempts == 0
         assert record.started_at is None
-    assert get_result(first).status == "SUCCESSFUL"
+    assert result_of(first).status == "SUCCESSFUL"
 
 
 def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:

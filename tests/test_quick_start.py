@@ -83,4 +83,5 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
     assert "no issues" in check
     assert shell.splitlines()[-1] == "locked: True token 1"
     assert stop == f"redis-server at {server.url} stopped\n"
+    assert pid is not None
     wait_until(lambda: not _process_alive(pid), timeout=10)

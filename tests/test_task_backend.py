@@ -26,7 +26,7 @@ from django_rcoord.tasks_framework import (
 from django_rcoord.worker import Worker
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import output_of, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -93,6 +93,9 @@ def test_enqueue_is_ready_then_a_worker_process_makes_it_successful() -> None:
     assert result.return_value == 5
     assert result.attempts == 1
     assert result.worker_ids[0].split(":")[1] == str(worker.pid)
+    assert result.enqueued_at is not None
+    assert result.started_at is not None
+    assert result.finished_at is not None
     assert result.enqueued_at <= result.started_at <= result.finished_at
     assert result.errors == []
 
@@ -140,7 +143,8 @@ def test_async_task_functions_are_awaited() -> None:
     run_worker_process()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
-    assert result.return_value == 42
+    # django-stubs types an async task's return value as its coroutine; it is the awaited value.
+    assert result.return_value == 42  # type: ignore[comparison-overlap]
 
 
 def test_a_worker_killed_mid_task_runs_it_again() -> None:
@@ -241,9 +245,8 @@ def test_one_worker_runs_both_kinds_of_task() -> None:
     assert "stopped after 2 tasks" in output, output
     framework.refresh()
     assert framework.return_value == 7
-    from django_rcoord.queues import get_result
 
-    assert get_result(own).status == "SUCCESSFUL"
+    assert result_of(own).status == "SUCCESSFUL"
 
 
 async def test_async_enqueue_and_results() -> None:

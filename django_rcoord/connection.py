@@ -321,10 +321,15 @@ async def _close_clients(clients: LoopClients) -> None:
     if clients.hub is not None:
         clients.hub.close()
     for client in (clients.commands, clients.waits, *(clients.node_clients or {}).values()):
-        try:
-            await client.aclose()
-        except Exception:  # a broken connection closes as well as it can
-            logger.debug("closing an async client failed", exc_info=True)
+        # A client behind Sentinel does not close its manager's clients of the sentinels.
+        # (A cluster client has no connection_pool.)
+        pool = getattr(client, "connection_pool", None)
+        manager = getattr(pool, "sentinel_manager", None)
+        for each in (client, *(manager.sentinels if manager is not None else ())):
+            try:
+                await each.aclose()
+            except Exception:  # a broken connection closes as well as it can
+                logger.debug("closing an async client failed", exc_info=True)
 
 
 def _forget_loop_clients() -> None:

@@ -113,7 +113,7 @@ def _servers(url: str, before_dir: Path | None) -> Any:
             ],
             ROOT,
             env,
-        ),  # fmt: skip
+        ),
     }
     if before_dir is not None:
         ports[BEFORE] = free_port()
@@ -155,6 +155,7 @@ def _wait_for_port(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            assert process.stderr is not None  # started with stderr=PIPE
             raise RuntimeError(f"server exited: {process.stderr.read().decode()[-2000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -296,7 +297,7 @@ async def _load(
 
     started = time.perf_counter()
     tasks = [asyncio.ensure_future(client(count)) for count in per_client if count]
-    done, pending = await asyncio.wait(tasks, timeout=time_limit)
+    _, pending = await asyncio.wait(tasks, timeout=time_limit)
     seconds = time.perf_counter() - started
     for task in pending:
         task.cancel()

@@ -47,7 +47,7 @@ if not settings.configured:
                     "limit": 2,
                     "timeout": 30,
                     "wait": 60,
-                }  # fmt: skip
+                }
             ],
         },
     )

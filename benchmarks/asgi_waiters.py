@@ -72,12 +72,12 @@ async def crowd(waiters: int, time_limit: float) -> dict:
                 await asyncio.sleep(0.001)
                 inside -= 1
                 left.append(time.perf_counter())
-        except Exception as exc:  # LockTimeout, LockLost, socket timeouts: counted
+        except Exception as exc:  # noqa: BLE001  (LockTimeout, LockLost, socket timeouts: counted)
             errors.append(type(exc).__name__)
 
     started = time.perf_counter()
     tasks = [asyncio.ensure_future(one()) for _ in range(waiters)]
-    done, pending = await asyncio.wait(tasks, timeout=time_limit + 5)
+    _, pending = await asyncio.wait(tasks, timeout=time_limit + 5)
     for task in pending:
         task.cancel()
     elapsed = time.perf_counter() - started

@@ -33,12 +33,11 @@ def bench_redis() -> EmbeddedRedis:
     Persistence is off: the benchmarks measure the coordination algorithms, not
     this machine's disk, and the autocomplete indexes would make AOF rewrites.
     """
-    server = EmbeddedRedis(
+    return EmbeddedRedis(
         tempfile.mkdtemp(prefix="rcoord-bench-"),
         port=free_port(),
         extra_config={"appendonly": "no", "save": '""'},
     )
-    return server
 
 
 def stop_redis(server: EmbeddedRedis) -> None:
@@ -106,7 +105,7 @@ class RoundTrips:
             cls.count += 1
             send(connection, command, check_health)
 
-        AbstractConnection.send_packed_command = counted
+        AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]  # counting
         cls._installed = True
 
     @classmethod
@@ -408,7 +407,7 @@ class Gate:
         while int(self.client.get(self.ready_key) or 0) < processes * round_:
             for child in children:
                 if child.poll() is not None:
-                    raise RuntimeError(f"a benchmark process exited early ({child.args})")
+                    raise RuntimeError(f"a benchmark process exited early ({child.args!r})")
             if time.monotonic() > deadline:
                 raise RuntimeError("benchmark processes were not ready within 120 s")
             time.sleep(0.01)
@@ -441,10 +440,11 @@ def spawn_workers(module: str, args: Sequence[str], processes: int) -> list[subp
 
 def read_result(child: subprocess.Popen, timeout: float = 900) -> dict[str, Any]:
     """The next JSON line a worker process prints."""
+    assert child.stdout is not None  # started with stdout=PIPE
     line = child.stdout.readline()
     if not line:
         child.wait(timeout)
-        raise RuntimeError(f"benchmark process ended with {child.returncode} ({child.args})")
+        raise RuntimeError(f"benchmark process ended with {child.returncode} ({child.args!r})")
     return json.loads(line)
 
 

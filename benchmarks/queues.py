@@ -247,7 +247,7 @@ def run(bench: Bench) -> ScenarioResult:
                         missing(
                             SYSTEMS[system][0],
                             SYSTEMS[system][1],
-                            f"{module} not installed (pip install -e '.[bench]')",
+                            f"{module} not installed (pip install --group bench)",
                         )
                     )
                     continue

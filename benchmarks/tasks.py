@@ -52,13 +52,20 @@ def _calls(system: str):
         from django_rcoord.queues import get_result, task
 
         noop = task(name="bench.noop", queue="bench")(_noop())
-        return noop.delay, lambda task_id: get_result(task_id).status
+
+        def status(task_id: str) -> str | None:
+            record = get_result(task_id)
+            return record.status if record is not None else None
+
+        return noop.delay, status
     from benchmarks import framework_tasks
 
-    noop = framework_tasks.rcoord_noop if system == "rcoord-framework" else framework_tasks.rq_noop
+    framework_noop = (
+        framework_tasks.rcoord_noop if system == "rcoord-framework" else framework_tasks.rq_noop
+    )
     return (
-        lambda: noop.enqueue().id,
-        lambda result_id: str(noop.get_result(result_id).status),
+        lambda: framework_noop.enqueue().id,
+        lambda result_id: str(framework_noop.get_result(result_id).status),
     )
 
 
@@ -194,7 +201,7 @@ def run(bench: Bench) -> ScenarioResult:
             try:
                 __import__(module)
             except ImportError:
-                reason = f"{module} not installed (pip install -e '.[bench]')"
+                reason = f"{module} not installed (pip install --group bench)"
                 rows.append(missing(SYSTEMS[system], "", reason))
                 continue
         rows.append(run_system(bench, system, count, repeats))

@@ -338,7 +338,7 @@ def _check_concurrency_limits(raw: object) -> list[CheckMessage]:
         Error(f"settings.RCOORD: {message}.", hint=hints[check_id], id=check_id)
         for check_id, message in rule_problems(raw)
     ]
-    if errors or not raw:
+    if errors or not raw or not isinstance(raw, (list, tuple)):  # the check narrows the type
         return errors
     middleware = list(getattr(settings, "MIDDLEWARE", []))
     if MIDDLEWARE_PATH not in middleware:

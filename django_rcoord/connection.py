@@ -10,11 +10,12 @@ connections belong to the loop that opened them) and closed with that loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ logger = logging.getLogger(__name__)
 #: a lost or timed-out connection, and Redis Cluster's own (the cluster is down,
 #: a slot is moving, no node answers). Workers and pollers wait these out;
 #: fail-open middleware lets the request through.
-REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.ClusterError,
@@ -46,7 +47,7 @@ REDIS_UNAVAILABLE: tuple[type[BaseException], ...] = (
 #: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
 #: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
 #: ``@rate_limited``) decides whether the request is served anyway.
-NO_REDIS: tuple[type[BaseException], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
+NO_REDIS: tuple[type[Exception], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
 
 #: How long a worker or poller that lost Redis waits before its next try, by how many
 #: tries failed in a row: doubling from 0.5 s up to 10 s, each wait a random point in its
@@ -313,7 +314,7 @@ def _close_with_loop(clients: LoopClients) -> Any:
     then closes the clients while the loop still runs.
     """
 
-    async def closer() -> AsyncIterator[None]:
+    async def closer() -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
@@ -321,10 +322,8 @@ def _close_with_loop(clients: LoopClients) -> Any:
 
     generator = closer()
     step = generator.asend(None)
-    try:
+    with contextlib.suppress(StopIteration):
         step.send(None)  # runs up to the yield without suspending: registers with the loop
-    except StopIteration:
-        pass
     return generator
 
 
@@ -332,10 +331,15 @@ async def _close_clients(clients: LoopClients) -> None:
     if clients.hub is not None:
         clients.hub.close()
     for client in (clients.commands, clients.waits, *(clients.node_clients or {}).values()):
-        try:
-            await client.aclose()
-        except Exception:  # a broken connection closes as well as it can
-            logger.debug("closing an async client failed", exc_info=True)
+        # A client behind Sentinel does not close its manager's clients of the sentinels.
+        # (A cluster client has no connection_pool.)
+        pool = getattr(client, "connection_pool", None)
+        manager = getattr(pool, "sentinel_manager", None)
+        for each in (client, *(manager.sentinels if manager is not None else ())):
+            try:
+                await each.aclose()
+            except Exception:  # a broken connection closes as well as it can
+                logger.debug("closing an async client failed", exc_info=True)
 
 
 def _forget_loop_clients() -> None:
@@ -353,10 +357,8 @@ def _forget_loop_clients() -> None:
         if running is loop:
             loop.create_task(_close_clients(clients))
         else:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed since the check
                 asyncio.run_coroutine_threadsafe(_close_clients(clients), loop)
-            except RuntimeError:
-                pass
 
 
 def async_client_like(client: Any, *, max_connections: int | None = None) -> Any:

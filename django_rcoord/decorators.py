@@ -27,6 +27,13 @@ logger = logging.getLogger(__name__)
 KeyTemplate = str | Callable[..., Any]
 
 
+class LockedRequest(HttpRequest):
+    """The request a ``@locked`` view receives, for its type hints: ``rcoord_lock`` is the
+    lock held, or None when ``fail_open=True`` let the view run without it."""
+
+    rcoord_lock: Lock | None
+
+
 def _check_request(request: Any, decorator: str) -> None:
     # As Django's own view decorators do: on a method without method_decorator, the
     # first argument is ``self``.

@@ -87,7 +87,7 @@ class KeySpace:
     no other's.
     """
 
-    __slots__ = ("kind", "name", "encoded_name", "_base")
+    __slots__ = ("_base", "encoded_name", "kind", "name")
 
     def __init__(self, kind: str, name: str, *, prefix: str | None = None) -> None:
         if not _KIND.match(kind):

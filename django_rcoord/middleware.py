@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
@@ -29,6 +30,22 @@ from django_rcoord.waiting import spawn
 logger = logging.getLogger(__name__)
 
 _keeper = PermitKeeper()
+
+
+@dataclass
+class _Permit:
+    """A permit held for a request: kept fresh by ``_keeper``'s thread (taken by sync code)
+    or by ``refresher`` on the event loop that took it (async code)."""
+
+    semaphore: Semaphore
+    identifier: str
+    refresher: _AsyncRefresher | None = None
+
+    def stop_refreshing(self) -> None:
+        if self.refresher is not None:
+            self.refresher.stop()
+        else:
+            _keeper.drop(self.semaphore, self.identifier)
 
 
 class ConcurrencyLimitMiddleware:
@@ -67,7 +84,7 @@ class ConcurrencyLimitMiddleware:
     # -- permits ---------------------------------------------------------------
     def _acquire(
         self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> tuple[Semaphore, str] | HttpResponse | None:
+    ) -> _Permit | HttpResponse | None:
         """A held permit, or a 503; None when Redis is down and the rule fails open."""
         try:
             user = get_user(request) if rule.scope == "user" else None
@@ -80,9 +97,11 @@ class ConcurrencyLimitMiddleware:
         if identifier is None:
             return self._too_busy(request)
         _keeper.keep(semaphore, identifier)
-        return semaphore, identifier
+        return _Permit(semaphore, identifier)
 
-    async def _aacquire(self, rule: ConcurrencyRule, request: HttpRequest) -> Any:
+    async def _aacquire(
+        self, rule: ConcurrencyRule, request: HttpRequest
+    ) -> _Permit | HttpResponse | None:
         """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
         try:
             user = await aget_user(request) if rule.scope == "user" else None
@@ -94,7 +113,7 @@ class ConcurrencyLimitMiddleware:
             )
         if identifier is None:
             return self._too_busy(request)
-        return semaphore, identifier, _AsyncRefresher(semaphore, identifier)
+        return _Permit(semaphore, identifier, _AsyncRefresher(semaphore, identifier))
 
     def _too_busy(self, request: HttpRequest) -> HttpResponse:
         return error_response(
@@ -107,21 +126,21 @@ class ConcurrencyLimitMiddleware:
 
     def _acquire_all(
         self, request: HttpRequest, rules: list[ConcurrencyRule]
-    ) -> list[tuple[Semaphore, str]] | HttpResponse:
-        permits: list[tuple[Semaphore, str]] = []
+    ) -> list[_Permit] | HttpResponse:
+        permits: list[_Permit] = []
         for rule in rules:
             outcome = self._acquire(rule, request)
             if isinstance(outcome, HttpResponse):
                 _release(permits)
                 return outcome
             if outcome is not None:
-                permits.append(outcome)  # type: ignore[arg-type]
+                permits.append(outcome)
         return permits
 
     async def _aacquire_all(
         self, request: HttpRequest, rules: list[ConcurrencyRule]
-    ) -> list[tuple[Semaphore, str, _AsyncRefresher]] | HttpResponse:
-        permits: list[tuple[Semaphore, str, _AsyncRefresher]] = []
+    ) -> list[_Permit] | HttpResponse:
+        permits: list[_Permit] = []
         try:
             for rule in rules:
                 outcome = await self._aacquire(rule, request)
@@ -200,25 +219,25 @@ class _AsyncRefresher:
         self._handle.cancel()
 
 
-def _release(permits: list[tuple[Semaphore, str]]) -> None:
-    for semaphore, identifier in permits:
-        _keeper.drop(semaphore, identifier)
+def _release(permits: list[_Permit]) -> None:
+    for permit in permits:
+        permit.stop_refreshing()
         try:
-            semaphore.release(identifier)
+            permit.semaphore.release(permit.identifier)
         except NO_REDIS as exc:  # the lease ends it anyway
-            logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
+            logger.error("Releasing a permit of %r failed: %s", permit.semaphore.name, exc)
 
 
-async def _arelease(permits: list[tuple[Semaphore, str, _AsyncRefresher]]) -> None:
-    for semaphore, identifier, refresher in permits:
-        refresher.stop()
+async def _arelease(permits: list[_Permit]) -> None:
+    for permit in permits:
+        permit.stop_refreshing()
         try:
-            await semaphore.arelease(identifier)
+            await permit.semaphore.arelease(permit.identifier)
         except NO_REDIS as exc:  # the lease ends it anyway
-            logger.error("Releasing a permit of %r failed: %s", semaphore.name, exc)
+            logger.error("Releasing a permit of %r failed: %s", permit.semaphore.name, exc)
 
 
-def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) -> Any:
+def _hold_until_finished(response: Any, permits: list[_Permit]) -> Any:
     """Release now, or, for a streaming response, when its body has been sent (or closed)."""
     if not isinstance(response, StreamingHttpResponse):
         _release(permits)
@@ -241,7 +260,7 @@ def _hold_until_finished(response: Any, permits: list[tuple[Semaphore, str]]) ->
             try:
                 yield from sync_content
             finally:
-                if permits and len(permits[0]) == 3:
+                if any(permit.refresher is not None for permit in permits):
                     # Permits of the async path, served by a sync iterator: Django runs it
                     # in a thread, without the loop the permits belong to.
                     async_to_sync(_arelease)(permits)

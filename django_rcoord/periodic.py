@@ -34,6 +34,7 @@ from typing import Any
 
 from cronsim import CronSim, CronSimError
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from django_rcoord.conf import conf
 from django_rcoord.keys import KeySpace
@@ -83,14 +84,19 @@ class Schedule:
             period = round(self.every * 1000)
             return now_ms // period * period
         moment = _at(now_ms) + datetime.timedelta(microseconds=1)
-        return _ms(next(CronSim(self.cron, moment, reverse=True)))
+        return _ms(next(self._cron_ticks(moment, reverse=True)))
 
     def next_tick(self, after_ms: int) -> int:
         """The first tick after ``after_ms``."""
         if self.every is not None:
             period = round(self.every * 1000)
             return (after_ms // period + 1) * period
-        return _ms(next(CronSim(self.cron, _at(after_ms))))
+        return _ms(next(self._cron_ticks(_at(after_ms))))
+
+    def _cron_ticks(self, start: datetime.datetime, *, reverse: bool = False) -> CronSim:
+        if self.cron is None:  # schedules() refuses such an entry (rcoord.E024)
+            raise ImproperlyConfigured(f"periodic task {self.name!r} has neither cron nor every")
+        return CronSim(self.cron, start, reverse=reverse)
 
 
 def _at(ms: int) -> datetime.datetime:
@@ -166,8 +172,6 @@ def schedules() -> list[Schedule]:
     raw = conf.PERIODIC_TASKS
     found = problems(raw)
     if found:
-        from django.core.exceptions import ImproperlyConfigured
-
         raise ImproperlyConfigured(
             "RCOORD['PERIODIC_TASKS']: " + "; ".join(text for _, text in found)
         )
@@ -216,7 +220,7 @@ def resolve_target(task: str) -> Target | None:
 
 def unknown_tasks(raw: object) -> list[str]:
     """The ``task`` values of well-formed entries that name no task (rcoord.E025)."""
-    if problems(raw):
+    if problems(raw) or not isinstance(raw, (list, tuple)):  # the check narrows the type
         return []
     return [entry["task"] for entry in raw if resolve_target(entry["task"]) is None]
 

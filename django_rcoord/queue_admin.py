@@ -307,8 +307,9 @@ def record_from(
     parts += [""] * (5 - len(parts))
     # A queued task without a record is READY; a dead letter whose record expired, FAILED.
     status = parts[0] or (FAILED if last_error is not None else READY)
+    error_list = json.loads(errors) if errors else []
     if errors is None and last_error is not None:
-        errors = json.dumps([{"exception_class_path": "", "traceback": _text(last_error)}])
+        error_list = [{"exception_class_path": "", "traceback": _text(last_error)}]
     return TaskRecord(
         id=task_id,
         task=body.get("task"),
@@ -323,7 +324,7 @@ def record_from(
         last_attempted_at=_from_ms(parts[2]),
         finished_at=_from_ms(parts[3]),
         worker_ids=[worker for worker in parts[4].split(",") if worker],
-        errors=json.loads(errors) if errors else [],
+        errors=error_list,
         return_value=json.loads(value) if value and status == SUCCESSFUL else None,
     )
 

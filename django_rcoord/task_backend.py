@@ -18,7 +18,7 @@ allowed), leases, the delayed set, retries, dead letters, result records and
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterator
 from typing import Any
 
 from django.core import checks
@@ -75,10 +75,12 @@ class RedisTaskBackend(BaseTaskBackend):
         return self._enqueued(task, task_id, args, kwargs)
 
     def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:
-        result = TaskResult(
+        result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=task_id,
-            status=TaskResultStatus.READY,
+            # django-stubs types the members of TaskResultStatus as EllipsisType (its stub
+            # declares them `READY = ...`); at run time this is TaskResultStatus.READY.
+            status=TaskResultStatus.READY,  # type: ignore[arg-type]
             enqueued_at=datetime.datetime.now(datetime.timezone.utc),
             started_at=None,
             finished_at=None,
@@ -106,8 +108,11 @@ class RedisTaskBackend(BaseTaskBackend):
         return result_from_record(task, record)
 
     # -- checks ------------------------------------------------------------------
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
-        yield from super().check(**kwargs)
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        # A list, as the base class returns (and django-stubs declares).
+        return [*super().check(**kwargs), *self._option_messages()]
+
+    def _option_messages(self) -> Iterator[checks.CheckMessage]:
         where = f"TASKS[{self.alias!r}]"
         unknown = sorted(set(self.options) - OPTION_KEYS)
         if unknown:
@@ -159,7 +164,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     """The framework's ``TaskResult`` of a django-rcoord result record."""
     if (task.queue_name, task.priority) != (record.queue, record.priority):
         task = task.using(queue_name=record.queue, priority=record.priority)
-    result = TaskResult(
+    result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=record.id,
         status=TaskResultStatus(record.status),

@@ -8,7 +8,14 @@ here, and only here.
 
 from __future__ import annotations
 
-try:  # Django >= 6.0
+import django
+
+#: Django 6.0 and newer have the framework built in. The type check reads only this
+#: branch (``always_true`` in pyproject.toml): django-stubs describes ``django.tasks``,
+#: and the backport has the same API.
+BUILTIN_TASKS = django.VERSION >= (6, 0)
+
+if BUILTIN_TASKS:
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
@@ -17,7 +24,7 @@ try:  # Django >= 6.0
     from django.tasks.signals import task_enqueued, task_finished, task_started
 
     SOURCE = "django.tasks"
-except ImportError:  # Django 5.2 with the backport
+else:  # Django 5.2 with the backport
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskError

@@ -515,7 +515,8 @@ class Worker:
                 value = self._await(value)
         except PermanentFailure as exc:
             return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
-        except (Exception, SystemExit) as exc:  # SystemExit fails the task, not the worker
+        # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
             outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
             if job.failures < max_retries:
                 backoff = min(
@@ -550,14 +551,18 @@ class Worker:
             return not_runnable(name, f"{name!r} is not a Tasks framework task")
         try:
             backend = framework.task_backends[message["backend"]]
-        except Exception as exc:
+        # An unknown alias, or a backend whose construction fails for any reason: this
+        # task cannot run here, and the worker goes on.
+        except Exception as exc:  # noqa: BLE001
             return not_runnable(name, f"no Tasks backend {message['backend']!r}: {exc}")
         if not isinstance(backend, RedisTaskBackend):
             return not_runnable(name, f"backend {backend.alias!r} is not RedisTaskBackend")
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
-        result = result_from_record(task, job.record)
+        record = job.record
+        assert record is not None  # its body is the message read above
+        result = result_from_record(task, record)
         if task.takes_context:
             args = [framework.TaskContext(task_result=result), *args]
         try:

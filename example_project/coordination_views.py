@@ -29,7 +29,8 @@ def verification_code(request: HttpRequest) -> HttpResponse:
                 "Your verification code",
                 f"Your code is {code}.",
                 None,
-                [request.user.email or member_address(request.user.get_username())],
+                # A custom user model need not have an e-mail field.
+                [getattr(request.user, "email", "") or member_address(request.user.get_username())],
             )
             messages.success(request, "A code is on its way to your inbox.")
         else:

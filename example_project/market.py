@@ -229,7 +229,11 @@ class Market:
             email.registered(self.client, queued)
         reasons = {1: "", 0: "gone", -1: "funds", -2: "stale lock"}
         return PurchaseResult(
-            outcome == 1, 0, reasons[outcome], price, email.task_id if queued else None
+            outcome == 1,
+            0,
+            reasons[outcome],
+            price,
+            email.task_id if email is not None and queued else None,
         )
 
     def delete(self) -> int:

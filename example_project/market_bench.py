@@ -16,6 +16,7 @@ ten cheapest listings and buy it with the run's method:
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 import random
 import time
 import uuid
@@ -47,7 +48,9 @@ class RunResult:
         return {**asdict(self), "average_wait_ms": round(self.average_wait_ms, 3)}
 
 
-def _lister(market_name: str, index: int, start: multiprocessing.Event, seconds: float) -> dict:
+def _lister(
+    market_name: str, index: int, start: multiprocessing.synchronize.Event, seconds: float
+) -> dict:
     import django
 
     django.setup()
@@ -67,7 +70,11 @@ def _lister(market_name: str, index: int, start: multiprocessing.Event, seconds:
 
 
 def _buyer(
-    market_name: str, index: int, method: str, start: multiprocessing.Event, seconds: float
+    market_name: str,
+    index: int,
+    method: str,
+    start: multiprocessing.synchronize.Event,
+    seconds: float,
 ) -> dict:
     import django
 

@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from django_rcoord.decorators import locked
+from django_rcoord.decorators import LockedRequest, locked
 from django_rcoord.queues import execute_later
 from example_project.market import Market
 
@@ -84,7 +84,7 @@ def _busy(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 @locked("market:main:item:{member}", timeout=10, wait=2, on_busy=_busy)
-def buy_item(request: HttpRequest, member: str) -> HttpResponse:
+def buy_item(request: LockedRequest, member: str) -> HttpResponse:
     item_id, _, seller = member.partition(".")
     buyer = request.user.get_username()
     if seller == buyer:
@@ -95,9 +95,9 @@ def buy_item(request: HttpRequest, member: str) -> HttpResponse:
     # expired mid-way cannot overwrite the next holder's decision. The same script
     # queues the seller's e-mail (`manage.py run_email_worker` sends it): a crash
     # cannot leave a purchase without its e-mail.
-    result = market.purchase_under_lock(
-        request.rcoord_lock, buyer, item_id, seller, email_seller=True
-    )
+    lock = request.rcoord_lock
+    assert lock is not None  # not fail_open: the view runs only under the lock
+    result = market.purchase_under_lock(lock, buyer, item_id, seller, email_seller=True)
     if result.bought:
         messages.success(request, f"You bought {item_id} from {seller}.")
     else:

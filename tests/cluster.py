@@ -36,5 +36,8 @@ def client_for_url(url: str) -> redis.Redis | RedisCluster:
 def connections(client: redis.Redis | RedisCluster) -> int:
     """How many client connections the server (every node of a cluster) has now."""
     if isinstance(client, RedisCluster):
-        return sum(len(clients) for clients in client.client_list(target_nodes="all").values())
+        # redis-py annotates client_list() as a list; asked of several nodes it returns
+        # {node: list}.
+        per_node = client.client_list(target_nodes="all")
+        return sum(len(clients) for clients in per_node.values())  # type: ignore[attr-defined,misc]
     return len(client.client_list())

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from django_rcoord.connection import get_client
-from django_rcoord.tasks_framework import task
+from django_rcoord.tasks_framework import TaskContext, task
 
 RAN = "test:framework-ran"
 
@@ -23,7 +23,7 @@ def boom(marker: str) -> None:
 
 
 @task(takes_context=True)
-def attempt_number(context, marker: str) -> dict:  # noqa: ANN001  (the framework's TaskContext)
+def attempt_number(context: TaskContext, marker: str) -> dict:
     return {"attempt": context.attempt, "id": context.task_result.id, "marker": marker}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 
@@ -34,7 +35,7 @@ def run_in_processes(target: Callable[..., Any], args_list: Iterable[tuple[Any, 
         return [result.get(timeout=300) for result in results]
 
 
-def start_process(target: Callable[..., Any], *args: Any) -> multiprocessing.Process:
+def start_process(target: Callable[..., Any], *args: Any) -> BaseProcess:
     """Start ``target(*args)`` in a spawned process and return it (the caller joins or kills it)."""
     context = multiprocessing.get_context("spawn")
     process = context.Process(target=_call, args=(target, args), daemon=True)

@@ -109,6 +109,7 @@ async def test_two_hundred_tasks_hand_one_lock_over() -> None:
         async with lock:
             inside += 1
             most = max(most, inside)
+            assert lock.token is not None
             tokens.append(lock.token)
             threads_seen = max(threads_seen, threading.active_count())
             await asyncio.sleep(0.002)
@@ -120,7 +121,8 @@ async def test_two_hundred_tasks_hand_one_lock_over() -> None:
     connections_during = server_connections()
     assert len(tokens) == 200  # none lost: every waiter got the lock, none timed out
     assert most == 1  # no two inside at once
-    assert tokens == sorted(tokens) and len(set(tokens)) == 200  # fencing tokens increase
+    assert tokens == sorted(tokens)  # fencing tokens increase
+    assert len(set(tokens)) == 200
     assert stall < 0.25
     assert threads_seen == threads_before  # no thread per waiter
     # Bounded: the command pool's size (the first 200 attempts run at once) plus the one
@@ -227,6 +229,7 @@ async def test_a_thousand_waiters_share_one_blocking_connection() -> None:
 async def test_wait_counts_from_the_call_and_a_cancelled_waiter_leaves_the_line() -> None:
     semaphore = Semaphore("line", 1, timeout=10)
     held = await semaphore.aacquire()
+    assert held is not None
     started = time.monotonic()
     assert await semaphore.aacquire(wait=0.3) is None
     assert 0.25 <= time.monotonic() - started < 2
@@ -409,6 +412,7 @@ async def test_user_scoped_middleware_rule_on_the_async_path() -> None:
         await client.aforce_login(user)
         semaphore = Semaphore(f"per-user:user:{user.pk}", 1, timeout=10)
         held = await semaphore.aacquire()
+        assert held is not None
         assert (await client.get("/limited/busy-async/")).status_code == 503
         await semaphore.arelease(held)
         assert (await client.get("/limited/busy-async/")).status_code == 200

@@ -29,6 +29,7 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
+    assert CHROMIUM is not None  # the module is skipped without it
     options.binary_location = CHROMIUM
     for flag in (
         "--headless",
@@ -238,7 +239,8 @@ def test_media_loaded_twice_queries_once_and_the_list_fits_its_names(
         listbox,
     )
     assert geometry["list"] > geometry["input"] + 50, geometry
-    assert geometry["lines"] == 1 and not geometry["cut"], geometry
+    assert geometry["lines"] == 1, geometry
+    assert not geometry["cut"], geometry
     assert geometry["left"] == geometry["inputLeft"], geometry
     assert 0 <= geometry["top"] - geometry["inputBottom"] <= 4, geometry
     # A name of 150 characters: the list stops at its maximum width and cuts the name.
@@ -257,7 +259,8 @@ def test_media_loaded_twice_queries_once_and_the_list_fits_its_names(
         listbox,
     )
     assert widest["list"] <= 32 * widest["rootFont"] + 0.5, widest
-    assert widest["right"] <= widest["view"] and widest["cut"], widest
+    assert widest["right"] <= widest["view"], widest
+    assert widest["cut"], widest
     assert widest["title"] == endless_name
 
 
@@ -354,7 +357,8 @@ def test_slow_report_button_sends_three_requests_at_once(browser, tmp_path, redi
         statuses = browser.execute_script(read_statuses)
         assert sorted(statuses) == ["200", "200", "503"]
         shown = browser.find_element(By.ID, "statuses").text
-        assert shown.count(": 200") == 2 and shown.count(": 503") == 1
+        assert shown.count(": 200") == 2
+        assert shown.count(": 503") == 1
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -32,7 +32,7 @@ CRON = {"name": "nightly", "task": "tests.framework_tasks.add", "cron": "0 3 * *
 
 def ids(**settings) -> list[str]:
     with override_settings(**settings):
-        return [message.id for message in check_settings()]
+        return [str(message.id) for message in check_settings()]
 
 
 def test_test_settings_are_clean() -> None:
@@ -130,18 +130,17 @@ def test_test_settings_are_clean() -> None:
 )
 def test_each_check_id(settings: dict, expected: list[str]) -> None:
     assert ids(**settings) == expected
-    with override_settings(**settings):
-        with pytest.raises(SystemCheckError) as excinfo:
-            # Limited to this app's tag: Django's own cache check cannot import a
-            # missing backend either, and would fail first on that case.
-            call_command("check", tags=["rcoord"])
+    with override_settings(**settings), pytest.raises(SystemCheckError) as excinfo:
+        # Limited to this app's tag: Django's own cache check cannot import a
+        # missing backend either, and would fail first on that case.
+        call_command("check", tags=["rcoord"])
     assert expected[0] in str(excinfo.value)
 
 
 def test_unknown_key_hint_names_the_close_match() -> None:
     with override_settings(RCOORD={"CONECTION": "default"}):
         (message,) = check_settings()
-    assert "'CONNECTION'" in message.hint
+    assert "'CONNECTION'" in str(message.hint)
 
 
 def test_factory_replaces_the_connection_check() -> None:
@@ -190,9 +189,11 @@ def test_a_factory_client_that_decodes_replies_is_refused_with_the_reason() -> N
     ]
     for setting, factory, get in cases:
         factories = {"CLIENT_FACTORY": "tests.factories.make_client", **ASYNC, setting: factory}
-        with override_settings(RCOORD={**settings.RCOORD, **factories}):
-            with pytest.raises(ConnectionNotConfigured, match="decode_responses"):
-                get()
+        with (
+            override_settings(RCOORD={**settings.RCOORD, **factories}),
+            pytest.raises(ConnectionNotConfigured, match="decode_responses"),
+        ):
+            get()
 
 
 async def _async_client() -> object:

@@ -71,7 +71,9 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
     for primary, keys in keys_by_primary(cc).items():
         for key in keys:
             prefix, kind, tagged, _part = key.decode().split(":", 3)
-            assert prefix == "rcoord" and tagged.startswith("{") and tagged.endswith("}")
+            assert prefix == "rcoord"
+            assert tagged.startswith("{")
+            assert tagged.endswith("}")
             name = decode_name(tagged[1:-1])
             slots[kind][name].add(cc.keyslot(key))
             primaries[kind][name].add(primary)
@@ -79,7 +81,8 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
 
     # The registry of queue groups pollers read is one instance, in one slot.
     registry = slots.pop("queues")
-    assert list(registry) == ["registry"] and len(registry["registry"]) == 1
+    assert list(registry) == ["registry"]
+    assert len(registry["registry"]) == 1
     assert set(slots) == {"guild", "lock", "semaphore", "queue"}
     for kind, by_name in slots.items():
         assert len(by_name) == len(NAMES), kind
@@ -119,6 +122,7 @@ def test_a_lock_on_the_cluster_excludes_and_hands_over(cc: RedisCluster) -> None
     second = Lock("shared", timeout=5, client=cc)
     assert first.acquire(wait=0)
     first_token = first.token
+    assert first_token is not None
     assert not second.acquire(wait=0)
     first.release()
     assert second.acquire(wait=1)

@@ -23,9 +23,11 @@ def test_read_at_call_time() -> None:
 
 
 def test_not_a_dict_is_a_clear_error() -> None:
-    with override_settings(RCOORD=["CONNECTION"]):
-        with pytest.raises(ImproperlyConfigured, match="must be a dict"):
-            _ = conf.CONNECTION
+    with (
+        override_settings(RCOORD=["CONNECTION"]),
+        pytest.raises(ImproperlyConfigured, match="must be a dict"),
+    ):
+        _ = conf.CONNECTION
 
 
 def test_unknown_name_is_refused() -> None:

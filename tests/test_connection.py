@@ -44,24 +44,30 @@ def test_client_factory_overrides_connection_and_is_called_once() -> None:
 
 
 def test_unimportable_factory_is_a_clear_error() -> None:
-    with override_settings(RCOORD={"CLIENT_FACTORY": "tests.factories.nope"}):
-        with pytest.raises(ConnectionNotConfigured, match="rcoord.E005"):
-            get_client()
+    with (
+        override_settings(RCOORD={"CLIENT_FACTORY": "tests.factories.nope"}),
+        pytest.raises(ConnectionNotConfigured, match=r"rcoord\.E005"),
+    ):
+        get_client()
 
 
 def test_missing_alias_is_a_clear_error() -> None:
-    with override_settings(RCOORD={"CONNECTION": "elsewhere"}):
-        with pytest.raises(ConnectionNotConfigured, match="rcoord.E003"):
-            get_client()
+    with (
+        override_settings(RCOORD={"CONNECTION": "elsewhere"}),
+        pytest.raises(ConnectionNotConfigured, match=r"rcoord\.E003"),
+    ):
+        get_client()
 
 
 def test_cache_without_raw_client_is_a_clear_error() -> None:
     caches = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     }
-    with override_settings(CACHES=caches, RCOORD={"CONNECTION": "default"}):
-        with pytest.raises(RcoordError, match="rcoord.E004"):
-            get_client()
+    with (
+        override_settings(CACHES=caches, RCOORD={"CONNECTION": "default"}),
+        pytest.raises(RcoordError, match=r"rcoord\.E004"),
+    ):
+        get_client()
 
 
 # -- async clients -----------------------------------------------------------------------
@@ -162,13 +168,15 @@ def test_client_factory_without_an_async_one_is_a_clear_error() -> None:
     async def use() -> None:
         get_async_client()
 
-    with override_settings(RCOORD={"CLIENT_FACTORY": "tests.factories.make_client"}):
-        with pytest.raises(ConnectionNotConfigured, match="rcoord.W002"):
-            asyncio.run(use())
+    with (
+        override_settings(RCOORD={"CLIENT_FACTORY": "tests.factories.make_client"}),
+        pytest.raises(ConnectionNotConfigured, match=r"rcoord\.W002"),
+    ):
+        asyncio.run(use())
 
 
 async def test_clients_of_the_wrong_kind_are_refused(redis_url: str) -> None:
-    with pytest.raises(TypeError, match="redis.asyncio client"):
+    with pytest.raises(TypeError, match=r"redis\.asyncio client"):
         resolve_async_client(get_client())
     with pytest.raises(TypeError, match="sync redis-py client"):
         resolve_client(get_async_client())

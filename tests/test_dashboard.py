@@ -13,11 +13,11 @@ from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys, dead_letters, get_result, queue_stats
+from django_rcoord.queues import QueueKeys, dead_letters, queue_stats
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import output_of, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,10 +131,15 @@ def test_the_dashboard_shows_queues_workers_and_schedules(client, staff) -> None
     assert response.status_code == 200
     assert response["Cache-Control"].startswith("max-age=0")
     (queue,) = response.context["state"]["queues"]
-    assert queue["name"] == "default" and queue["ready"] == 1 and queue["delayed"] == 1
-    assert queue["finished_last_hour"] == 3 and queue["finished_per_minute"][-1] == 3
+    assert queue["name"] == "default"
+    assert queue["ready"] == 1
+    assert queue["delayed"] == 1
+    assert queue["finished_last_hour"] == 3
+    assert queue["finished_per_minute"][-1] == 3
     page = response.content.decode()
-    assert 'id="rcoord-queues"' in page and "<svg" in page and "<rect" in page
+    assert 'id="rcoord-queues"' in page
+    assert "<svg" in page
+    assert "<rect" in page
     assert "beat" in page  # the periodic schedule
     assert "admin/base_site.html" in [template.name for template in response.templates]
 
@@ -144,7 +149,8 @@ def test_dead_letters_are_paged_with_their_tracebacks(client, staff) -> None:
     client.force_login(staff)
     url = reverse("rcoord:dashboard-dead", args=["default"])
     first = client.get(url)
-    assert len(first.context["letters"]) == 25 and first.context["pages"] == 2
+    assert len(first.context["letters"]) == 25
+    assert first.context["pages"] == 2
     assert "ValueError: m0 always fails" in first.content.decode()
     second = client.get(url + "?page=2")
     assert len(second.context["letters"]) == 5
@@ -160,10 +166,10 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
         client.post(action, {"action": "requeue", "task_id": ids[2]})
         assert queue_stats("default")["ready"] == 1
         assert ids[2] not in [letter["id"] for letter in dead_letters("default")]
-        assert get_result(ids[2]).status == "READY"
+        assert result_of(ids[2]).status == "READY"
         client.post(action, {"action": "delete", "task_id": ids[0]})
         assert [letter["id"] for letter in dead_letters("default")] == [ids[1], ids[3], ids[4]]
-        assert get_result(ids[0]).status == "FAILED"  # the record stays until it expires
+        assert result_of(ids[0]).status == "FAILED"  # the record stays until it expires
         client.post(action, {"action": "delete"})
         assert queue_stats("default")["dead"] == 0
     assert [
@@ -186,16 +192,20 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert lock.acquire()
     semaphore = Semaphore("reports", 2, timeout=30)
     held = [semaphore.acquire(), semaphore.acquire()]
+    assert None not in held
     url = reverse("rcoord:dashboard-lookup")
     response = client.get(url, {"task": task_id, "lock": "invoice:7", "semaphore": "reports"})
     found = response.context["found"]
     assert found["task"]["record"].status == "FAILED"
-    assert found["lock"]["held"] and 25 < found["lock"]["ttl"] <= 30
+    assert found["lock"]["held"]
+    assert 25 < found["lock"]["ttl"] <= 30
     assert found["lock"]["token"] == lock.token
-    assert found["semaphore"]["held"] == 2 and found["semaphore"]["waiting"] == 0
+    assert found["semaphore"]["held"] == 2
+    assert found["semaphore"]["waiting"] == 0
     assert {holder["id"] for holder in found["semaphore"]["holders"]} == {
-        identifier[:8] for identifier in held
+        identifier[:8] for identifier in held if identifier is not None
     }
+    assert lock.identifier is not None
     assert lock.identifier not in response.content.decode()  # it could release the lock
     lock.release()
     released = client.get(url, {"lock": "invoice:7", "task": "not-an-id"}).context["found"]
@@ -250,7 +260,7 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
     outputs = [output_of(worker, 120) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers), outputs
     # Both processes took part.
-    assert len({get_result(task_id).worker_ids[0] for task_id in ids}) == 2
+    assert len({result_of(task_id).worker_ids[0] for task_id in ids}) == 2
     with with_rcoord(METRICS_TOKEN=TOKEN):
         response = client.get(reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
         assert response["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -287,7 +297,8 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
         if sample.labels["queue"] == "default"
     }
     assert states == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 6}
-    assert "rcoord_workers" in families and "rcoord_delayed_lateness_seconds" in families
+    assert "rcoord_workers" in families
+    assert "rcoord_delayed_lateness_seconds" in families
 
 
 def test_a_retry_is_counted_as_retried(client) -> None:

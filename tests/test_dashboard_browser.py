@@ -80,7 +80,8 @@ def test_staff_sign_in_read_a_traceback_and_requeue_it(
             assert cells[7] == "13"  # finished in the last hour
             assert row.find_elements(By.CSS_SELECTOR, "svg.chart rect")
             workers = browser.find_element(By.ID, "rcoord-workers").text
-            assert worker.id in workers and "idle" in workers
+            assert worker.id in workers
+            assert "idle" in workers
             assert "nightly-digest" in browser.find_element(By.ID, "rcoord-periodic").text
             screenshot(browser, "dashboard", tmp_path)
 
@@ -103,7 +104,8 @@ def test_staff_sign_in_read_a_traceback_and_requeue_it(
             table = wait.until(ready.presence_of_element_located((By.ID, "rcoord-queues")))
             row = table.find_element(By.XPATH, ".//tbody/tr[td[1][text()='default']]")
             cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-            assert cells[1] == "2" and cells[4] == "0"
+            assert cells[1] == "2"
+            assert cells[4] == "0"
 
             browser.find_element(By.ID, "rcoord-lock").send_keys("invoice:17")
             browser.find_element(By.CSS_SELECTOR, ".lookup input[type=submit]").click()

@@ -138,7 +138,8 @@ def test_locked_fails_closed_with_503_when_redis_is_down(
     assert "@locked on view tests.views." in caplog.text
     assert "refused a request: Redis unavailable" in caplog.text
     page = client.get(url)
-    assert page.status_code == 503 and page["Retry-After"] == "5"
+    assert page.status_code == 503
+    assert page["Retry-After"] == "5"
     assert page.templates[0].name == "django_rcoord/errors/503.html"
 
 
@@ -181,7 +182,8 @@ async def test_async_client_gets_the_503_of_a_closed_decorator(
 ) -> None:
     for url in ("/async-purchase/1/", "/download-strict-async/"):
         response = await async_client.get(url, headers={"accept": "application/json"})
-        assert response.status_code == 503 and response["Retry-After"] == "5"
+        assert response.status_code == 503
+        assert response["Retry-After"] == "5"
         assert response.json()["error"] == "unavailable"
     assert (await async_client.get("/download-async/")).status_code == 200
 
@@ -202,9 +204,9 @@ def test_redis_lost_while_the_view_runs_keeps_its_response(
 
 def test_fail_open_must_be_a_bool() -> None:
     with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
-        locked("x", fail_open="no")
+        locked("x", fail_open="no")  # type: ignore[arg-type]
     with pytest.raises(ImproperlyConfigured, match="fail_open must be True or False"):
-        rate_limited("x", limit=1, seconds=1, fail_open=None)
+        rate_limited("x", limit=1, seconds=1, fail_open=None)  # type: ignore[arg-type]
 
 
 # -- anonymous users ----------------------------------------------------------------
@@ -253,7 +255,8 @@ def test_error_page_links_home_instead_of_to_another_site(client, held_item_1: L
 
 def test_a_refused_post_offers_no_link_that_would_resend_it(client, held_item_1: Lock) -> None:
     page = client.post("/cbv/1/")
-    assert page.status_code == 409 and "Try again" not in page.content.decode()
+    assert page.status_code == 409
+    assert "Try again" not in page.content.decode()
 
 
 @pytest.mark.parametrize("url", ["/purchase/1/", "/async-purchase/1/"])

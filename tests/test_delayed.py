@@ -72,9 +72,9 @@ def test_schedule_with_eta_and_bad_arguments() -> None:
     eta = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=60)
     tasks.record.schedule("eta", eta=eta)
     assert queue_stats("default")["delayed"] == 1
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not both"):
         tasks.record.schedule("both", delay=1, eta=eta)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="aware datetime"):
         tasks.record.schedule("naive", eta=datetime.datetime.now())
     execute_later("default", "tests.tasks.record", ["now"], delay=0)
     assert queue_stats("default")["ready"] == 1
@@ -95,7 +95,8 @@ def test_two_thousand_due_tasks_two_pollers_and_a_worker_each_run_once_none_earl
             output = output_of(process, 30)
             assert process.returncode == 0, output
     effects = ran()
-    assert len(effects) == 2000 and len(set(effects)) == 2000  # exactly once
+    assert len(effects) == 2000
+    assert len(set(effects)) == 2000  # exactly once
     assert get_client().llen("test:early") == 0  # none early
     samples = lateness_ms()
     p99 = samples[int(len(samples) * 0.99) - 1]
@@ -173,7 +174,8 @@ def test_rcoord_status_shows_due_times_and_lateness(capsys) -> None:
     call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     (queue,) = state["queues"]
-    assert queue["delayed"] == 1 and 50 < queue["next_due_in"] <= 60
+    assert queue["delayed"] == 1
+    assert 50 < queue["next_due_in"] <= 60
     assert state["promotion_lateness"]["main"]["samples"] == 1
 
 
@@ -187,7 +189,8 @@ def test_delay_queue_seed_example() -> None:
     first, second = queue.pop(num=10), queue.pop(num=10)
     assert first == [{"n": i} for i in range(10)]
     assert second == [{"n": i} for i in range(10, 20)]
-    assert queue.pop(num=10) == [] and len(queue) == 0
+    assert queue.pop(num=10) == []
+    assert len(queue) == 0
 
 
 def test_delay_queue_refuses_data_json_cannot_carry() -> None:
@@ -225,7 +228,9 @@ def test_two_consumers_never_share_an_item() -> None:
     starter.join(5)
     assert not set(first) & set(second)
     assert sorted(first + second) == list(range(enqueue_count))
-    assert first and second  # both consumed, concurrently
+    # both consumed, concurrently
+    assert first
+    assert second
     assert len(queue) == 0
 
 

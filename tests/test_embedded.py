@@ -66,7 +66,7 @@ def test_too_old_server_is_refused(tmp_path: Path) -> None:
     old = tmp_path / "redis-server"
     old.write_text("#!/bin/sh\necho 'Redis server v=5.0.7 sha=00000000:0 malloc=libc bits=64'\n")
     old.chmod(old.stat().st_mode | stat.S_IXUSR)
-    with pytest.raises(EmbeddedRedisError, match="needs 6.2"):
+    with pytest.raises(EmbeddedRedisError, match=r"needs 6\.2"):
         EmbeddedRedis(tmp_path / "data", executable=str(old)).start()
 
 
@@ -74,7 +74,8 @@ def test_start_reuse_stop_and_data_survives_a_restart(server: EmbeddedRedis) -> 
     assert not server.is_running()
     server.start()
     pid = server.pid()
-    assert server.is_running() and pid
+    assert server.is_running()
+    assert pid
     server.client().rpush("queue", "task-1", "task-2")
     assert server.start().pid() == pid  # reused, not restarted
     assert server.stop() is True
@@ -96,6 +97,7 @@ def test_concurrent_starters_share_one_server(server: EmbeddedRedis) -> None:
 
 def test_stale_socket_file_does_not_block_start(server: EmbeddedRedis) -> None:
     server.data_dir.mkdir(parents=True)
+    assert server.socket_path is not None  # the fixture's server listens on a socket
     server.socket_path.write_text("left over by a crash")
     server.start()
     assert server.client().ping()
@@ -135,7 +137,8 @@ def test_rcoord_redis_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "already running" in capsys.readouterr().out
     call_command("rcoord_redis", "status", "--dir", data_dir)
     status = capsys.readouterr().out
-    assert status.startswith("redis-server ") and " running at unix://" in status
+    assert status.startswith("redis-server ")
+    assert " running at unix://" in status
     call_command("rcoord_redis", "stop", "--dir", data_dir)
     assert "stopped" in capsys.readouterr().out
     with pytest.raises(SystemExit) as excinfo:
@@ -161,7 +164,7 @@ def test_the_package_imports_without_fcntl(tmp_path: Path) -> None:
         "    print('start needs fcntl')\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
     url, needs = result.stdout.splitlines()
@@ -175,10 +178,11 @@ def test_another_server_on_the_port_is_neither_reused_nor_stopped(tmp_path: Path
     try:
         mine = EmbeddedRedis(tmp_path / "mine", port=port)
         assert not mine.is_running()
-        with pytest.raises(EmbeddedRedisError, match="Another redis-server .* listens at"):
+        with pytest.raises(EmbeddedRedisError, match=r"Another redis-server .* listens at"):
             mine.start()
         assert mine.stop() is False
-        assert other.is_running() and other.client().ping()
+        assert other.is_running()
+        assert other.client().ping()
     finally:
         other.stop()
 

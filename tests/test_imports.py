@@ -222,6 +222,7 @@ def test_every_module_imports_in_a_fresh_interpreter(package: str) -> None:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"imported {len(names)}"

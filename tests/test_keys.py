@@ -76,7 +76,8 @@ def test_distinct_names_never_share_a_key(first: str, second: str) -> None:
 @given(name=names)
 def test_encoding_round_trips_any_text(name: str) -> None:
     encoded = encode_name(name)
-    assert "{" not in encoded and "}" not in encoded
+    assert "{" not in encoded
+    assert "}" not in encoded
     assert decode_name(encoded) == name
 
 
@@ -96,9 +97,11 @@ def test_layout_and_prefix_setting() -> None:
     assert KeySpace("lock", "a}b").key("owner") == "rcoord:lock:{a%7Db}:owner"
     with override_settings(RCOORD={"KEY_PREFIX": "shop:coord"}):
         assert KeySpace("lock", "x").key("owner") == "shop:coord:lock:{x}:owner"
-    with override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}):
-        with pytest.raises(ImproperlyConfigured, match="rcoord.E006"):
-            KeySpace("lock", "x")
+    with (
+        override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}),
+        pytest.raises(ImproperlyConfigured, match=r"rcoord\.E006"),
+    ):
+        KeySpace("lock", "x")
 
 
 @pytest.mark.parametrize(
@@ -135,5 +138,5 @@ def test_instance_keys_refuse_unusable_names_every_time(bad: object) -> None:
 
 
 def test_kind_is_checked() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="kind must match"):
         KeySpace("Lock:{x}", "name")

@@ -49,7 +49,12 @@ def run_with_two_signals(second_signal_exits: bool) -> subprocess.CompletedProce
         "    print('finished', flush=True)\n"
     )
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

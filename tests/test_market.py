@@ -61,6 +61,7 @@ def test_a_buyer_whose_lock_expired_cannot_write(market: Market) -> None:
     slow = Lock(name, timeout=0.1, wait=0)
     assert slow.acquire()
     price, _ = market.quote("buyer", item, "seller")
+    assert price is not None
     time.sleep(0.2)  # the slow buyer stalls after deciding; its lock expires
     market.create_user("fast", 100)
     fast = Lock(name, wait=0)
@@ -95,12 +96,15 @@ def test_a_purchase_queues_the_sellers_email_in_the_same_script(
     assert lock.acquire()
     result = market.purchase_under_lock(lock, "buyer", item, "seller", email_seller=True)
     lock.release()
-    assert result.bought and result.email_task_id
-    assert market.inventory("buyer") == [item] and market.listings() == []
+    assert result.bought
+    assert result.email_task_id
+    assert market.inventory("buyer") == [item]
+    assert market.listings() == []
     # Exactly one e-mail, queued (ready) in the market's own queue group (one hash slot).
     assert market.email_queue == "test/email"
     (letter,) = email_tasks(market.email_queue)
-    assert letter["id"] == result.email_task_id and letter["ready"]
+    assert letter["id"] == result.email_task_id
+    assert letter["ready"]
     assert (letter["task"], letter["args"]) == (
         "rcoord.send_sold_email",
         ["seller", item, 30, "buyer"],
@@ -108,7 +112,8 @@ def test_a_purchase_queues_the_sellers_email_in_the_same_script(
     # It is a task like any other: a worker on that queue sends it.
     Worker([market.email_queue], burst=True).run()
     (sent,) = mailoutbox
-    assert sent.to == ["seller@example.com"] and item in sent.body
+    assert sent.to == ["seller@example.com"]
+    assert item in sent.body
 
 
 def test_a_refused_purchase_queues_no_email(market: Market) -> None:
@@ -123,7 +128,8 @@ def test_a_refused_purchase_queues_no_email(market: Market) -> None:
         lock.release()
         assert (result.bought, result.reason, result.email_task_id) == (False, reason, None)
     assert email_tasks(market.email_queue) == []
-    assert market.listings() == [(item, "seller", 500)] and market.funds("buyer") == 100
+    assert market.listings() == [(item, "seller", 500)]
+    assert market.funds("buyer") == 100
 
 
 def test_a_purchase_whose_email_cannot_be_queued_is_not_written(market: Market) -> None:
@@ -141,7 +147,8 @@ def test_a_purchase_whose_email_cannot_be_queued_is_not_written(market: Market) 
     lock.release()
     assert market.listings() == [(item, "seller", 30)]
     assert (market.funds("buyer"), market.funds("seller")) == (100, 0)
-    assert market.inventory("buyer") == [] and market.inventory("seller") == []
+    assert market.inventory("buyer") == []
+    assert market.inventory("seller") == []
     assert queue_stats(market.email_queue) == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     assert client.get(messages_key) == b"not a hash"
 
@@ -218,7 +225,8 @@ def test_market_pages_list_and_buy_with_the_item_lock(client, django_user_model)
     # The purchase queued the seller's sold-item e-mail: it waits on the queue "email"
     # (the one `rundemo`'s worker serves) for the email worker.
     (letter,) = email_tasks("email")
-    assert letter["task"] == "rcoord.send_sold_email" and letter["ready"]
+    assert letter["task"] == "rcoord.send_sold_email"
+    assert letter["ready"]
     assert letter["args"] == ["alice", teapot, 25, "bob"]
     # GET is refused; an anonymous user is sent to sign in.
     assert client.get(f"/example/market/buy/{member}/").status_code == 405

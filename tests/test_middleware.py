@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import Client, override_settings
 
@@ -55,7 +56,8 @@ def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
     assert refused["Retry-After"] == "1"
     assert refused.json()["error"] == "too_busy"
     page = client.get("/limited/slow/", HTTP_ACCEPT="text/html")
-    assert page.status_code == 503 and page["Content-Type"].startswith("text/html")
+    assert page.status_code == 503
+    assert page["Content-Type"].startswith("text/html")
     assert page.templates[0].name == "django_rcoord/errors/503.html"  # as the decorators'
     assert b'<a href="/limited/slow/">Try again</a>' in page.content
     assert client.get("/unlimited/").status_code == 200  # not covered by the rule
@@ -77,7 +79,8 @@ async def test_async_the_request_over_the_limit_gets_503(async_client) -> None:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.01)
     refused = await async_client.get("/limited/slow-async/")
-    assert refused.status_code == 503 and refused["Retry-After"] == "1"
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == "1"
     views.async_gate.set()
     assert [(await first).status_code, (await second).status_code] == [200, 200]
     assert semaphore.holders() == 0
@@ -92,7 +95,8 @@ def test_a_thousand_requests_ten_percent_failing_leave_no_permit_held() -> None:
         ).status_code
         for index in range(1000)
     ]
-    assert statuses.count(500) == 100 and statuses.count(200) == 900
+    assert statuses.count(500) == 100
+    assert statuses.count(200) == 900
     assert Semaphore("all", 5).holders() == 0
 
 
@@ -110,7 +114,8 @@ async def test_async_failures_leave_no_permit_held(async_client) -> None:
             )
         )
         statuses += [response.status_code for response in responses]
-    assert statuses.count(500) == 20 and statuses.count(200) == 180
+    assert statuses.count(500) == 20
+    assert statuses.count(200) == 180
     assert Semaphore("all", 5).holders() == 0
 
 
@@ -158,6 +163,21 @@ def test_streaming_response_holds_its_permit_until_the_body_is_sent(client) -> N
     assert semaphore.holders() == 0  # released with the last chunk
 
 
+@limits({"name": "stream", "path": "^/limited/streaming", "limit": 1, "timeout": 10})
+def test_an_async_body_after_a_sync_middleware_releases_its_permit(client) -> None:
+    # The sync test client runs the middleware sync: its permit is a sync one, released
+    # when an ASGI server (here: this loop) has sent the async body.
+    response = client.get("/limited/streaming-async-body/")
+    semaphore = Semaphore("stream", 1)
+    assert semaphore.holders() == 1
+
+    async def read_body() -> list[bytes]:
+        return [chunk async for chunk in response.streaming_content]
+
+    assert async_to_sync(read_body)() == [b"chunk 0\n", b"chunk 1\n", b"chunk 2\n"]
+    assert semaphore.holders() == 0
+
+
 @limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 0.3})
 def test_a_request_longer_than_the_lease_keeps_its_permit() -> None:
     results: list = []
@@ -177,7 +197,8 @@ def test_fail_open_with_redis_down(
     with limits(rule), caplog.at_level(logging.ERROR):
         response = Client().get("/limited/slow/?sleep=0", HTTP_ACCEPT="application/json")
     assert response.status_code == status
-    assert "Concurrency limit 'down'" in caplog.text and "Redis unavailable" in caplog.text
+    assert "Concurrency limit 'down'" in caplog.text
+    assert "Redis unavailable" in caplog.text
     if not fail_open:
         assert response["Retry-After"] == "5"
         assert response.json()["error"] == "unavailable"

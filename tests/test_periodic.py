@@ -18,11 +18,11 @@ from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.periodic import MISSED_AFTER, Schedule, fire_due, lateness_key, schedules
-from django_rcoord.queues import QueueKeys, get_result, queue_stats
+from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.scripts import run_script
 from django_rcoord.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, ran, start_logged
+from tests.test_queues import output_of, ran, result_of, start_logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -104,7 +104,8 @@ def test_the_claim_of_a_tick_is_once_and_on_the_servers_clock() -> None:
     for offset, task_id in ((500, "f"), (400, "g"), (300, "h")):
         assert fire(now - offset, task_id * 32) == 1
     samples = [int(ms) for ms in get_client().lrange(late, 0, -1)]
-    assert len(samples) == 3 and samples[0] < samples[1] < samples[2] < 1000 + 5000
+    assert len(samples) == 3
+    assert samples[0] < samples[1] < samples[2] < 1000 + 5000
 
 
 def periodic_env(*entries: dict) -> dict[str, str]:
@@ -174,7 +175,8 @@ def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> 
     try:
         deadline = time.monotonic() + 90
         while not ready_messages():
-            assert time.monotonic() < deadline and poller.poll() is None
+            assert time.monotonic() < deadline
+            assert poller.poll() is None
             time.sleep(0.05)
         seen = server_ms()
     finally:
@@ -222,9 +224,10 @@ def test_a_framework_task_runs_on_schedule_with_a_result() -> None:
     fired, _ = fire_due(get_client(), schedule.latest_tick(now) + 1, [schedule])
     assert fired == 1
     (message,) = ready_messages()
-    assert message["backend"] == "default" and message["task"] == "tests.framework_tasks.add"
+    assert message["backend"] == "default"
+    assert message["task"] == "tests.framework_tasks.add"
     Worker(["default"], burst=True).run()
-    assert get_result(message["id"]).return_value == 5
+    assert result_of(message["id"]).return_value == 5
 
 
 def test_a_project_task_keeps_its_queue_and_priority() -> None:
@@ -244,9 +247,11 @@ def test_schedules_are_read_from_settings_and_shown_by_rcoord_status(capsys) -> 
         call_command("poll_delayed", "--once")
         call_command("rcoord_status")
     out = capsys.readouterr().out
-    assert "periodic task" in out and "beat" in out
+    assert "periodic task" in out
+    assert "beat" in out
     with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
         call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     (row,) = state["periodic"]
-    assert row["name"] == "beat" and row["next_tick"]
+    assert row["name"] == "beat"
+    assert row["next_tick"]

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import itertools
 import json
 import os
 import random
@@ -12,6 +13,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core import mail
@@ -22,6 +24,7 @@ from django_rcoord.queue_admin import REQUEUE_BATCH
 from django_rcoord.queues import (
     QueueKeys,
     Task,
+    TaskRecord,
     dead_letters,
     enqueue_many,
     execute_later,
@@ -33,7 +36,7 @@ from django_rcoord.queues import (
     task,
 )
 from django_rcoord.scripts import run_script
-from django_rcoord.worker import Outcome, Worker
+from django_rcoord.worker import Job, Outcome, Worker
 from tests import tasks
 from tests.procs import wait_until
 
@@ -45,6 +48,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def ran() -> list[str]:
     return [marker.decode() for marker in get_client().lrange(tasks.RAN, 0, -1)]
+
+
+def take(worker: Worker) -> Job:
+    """One task taken by ``worker``, which must find one."""
+    job = worker._take()
+    assert job is not None, "no task to take"
+    return job
+
+
+def result_of(task_id: str) -> TaskRecord:
+    """The result record of a task that has one."""
+    record = get_result(task_id)
+    assert record is not None, f"no result record for {task_id}"
+    return record
 
 
 def start_worker(
@@ -67,10 +84,9 @@ def start_worker(
 def start_logged(command: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Start ``command`` with its output in a file (a pipe nobody reads would fill up and
     block it); ``output_of`` waits for it and returns that output."""
-    log = tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False)
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False) as log:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     process.log_path = log.name  # type: ignore[attr-defined]
-    log.close()
     return process
 
 
@@ -93,8 +109,10 @@ def test_delay_stores_a_json_message_in_one_queue() -> None:
     assert client.zrange(keys.ready, 0, -1) == [task_id.encode()]
     message = json.loads(client.hget(keys.messages, task_id))
     assert message["task"] == "tests.tasks.record"
-    assert message["args"] == ["a"] and message["kwargs"] == {}
-    assert message["id"] == task_id and message["queue"] == "default"
+    assert message["args"] == ["a"]
+    assert message["kwargs"] == {}
+    assert message["id"] == task_id
+    assert message["queue"] == "default"
     assert abs(message["enqueued_at"] - time.time()) < 60
 
 
@@ -105,17 +123,18 @@ def test_arguments_json_cannot_carry_are_a_type_error_at_enqueue() -> None:
     # Dates and decimals travel as strings (DjangoJSONEncoder).
     tasks.add_numbers.delay(datetime.date(2026, 1, 2), b=decimal.Decimal("1.50"))
     body = json.loads(get_client().hvals(QueueKeys.of("default").messages)[0])
-    assert body["args"] == ["2026-01-02"] and body["kwargs"] == {"b": "1.50"}
+    assert body["args"] == ["2026-01-02"]
+    assert body["kwargs"] == {"b": "1.50"}
 
 
 async def test_arguments_the_task_does_not_accept_are_a_type_error_at_enqueue() -> None:
     for call in (
-        lambda: tasks.record.delay(),
+        tasks.record.delay,
         lambda: tasks.record.delay("a", "b"),
         lambda: tasks.record.schedule("a", delay=5, colour="red"),
         lambda: enqueue_many([(tasks.record, ["fine"], {}), (tasks.record, [], {"x": 1})]),
     ):
-        with pytest.raises(TypeError, match="'tests.tasks.record' does not accept"):
+        with pytest.raises(TypeError, match=r"'tests\.tasks\.record' does not accept"):
             call()  # refused before anything is sent
     with pytest.raises(TypeError, match="does not accept"):
         await tasks.record.adelay("a", "b")
@@ -137,12 +156,15 @@ def test_enqueue_many_and_execute_later() -> None:
 def test_enqueue_many_across_groups_returns_the_ids_in_call_order(redis_client) -> None:
     # Tasks of two groups, interleaved: one pipeline per group, ids still in order.
     other = Task(tasks.record.function, "tests.tasks.record", "reports/pdf", max_retries=0)
-    calls = [((tasks.record if i % 2 else other), (f"m{i}",), {}) for i in range(6)]
+    calls: list[tuple[Task, tuple[str], dict[str, Any]]] = [
+        ((tasks.record if i % 2 else other), (f"m{i}",), {}) for i in range(6)
+    ]
     ids = enqueue_many(calls)
     for i, task_id in enumerate(ids):
         keys = QueueKeys.of("default" if i % 2 else "reports/pdf")
         assert json.loads(redis_client.hget(keys.messages, task_id))["args"] == [f"m{i}"]
-    assert queue_stats("default")["ready"] == 3 and queue_stats("reports/pdf")["ready"] == 3
+    assert queue_stats("default")["ready"] == 3
+    assert queue_stats("reports/pdf")["ready"] == 3
 
 
 def test_execute_later_with_delay_waits_for_its_time() -> None:
@@ -170,11 +192,12 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
     with pytest.raises(TypeError):
         task(lambda: None)  # type: ignore[arg-type]
     for bad in ("", "reports/", "/x"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="is not a queue name"):
             task(queue=bad)
     # Any other text is a usable name: the key layer encodes it.
     odd = QueueKeys.of("a}b/x{")
-    assert odd.group == "a}b" and odd.ready.endswith(":ready:x%7B")
+    assert odd.group == "a}b"
+    assert odd.ready.endswith(":ready:x%7B")
 
 
 # -- consuming ------------------------------------------------------------------------
@@ -198,10 +221,12 @@ def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
     worker.stop()
     thread.join(5)
     times = [float(t) for t in get_client().lrange("test:attempt-times:flaky", 0, -1)]
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     # TASK_RETRY_BACKOFF is 0.05 s in the test settings: 0.05 s, then 0.1 s.
     assert len(times) == 3
-    assert gaps[0] >= 0.045 and gaps[1] >= 0.095 and gaps[1] > gaps[0]
+    assert gaps[0] >= 0.045
+    assert gaps[1] >= 0.095
+    assert gaps[1] > gaps[0]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     # Each failure is one line with the exception and when the task runs again; the
     # traceback is at DEBUG.
@@ -225,10 +250,12 @@ def test_retries_run_out_into_dead_letters_and_can_be_requeued() -> None:
     thread.join(5)
     assert int(get_client().get("test:attempts:hopeless")) == 4
     (letter,) = dead_letters("default")
-    assert letter["task"] == "tests.tasks.fail_then_succeed" and letter["failures"] == 4
+    assert letter["task"] == "tests.tasks.fail_then_succeed"
+    assert letter["failures"] == 4
     assert "attempt 4 fails on purpose" in letter["error"]
     assert requeue_dead("default") == 1
-    assert queue_stats("default")["ready"] == 1 and dead_letters("default") == []
+    assert queue_stats("default")["ready"] == 1
+    assert dead_letters("default") == []
 
 
 def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> None:
@@ -302,7 +329,7 @@ def test_a_task_whose_lease_ran_out_goes_back_to_the_front_of_its_priority() -> 
     tasks.record_urgent.delay("urgent")
     tasks.record_whenever.delay("whenever")
     dying = Worker(["default"], lease=0.1)
-    taken = [dying._take(), dying._take()]  # urgent, then first; then the worker dies
+    taken = [take(dying), take(dying)]  # urgent, then first; then the worker dies
     assert [json.loads(job.body)["args"] for job in taken] == [["urgent"], ["first"]]
     time.sleep(0.2)
     assert recover_and_promote(QueueKeys.of("default"))[0] == 2
@@ -311,7 +338,7 @@ def test_a_task_whose_lease_ran_out_goes_back_to_the_front_of_its_priority() -> 
     Worker(["default"], burst=True).run()
     assert ran() == ["urgent", "urgent-later", "first", "second", "third", "whenever"]
     for job in taken:
-        assert get_result(job.id).attempts == 2
+        assert result_of(job.id).attempts == 2
 
 
 def test_priorities_out_of_range_are_refused() -> None:
@@ -341,12 +368,12 @@ def test_producers_push_a_wake_up_only_while_a_worker_waits_for_one() -> None:
 def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     tasks.record.delay("once")
     slow = Worker(["default"], lease=0.2)
-    job = slow._take()
+    job = take(slow)
     time.sleep(0.3)
     other = Worker(["default"])
     other._recover_if_due(force=True)
-    second = other._take()
-    assert second is not None and second.id == job.id
+    second = take(other)
+    assert second.id == job.id
     finished = slow._finish(job, Outcome("ack", "tests.tasks.record"))
     assert finished == 0  # the lease was lost: the other worker owns the task now
     finished = other._finish(second, Outcome("ack", "tests.tasks.record"))
@@ -422,8 +449,10 @@ def test_a_task_that_kills_its_worker_every_time_becomes_a_dead_letter() -> None
     (letter,) = dead_letters("default")
     assert letter["id"] == poison
     assert "its worker died (or lost Redis) while running it, 3 times" in letter["error"]
-    record = get_result(poison)
-    assert record.status == "FAILED" and record.attempts == 3 and record.finished_at
+    record = result_of(poison)
+    assert record.status == "FAILED"
+    assert record.attempts == 3
+    assert record.finished_at
     assert record.errors[-1]["exception_class_path"] == "django_rcoord.exceptions.WorkerLost"
     assert "TASK_MAX_DELIVERIES" in output
 
@@ -432,7 +461,7 @@ def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None
     given_back = tasks.record.delay("given-back")
     keys = QueueKeys.of("default")
     stopping = Worker(["default"], lease=5)
-    stopping._give_back([stopping._take()])
+    stopping._give_back([take(stopping)])
     assert get_client().hget(keys.failures, f"{given_back}:lost") is None
     assert get_client().zrange(keys.ready, 0, -1) == [given_back.encode()]
     dying = Worker(["default"], lease=0.05)
@@ -453,7 +482,9 @@ def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
     output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert ran() == ["s0"]
-    assert "task " in output and " succeeded (ran " in output  # one log line per task
+    # one log line per task
+    assert "task " in output
+    assert " succeeded (ran " in output
     assert queue_stats("default") == {"ready": 2, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
@@ -512,23 +543,23 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
     execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
     worker = Worker(["default"])
     worker._heartbeat()
-    job = worker._take()
+    job = take(worker)
     call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
     queues = {queue["name"]: queue for queue in state["queues"]}
-    assert queues["default"]["ready"] == 2 and queues["default"]["in_flight"] == 1
+    assert queues["default"]["ready"] == 2
+    assert queues["default"]["in_flight"] == 1
     assert queues["default"]["oldest_ready_age"] >= 0
     assert queues["reports/pdf"]["ready"] == 1
     (seen,) = state["workers"]
-    assert seen["id"] == worker.id and seen["queues"] == ["default"]
+    assert seen["id"] == worker.id
+    assert seen["queues"] == ["default"]
     assert seen["running"] == [{"id": job.id, "task": "tests.tasks.record"}]
     call_command("rcoord_status")
     text = capsys.readouterr().out
-    assert (
-        "default" in text
-        and "reports/pdf" in text
-        and f"running tests.tasks.record {job.id}" in text
-    )
+    assert "default" in text
+    assert "reports/pdf" in text
+    assert f"running tests.tasks.record {job.id}" in text
     worker._sign_off()
     call_command("rcoord_status", "--json")
     assert json.loads(capsys.readouterr().out)["workers"] == []
@@ -539,7 +570,8 @@ def test_max_tasks_and_concurrency_options() -> None:
     worker = start_worker("--max-tasks", "3")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output
-    assert len(ran()) == 3 and queue_stats("default")["ready"] == 7
+    assert len(ran()) == 3
+    assert queue_stats("default")["ready"] == 7
     threaded = start_worker("--burst", "--concurrency", "3")
     output = output_of(threaded, 60)
     assert threaded.returncode == 0, output
@@ -557,7 +589,8 @@ def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_cl
     with pytest.raises(ValueError, match="queue="):
         enqueue_in_script("tests.tasks.record", ["a"])
     later = enqueue_in_script(tasks.record, ["later"], delay=60, queue="scripted/q")
-    assert later.group == "scripted" and later.hash_tag == "scripted"
+    assert later.group == "scripted"
+    assert later.hash_tag == "scripted"
     # Its keys and arguments are the enqueue helper's, in order: task_enqueue is a script
     # that passes its KEYS and ARGV straight on to it.
     assert run_script("task_enqueue", redis_client, keys=later.keys, args=later.args) == 2
@@ -576,16 +609,16 @@ def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
     jobs = worker._exchange([], 4)
     assert [job.id for job in jobs] == ids[:4]  # in queue order, all leased to it
     assert queue_stats("default") == {"ready": 6, "in_flight": 4, "delayed": 0, "dead": 0}
-    assert {get_result(job.id).status for job in jobs} == {"RUNNING"}
+    assert {result_of(job.id).status for job in jobs} == {"RUNNING"}
     done = [worker._run_one(job) for job in jobs]
     following = worker._exchange(done, 4)  # one call: four finished, four more taken
     assert [job.id for job in following] == ids[4:8]
-    assert [get_result(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
+    assert [result_of(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
     assert ran() == ["b0", "b1", "b2", "b3"]
     worker._exchange([worker._run_one(job) for job in following], 0)
     Worker(["default"], burst=True).run()
     assert ran() == [f"b{n}" for n in range(10)]
-    assert {get_result(task_id).attempts for task_id in ids} == {1}
+    assert {result_of(task_id).attempts for task_id in ids} == {1}
 
 
 def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
@@ -605,8 +638,8 @@ def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
     Worker(["default"], burst=True).run()
     assert sorted(ran()) == sorted(["first", *(f"p{n}" for n in range(19))])
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
-    assert get_result(first).attempts == 2
-    assert {get_result(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
+    assert result_of(first).attempts == 2
+    assert {result_of(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
 
 
 def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
@@ -624,9 +657,11 @@ def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
     assert get_client().zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in rest]
     for task_id in rest:  # not a lost delivery, not an attempt
         assert get_client().hget(keys.failures, f"{task_id}:lost") is None
-        record = get_result(task_id)
-        assert record.status == "READY" and record.attempts == 0 and record.started_at is None
-    assert get_result(first).status == "SUCCESSFUL"
+        record = result_of(task_id)
+        assert record.status == "READY"
+        assert record.attempts == 0
+        assert record.started_at is None
+    assert result_of(first).status == "SUCCESSFUL"
 
 
 def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:

@@ -66,12 +66,14 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
                 capture_output=True,
                 text=True,
                 timeout=120,
+                check=False,
             )
             assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
             outputs.append(result.stdout)
             if words[2:4] == ["rcoord_redis", "start"]:
                 pid = server.pid()
-                assert pid is not None and _process_alive(pid)
+                assert pid is not None
+                assert _process_alive(pid)
                 assert b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
     finally:
         server.stop()
@@ -81,4 +83,5 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
     assert "no issues" in check
     assert shell.splitlines()[-1] == "locked: True token 1"
     assert stop == f"redis-server at {server.url} stopped\n"
+    assert pid is not None
     wait_until(lambda: not _process_alive(pid), timeout=10)

@@ -15,7 +15,7 @@ from django_rcoord.queues import enqueue_many, execute_later, get_result, queue_
 from django_rcoord.worker import Worker
 from tests import tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, ran, start_worker
+from tests.test_queues import output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,27 +27,35 @@ def run_all(*queues: str) -> int:
 def test_a_queued_task_is_ready_with_its_arguments() -> None:
     before = datetime.datetime.now(datetime.timezone.utc)
     task_id = tasks.record.delay("r1")
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "READY"
     assert record.task == "tests.tasks.record"
     assert record.queue == "default"
-    assert record.args == ["r1"] and record.kwargs == {}
+    assert record.args == ["r1"]
+    assert record.kwargs == {}
+    assert record.enqueued_at is not None
     assert before - datetime.timedelta(seconds=1) <= record.enqueued_at
     assert record.started_at is record.finished_at is None
-    assert record.attempts == 0 and record.errors == []
+    assert record.attempts == 0
+    assert record.errors == []
     assert not record.is_finished
 
 
 def test_a_finished_task_is_successful_with_its_return_value() -> None:
     task_id = tasks.add_numbers.delay(2, b=3)
     assert run_all() == 1
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "SUCCESSFUL"
     assert record.return_value == {"sum": 5, "on": "2026-11-23"}
-    assert record.args == [2] and record.kwargs == {"b": 3}
+    assert record.args == [2]
+    assert record.kwargs == {"b": 3}
+    assert record.enqueued_at is not None
+    assert record.started_at is not None
+    assert record.finished_at is not None
     assert record.enqueued_at <= record.started_at <= record.finished_at
     assert record.last_attempted_at == record.started_at
-    assert record.attempts == 1 and len(record.worker_ids[0]) > 10
+    assert record.attempts == 1
+    assert len(record.worker_ids[0]) > 10
     assert record.errors == []
 
 
@@ -55,11 +63,12 @@ def test_running_is_seen_from_another_process() -> None:
     task_id = tasks.record_slowly.delay("slow", 1.5)
     worker = start_worker("--burst")
     try:
-        wait_until(lambda: get_result(task_id).status == "RUNNING", timeout=60)
-        record = get_result(task_id)
-        assert record.started_at is not None and record.finished_at is None
+        wait_until(lambda: result_of(task_id).status == "RUNNING", timeout=60)
+        record = result_of(task_id)
+        assert record.started_at is not None
+        assert record.finished_at is None
         assert record.worker_ids[0].split(":")[1] == str(worker.pid)
-        wait_until(lambda: get_result(task_id).status == "SUCCESSFUL", timeout=60)
+        wait_until(lambda: result_of(task_id).status == "SUCCESSFUL", timeout=60)
     finally:
         output = output_of(worker, 60)
     assert worker.returncode == 0, output
@@ -68,28 +77,32 @@ def test_running_is_seen_from_another_process() -> None:
 def test_a_failed_task_keeps_its_error_and_traceback() -> None:
     task_id = tasks.always_fail.delay("f1")
     run_all()
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "FAILED"
     assert record.finished_at is not None
     (error,) = record.errors
     assert error["exception_class_path"] == "builtins.ValueError"
-    assert "f1 always fails" in error["traceback"] and "Traceback" in error["traceback"]
+    assert "f1 always fails" in error["traceback"]
+    assert "Traceback" in error["traceback"]
     assert record.return_value is None
 
 
 def test_retries_count_as_attempts_and_keep_each_error() -> None:
     task_id = tasks.fail_then_succeed.delay("r2", 2)
     deadline = time.monotonic() + 30
-    while get_result(task_id).status != "SUCCESSFUL" and time.monotonic() < deadline:
+    while result_of(task_id).status != "SUCCESSFUL" and time.monotonic() < deadline:
         run_all()
         time.sleep(0.05)
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "SUCCESSFUL"
     assert record.attempts == 3
     assert [error["exception_class_path"] for error in record.errors] == [
         "builtins.RuntimeError",
         "builtins.RuntimeError",
     ]
+    assert record.started_at is not None
+    assert record.last_attempted_at is not None
+    assert record.finished_at is not None
     assert record.started_at < record.last_attempted_at <= record.finished_at
 
 
@@ -97,11 +110,11 @@ def test_a_return_value_json_cannot_carry_fails_the_task_and_the_worker_goes_on(
     bad = tasks.return_unstorable.delay()
     good = tasks.record.delay("after")
     assert run_all() == 2
-    record = get_result(bad)
+    record = result_of(bad)
     assert record.status == "FAILED"
     assert record.attempts == 1  # not retried: it would return the same
     assert "cannot be stored as JSON" in record.errors[0]["traceback"]
-    assert get_result(good).status == "SUCCESSFUL"
+    assert result_of(good).status == "SUCCESSFUL"
     assert ran() == ["after"]
 
 
@@ -111,15 +124,15 @@ def test_system_exit_fails_the_task_not_the_worker() -> None:
     worker = start_worker("--burst")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output
-    assert get_result(exiting).status == "FAILED"
-    assert get_result(exiting).errors[0]["exception_class_path"] == "builtins.SystemExit"
-    assert get_result(after).status == "SUCCESSFUL"
+    assert result_of(exiting).status == "FAILED"
+    assert result_of(exiting).errors[0]["exception_class_path"] == "builtins.SystemExit"
+    assert result_of(after).status == "SUCCESSFUL"
 
 
 def test_a_task_that_cannot_run_here_is_failed_with_the_reason() -> None:
     task_id = execute_later("default", "tests.tasks.no_such_task", [1])
     run_all()
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "FAILED"
     assert record.errors[0]["exception_class_path"] == "django_rcoord.exceptions.TaskNotRunnable"
     assert "unknown task" in record.errors[0]["traceback"]
@@ -128,35 +141,35 @@ def test_a_task_that_cannot_run_here_is_failed_with_the_reason() -> None:
 def test_a_requeued_dead_letter_is_ready_again() -> None:
     task_id = tasks.always_fail.delay("again")
     run_all()
-    assert get_result(task_id).status == "FAILED"
+    assert result_of(task_id).status == "FAILED"
     assert requeue_dead("default") == 1
-    assert get_result(task_id).status == "READY"
-    assert len(get_result(task_id).errors) == 1  # its history is kept
+    assert result_of(task_id).status == "READY"
+    assert len(result_of(task_id).errors) == 1  # its history is kept
 
 
 def test_ids_name_their_group_and_unknown_ids_have_no_record() -> None:
     task_id = tasks.render_pdf.delay("invoice")
     assert task_id.startswith("reports/")
     run_all("reports/pdf")
-    assert get_result(task_id).return_value == "invoice.pdf"
+    assert result_of(task_id).return_value == "invoice.pdf"
     assert get_result("0" * 32) is None
     for malformed in ("", "nope", "reports/", "x" * 32, "{bad}/" + "0" * 32, 42, None):
-        assert get_result(malformed) is None
+        assert get_result(malformed) is None  # type: ignore[arg-type]
 
 
 def test_a_worker_killed_mid_task_runs_it_again_and_counts_both_attempts() -> None:
     task_id = tasks.record_slowly.delay("k1", 1.0)
     victim = start_worker(lease=1.5)
-    wait_until(lambda: get_result(task_id).status == "RUNNING", timeout=60)
+    wait_until(lambda: result_of(task_id).status == "RUNNING", timeout=60)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     rescuer = start_worker(lease=1.5)  # takes it again once the dead worker's lease ends
     try:
-        wait_until(lambda: get_result(task_id).status == "SUCCESSFUL", timeout=60)
+        wait_until(lambda: result_of(task_id).status == "SUCCESSFUL", timeout=60)
     finally:
         rescuer.send_signal(signal.SIGTERM)
         output_of(rescuer, 30)
-    record = get_result(task_id)
+    record = result_of(task_id)
     assert record.status == "SUCCESSFUL"
     assert record.attempts == 2
     assert record.worker_ids[0] != record.worker_ids[1]
@@ -166,7 +179,7 @@ def test_finished_records_expire(redis_client) -> None:
     with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
         first = tasks.record.delay("e1")
         run_all()
-        assert get_result(first).status == "SUCCESSFUL"
+        assert result_of(first).status == "SUCCESSFUL"
         time.sleep(1.2)
         assert get_result(first) is None  # expired (swept later)
         tasks.record.delay("e2")

@@ -22,7 +22,14 @@ HELPERS = [(package, name) for package, name in LUA_FILES if name.startswith("_"
 
 
 def source(package: str, name: str) -> str:
-    return resources.files(package).joinpath("lua", f"{name}.lua").read_text()
+    return (resources.files(package) / "lua" / f"{name}.lua").read_text()
+
+
+def script_text(name: str, package: str) -> str:
+    """The text ``get_script`` loads for ``name``, its includes expanded."""
+    script = get_script(name, package).script
+    assert isinstance(script, bytes)
+    return script.decode()
 
 
 def test_scripts_are_found() -> None:
@@ -34,7 +41,8 @@ def test_scripts_are_found() -> None:
 def test_each_script_has_a_header_naming_keys_args_and_return(package: str, name: str) -> None:
     header = [line for line in source(package, name).splitlines() if line.startswith("--")]
     text = "\n".join(header)
-    assert "KEYS[1]" in text and "Returns" in text, name
+    assert "KEYS[1]" in text, name
+    assert "Returns" in text, name
 
 
 @pytest.mark.parametrize(("package", "name"), SCRIPTS)
@@ -65,10 +73,11 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
             qualifier = "" if package_ == package else f"{package}:"
             if f"--! include {qualifier}{helper}\n" not in source(package_, name):
                 continue
-            script = get_script(name, package_).script.decode()
+            script = script_text(name, package_)
             # The helper's text, with the helpers it includes itself, is in the script.
-            expanded = get_script(helper, package).script.decode()
-            assert "--! include" not in script and expanded.strip() in script
+            expanded = script_text(helper, package)
+            assert "--! include" not in script
+            assert expanded.strip() in script
             # Every key a helper is given is one of the script's KEYS.
             for function, names in functions.items():
                 arguments = [argument.strip() for argument in names.split(",")]

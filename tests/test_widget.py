@@ -24,9 +24,12 @@ def test_field_checks_the_value_against_the_index() -> None:
 
 def test_widget_renders_an_aria_combobox_with_its_listbox_and_live_region() -> None:
     html = str(MailForm()["first"])
-    assert 'role="combobox"' in html and 'aria-autocomplete="list"' in html
-    assert 'aria-expanded="false"' in html and 'aria-controls="id_first-listbox"' in html
-    assert 'role="listbox" id="id_first-listbox"' in html and "<ul" not in html
+    assert 'role="combobox"' in html
+    assert 'aria-autocomplete="list"' in html
+    assert 'aria-expanded="false"' in html
+    assert 'aria-controls="id_first-listbox"' in html
+    assert 'role="listbox" id="id_first-listbox"' in html
+    assert "<ul" not in html
     assert 'aria-live="polite"' in html
     assert 'data-rcoord-autocomplete="/example/rcoord/guilds/knights/members/"' in html
     # Two widgets on one page keep apart.
@@ -35,7 +38,8 @@ def test_widget_renders_an_aria_combobox_with_its_listbox_and_live_region() -> N
 
 def test_media_is_local_static_files() -> None:
     media = str(GuildMemberWidget(guild="x").media)
-    assert "django_rcoord/autocomplete.js" in media and "django_rcoord/autocomplete.css" in media
+    assert "django_rcoord/autocomplete.js" in media
+    assert "django_rcoord/autocomplete.css" in media
     assert "http" not in media
 
 
@@ -44,7 +48,8 @@ def test_template_tags() -> None:
         '{% load rcoord %}{% rcoord_autocomplete_media %}{% guild_member_input "knights" "to" %}'
     ).render(Context())
     assert "autocomplete.js" in rendered
-    assert 'name="to"' in rendered and 'role="combobox"' in rendered
+    assert 'name="to"' in rendered
+    assert 'role="combobox"' in rendered
     assert 'id="id_to-listbox"' in rendered
 
 

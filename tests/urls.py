@@ -23,6 +23,7 @@ urlpatterns = [
     path("limited/slow/", views.slow, name="slow"),
     path("limited/slow-async/", views.slow_async, name="slow-async"),
     path("limited/streaming/", views.streaming),
+    path("limited/streaming-async-body/", views.streaming_async_body),
     path("unlimited/", views.unlimited, name="unlimited"),
     path("two-pickers/", views.two_pickers),
     path("purchase-fail-open/<int:item_id>/", views.purchase_fail_open),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_rcoord.connection import get_client
-from django_rcoord.decorators import locked, rate_limited
+from django_rcoord.decorators import LockedRequest, locked, rate_limited
 from django_rcoord.keys import KeySpace
 
 
@@ -19,15 +20,21 @@ def lock_is_held(name: str) -> bool:
     return bool(get_client().exists(KeySpace("lock", name).key("owner")))
 
 
+def held_token(request: LockedRequest) -> int | None:
+    """The fencing token of the lock a ``@locked`` view (not failing open) runs under."""
+    assert request.rcoord_lock is not None
+    return request.rcoord_lock.token
+
+
 @locked("purchase:{item_id}", timeout=5)
-def purchase(request: HttpRequest, item_id: int) -> HttpResponse:
+def purchase(request: LockedRequest, item_id: int) -> HttpResponse:
     if request.GET.get("fail"):
         raise RuntimeError("the purchase failed")
     return JsonResponse(
         {
             "item": item_id,
             "held": lock_is_held(f"purchase:{item_id}"),
-            "token": request.rcoord_lock.token,
+            "token": held_token(request),
         }
     )
 
@@ -76,12 +83,12 @@ class AsyncPurchaseView(View):
 
 # -- Redis unreachable, and decorators misapplied (tests/test_decorators.py) ----------
 @locked("purchase:{item_id}", fail_open=True)
-def purchase_fail_open(request: HttpRequest, item_id: int) -> HttpResponse:
+def purchase_fail_open(request: LockedRequest, item_id: int) -> HttpResponse:
     return JsonResponse({"locked": request.rcoord_lock is not None})
 
 
 @locked("purchase:{item_id}", fail_open=True)
-async def async_purchase_fail_open(request: HttpRequest, item_id: int) -> HttpResponse:
+async def async_purchase_fail_open(request: LockedRequest, item_id: int) -> HttpResponse:
     return JsonResponse({"locked": request.rcoord_lock is not None})
 
 
@@ -165,10 +172,10 @@ busy_occupancy = Occupancy()
 
 
 @locked("hot", timeout=5, wait=60)
-async def hot(request: HttpRequest) -> HttpResponse:
+async def hot(request: LockedRequest) -> HttpResponse:
     with hot_occupancy:
         await asyncio.sleep(0.002)
-    return JsonResponse({"token": request.rcoord_lock.token})
+    return JsonResponse({"token": held_token(request)})
 
 
 async def busy_async(request: HttpRequest) -> HttpResponse:
@@ -178,9 +185,9 @@ async def busy_async(request: HttpRequest) -> HttpResponse:
 
 
 @locked("profile:{user.pk}")
-async def profile_async(request: HttpRequest) -> HttpResponse:
+async def profile_async(request: LockedRequest) -> HttpResponse:
     user = await request.auser()
-    return JsonResponse({"user": user.get_username(), "token": request.rcoord_lock.token})
+    return JsonResponse({"user": user.get_username(), "token": held_token(request)})
 
 
 @rate_limited("download:{user.pk}", limit=2, seconds=60)
@@ -227,6 +234,16 @@ async def slow_async(request: HttpRequest) -> HttpResponse:
 
 def streaming(request: HttpRequest) -> StreamingHttpResponse:
     return StreamingHttpResponse(f"chunk {index}\n" for index in range(3))
+
+
+def streaming_async_body(request: HttpRequest) -> StreamingHttpResponse:
+    """A sync view whose body is an async iterator."""
+
+    async def chunks() -> AsyncIterator[str]:
+        for index in range(3):
+            yield f"chunk {index}\n"
+
+    return StreamingHttpResponse(chunks())
 
 
 def unlimited(request: HttpRequest) -> HttpResponse:

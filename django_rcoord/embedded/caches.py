@@ -64,7 +64,8 @@ def configured_server(
     ``RCOORD["CONNECTION"]`` was made for by ``embedded_cache()``; None when there is none.
     Its port is ``port`` when given, else the cache's (for the same directory), else the
     one it was last started on."""
-    options = settings.CACHES.get(conf.CONNECTION, {}).get("OPTIONS") or {}
+    cache: dict[str, Any] = settings.CACHES.get(conf.CONNECTION, {})
+    options: dict[str, Any] = cache.get("OPTIONS") or {}
     cache_dir = options.get("EMBEDDED_REDIS_DIR")
     if options.get("CONNECTION_FACTORY") != FACTORY_PATH:
         cache_dir = None

@@ -150,6 +150,7 @@ class EmbeddedCluster:
                 capture_output=True,
                 text=True,
                 timeout=timeout,
+                check=False,  # the exit code is reported below, with the output
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise EmbeddedRedisError(f"redis-cli --cluster create failed: {exc}") from exc

@@ -141,7 +141,7 @@ class EmbeddedRedis:
             self._executable = find_executable("redis-server")
         return self._executable
 
-    def client(self, **kwargs: object) -> redis.Redis:
+    def client(self, **kwargs: Any) -> redis.Redis:
         """A new redis-py client for this server."""
         kwargs.setdefault("socket_timeout", 5)
         if self.port is not None:
@@ -210,8 +210,9 @@ class EmbeddedRedis:
             "appendfsync": "everysec",
             "save": '""',
         }
-        if self.port is None:
-            lines.update(port="0", unixsocket=_quote(self.socket_path), unixsocketperm="700")
+        socket_path = self.socket_path  # None exactly when the server listens on a port
+        if socket_path is not None:
+            lines.update(port="0", unixsocket=_quote(socket_path), unixsocketperm="700")
         else:
             lines.update(port=str(self.port), bind="127.0.0.1")
         lines.update(self.extra_config)
@@ -260,6 +261,7 @@ class EmbeddedRedis:
                 stderr=subprocess.STDOUT,
                 text=True,
                 timeout=timeout,
+                check=False,  # the exit code is reported below, with the output and log
             )
             if result.returncode != 0:
                 raise EmbeddedRedisError(

@@ -52,8 +52,10 @@ class Command(BaseCommand):
     @staticmethod
     def render(state: dict[str, Any]) -> str:
         lines = [
-            f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
-            f"{'oldest ready':>13} {'next due in':>12}"
+            (
+                f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
+                f"{'oldest ready':>13} {'next due in':>12}"
+            )
         ]
         for queue in state["queues"]:
             age, due = queue["oldest_ready_age"], queue["next_due_in"]

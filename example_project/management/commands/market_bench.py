@@ -44,8 +44,8 @@ class Command(BaseCommand):
     ) -> None:
         mixes = []
         for config in configs:
-            listers, _, buyers = config.upper().rstrip("B").partition("L")
-            mixes.append((int(listers), int(buyers)))
+            lister_count, _, buyer_count = config.upper().rstrip("B").partition("L")
+            mixes.append((int(lister_count), int(buyer_count)))
         header = (
             f"{'method':<12} {'mix':<6} {'listed':>8} {'bought':>8} {'retries':>8} "
             f"{'avg wait/purchase':>18} {'listed:bought':>14}"

@@ -44,7 +44,7 @@ class Command(BaseCommand):
             try:
                 exit_code = self.run_site(addrport, stop)
             finally:
-                if started_here:
+                if server is not None and started_here:
                     server.stop()
                     self.stdout.write(f"Stopped redis-server at {server.url}")
                 elif server is not None:

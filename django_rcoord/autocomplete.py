@@ -32,16 +32,16 @@ from django_rcoord.keys import encoded_instance_keys, instance_keys
 
 __all__ = [
     "MAX_LIMIT",
+    "RECENT_CONTACTS",
     "aadd_update_contact",
     "aautocomplete_on_prefix",
     "aautocomplete_page",
+    "add_update_contact",
     "afetch_autocomplete_list",
     "ais_guild_member",
     "ajoin_guild",
     "aleave_guild",
     "aremove_contact",
-    "RECENT_CONTACTS",
-    "add_update_contact",
     "autocomplete_on_prefix",
     "autocomplete_page",
     "fetch_autocomplete_list",

@@ -31,7 +31,7 @@ def _source(name: str, package: str) -> bytes:
     (helpers several scripts share, defined once); ``--! include <package>:<name>``
     includes another package's helper (a project's script including
     ``django_rcoord:_enqueue`` queues a task in the same step as its own writes)."""
-    source = resources.files(package).joinpath("lua", f"{name}.lua").read_bytes()
+    source = (resources.files(package) / "lua" / f"{name}.lua").read_bytes()
 
     def included(match: re.Match[bytes]) -> bytes:
         helper_package = match[1].decode() if match[1] else package
@@ -49,20 +49,21 @@ def get_script(name: str, package: str = "django_rcoord") -> Script:
     source = _source(name, package)
     # Given bytes, Script needs no client to compute its SHA1, so one object
     # serves every client (Redis, RedisCluster, pipelines) of the process.
-    return Script(None, source)
+    return Script(None, source)  # type: ignore[arg-type]  # redis-py types the client required; None works with bytes
 
 
 def run_script(
     name: str,
     client: Any,
-    keys: Sequence[str] = (),
+    keys: Sequence[str | bytes] = (),
     args: Sequence[Any] = (),
     *,
     package: str = "django_rcoord",
 ) -> Any:
     """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
     script = get_script(name, package)
-    if _is_pipeline(type(client)):
+    client_class: type = type(client)
+    if _is_pipeline(client_class):
         return script(keys=keys, args=args, client=client)
     # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ costs a few
     # microseconds more per call (an import, tuple copies, the SHA1 encoded again), and a
@@ -90,7 +91,7 @@ def _is_pipeline(kind: type) -> bool:
 async def arun_script(
     name: str,
     client: Any,
-    keys: Sequence[str] = (),
+    keys: Sequence[str | bytes] = (),
     args: Sequence[Any] = (),
     *,
     package: str = "django_rcoord",

@@ -187,7 +187,7 @@ class SignalHub:
                     self.blocking -= 1
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (whatever ends the BLPOP, the line must wake)
             # Redis is unreachable or refused: wake the line, whose next attempt reports it.
             logger.warning("waiting on %s failed: %s", key, exc)
             for place in line:
@@ -215,7 +215,7 @@ class SignalHub:
                 pipe.rpush(key, token)
                 pipe.pexpire(key, RETURNED_TOKEN_MS)
                 await pipe.execute()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a background task: log, never die unseen)
             logger.warning("could not hand back a wake-up token of %s: %s", key, exc)
 
     def close(self) -> None:

@@ -248,7 +248,8 @@ async def test_tasks_of_one_loop_are_handed_the_lock_in_arrival_order() -> None:
     holder = Lock("task-line", timeout=30, wait=0)
     assert await holder.aacquire()
     first_token = holder.token
-    order: list[tuple[int, int]] = []
+    assert first_token is not None
+    order: list[tuple[int, int | None]] = []
 
     async def wait_in_line(tag: int) -> None:
         lock = Lock("task-line", timeout=30, wait=30)
@@ -273,6 +274,7 @@ async def test_a_hand_over_whose_waiter_left_is_not_lost() -> None:
     holder = Lock("left-line", timeout=30, wait=0)
     assert await holder.aacquire()
     token = holder.token
+    assert token is not None
     assert await Lock("left-line", timeout=30, wait=0.2).aacquire() is False
     await holder.arelease()  # the hub's BLPOP (up to 1 s) is still blocked
     newcomer = Lock("left-line", timeout=30, wait=0)
@@ -280,6 +282,7 @@ async def test_a_hand_over_whose_waiter_left_is_not_lost() -> None:
     while not await newcomer.aacquire():
         assert time.monotonic() < deadline, "the hand-over was lost: the lock stays held"
         await asyncio.sleep(0.01)
+    assert newcomer.token is not None
     assert newcomer.token > token
     await newcomer.arelease()
 

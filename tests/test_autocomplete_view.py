@@ -29,7 +29,8 @@ def allow_everyone(request, guild) -> bool:
 def test_anonymous_and_non_members_are_refused(client, django_user_model) -> None:
     join_guild("knights", "Emma")
     response = client.get(URL.format("knights"), {"q": "e"})
-    assert response.status_code == 403 and response.json()["error"] == "forbidden"
+    assert response.status_code == 403
+    assert response.json()["error"] == "forbidden"
     outsider = django_user_model.objects.create_user("outsider", password="pw")
     client.force_login(outsider)
     assert client.get(URL.format("knights"), {"q": "e"}).status_code == 403
@@ -48,7 +49,8 @@ def test_a_member_searches_the_guild(client, member) -> None:
     assert body["next"]
     following = client.get(URL.format("knights"), {"q": "e", "limit": "1", "after": body["next"]})
     # Folding keeps accents: "Émile" folds to "émile", which does not start with "e".
-    assert following.json()["results"] == ["Ezra"] and following.json()["next"] is None
+    assert following.json()["results"] == ["Ezra"]
+    assert following.json()["next"] is None
     assert "private" in response["Cache-Control"]
     assert client.get(URL.format("knights"), {"q": "ÉM"}).json()["results"] == ["Émile"]
 

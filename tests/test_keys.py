@@ -123,9 +123,11 @@ def test_instance_keys_are_the_key_spaces_keys_per_prefix() -> None:
     with override_settings(RCOORD={"KEY_PREFIX": "shop:coord"}):
         assert instance_keys("lock", "x", parts)[0] == "shop:coord:lock:{x}:owner"
     assert instance_keys("lock", "x", parts)[0] == "rcoord:lock:{x}:owner"
-    with override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}):
-        with pytest.raises(ImproperlyConfigured, match="rcoord.E006"):
-            instance_keys("lock", "x", parts)
+    with (
+        override_settings(RCOORD={"KEY_PREFIX": "bad{prefix"}),
+        pytest.raises(ImproperlyConfigured, match=r"rcoord\.E006"),
+    ):
+        instance_keys("lock", "x", parts)
 
 
 @pytest.mark.parametrize(

@@ -91,7 +91,8 @@ def test_eight_processes_lose_no_update() -> None:
     assert int(client.get(COUNTER)) == 2400
     tokens = [int(token) for token in client.lrange(TOKENS, 0, -1)]
     # Tokens recorded inside the critical sections, in the order they ran: strictly increasing.
-    assert tokens == sorted(set(tokens)) and len(tokens) == 2400
+    assert tokens == sorted(set(tokens))
+    assert len(tokens) == 2400
 
 
 def test_auto_renew_keeps_a_lock_held_longer_than_its_ttl() -> None:
@@ -150,9 +151,8 @@ def test_busy_lock_is_not_acquired_and_context_manager_raises() -> None:
     assert holder.acquire()
     assert Lock("busy", wait=0).acquire() is False
     started = time.monotonic()
-    with pytest.raises(LockTimeout):
-        with Lock("busy", wait=0.3):
-            pass
+    with pytest.raises(LockTimeout), Lock("busy", wait=0.3):
+        pass
     assert time.monotonic() - started >= 0.3
     holder.release()
 
@@ -168,9 +168,8 @@ def test_lock_object_is_not_reentrant() -> None:
 
 
 def test_body_exception_releases_the_lock() -> None:
-    with pytest.raises(ZeroDivisionError):
-        with Lock("raises", wait=0):
-            raise ZeroDivisionError
+    with pytest.raises(ZeroDivisionError), Lock("raises", wait=0):
+        raise ZeroDivisionError
     assert get_client().exists(owner_key("raises")) == 0
 
 
@@ -339,10 +338,12 @@ def test_keys_follow_key_prefix_changes() -> None:
     client = get_client()
     with Lock("prefixed", wait=0):
         assert client.exists("rcoord:lock:{prefixed}:owner")
-    with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "other"}):
-        with Lock("prefixed", wait=0) as lock:
-            assert client.get("other:lock:{prefixed}:owner").decode() == lock.identifier
-            assert not client.exists("rcoord:lock:{prefixed}:owner")
+    with (
+        override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "other"}),
+        Lock("prefixed", wait=0) as lock,
+    ):
+        assert client.get("other:lock:{prefixed}:owner").decode() == lock.identifier
+        assert not client.exists("rcoord:lock:{prefixed}:owner")
     with Lock("prefixed", wait=0) as lock:
         assert client.get("rcoord:lock:{prefixed}:owner").decode() == lock.identifier
 

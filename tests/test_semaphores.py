@@ -151,7 +151,8 @@ def test_refresh_keeps_a_holder_past_its_timeout() -> None:
 def test_limit_and_release() -> None:
     semaphore = Semaphore("three", 3)
     permits = [semaphore.acquire() for _ in range(3)]
-    assert all(permits) and len(set(permits)) == 3
+    assert all(permits)
+    assert len(set(permits)) == 3
     assert semaphore.acquire() is None
     assert semaphore.holders() == 3
     assert semaphore.release(permits[0]) is True
@@ -292,13 +293,11 @@ def test_context_manager() -> None:
     semaphore = Semaphore("with", 1, wait=0.1)
     with semaphore as identifier:
         assert get_client().zscore(holders_key("with"), identifier) is not None
-        with pytest.raises(SemaphoreTimeout):
-            with semaphore:
-                pass
+        with pytest.raises(SemaphoreTimeout), semaphore:
+            pass
     assert semaphore.holders() == 0
-    with pytest.raises(ZeroDivisionError):
-        with semaphore:
-            raise ZeroDivisionError
+    with pytest.raises(ZeroDivisionError), semaphore:
+        raise ZeroDivisionError
     assert semaphore.holders() == 0
 
 
@@ -320,10 +319,12 @@ async def test_async_context_manager_and_waiting() -> None:
 # -- the book's functions ----------------------------------------------------------------------
 def test_book_functions() -> None:
     counting = acquire_semaphore("book", 1, timeout=5)
-    assert counting and acquire_semaphore("book", 1) is None
+    assert counting
+    assert acquire_semaphore("book", 1) is None
     assert release_semaphore("book", counting)
     fair = acquire_fair_semaphore("book-fair", 1)
-    assert fair and acquire_semaphore_with_lock("book-fair", 1) is None
+    assert fair
+    assert acquire_semaphore_with_lock("book-fair", 1) is None
     assert refresh_fair_semaphore("book-fair", fair)
     assert release_fair_semaphore("book-fair", fair)
     assert not refresh_fair_semaphore("book-fair", fair)

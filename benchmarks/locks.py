@@ -106,7 +106,11 @@ def lock_factory(peer: str, client, name: str) -> Callable[[], tuple[Callable, C
                 identifier[:] = [book.acquire_lock_with_timeout(client, name, 30, 30)]
                 return identifier[0]
 
-            return acquire, lambda: book.release_lock(client, name, identifier[0])
+            def release() -> None:
+                assert identifier[0] is not None  # released only after a grant
+                book.release_lock(client, name, identifier[0])
+
+            return acquire, release
 
         return book_holder
     raise ValueError(peer)
@@ -229,7 +233,7 @@ def contended(bench: Bench, seconds: float, repeats: int) -> Table:
                 elapsed = max(r["finished"] for r in results) - min(r["started"] for r in results)
                 rates.append(sum(sections) / elapsed)
                 fairness.append(min(sections) / max(sections) if max(sections) else 0.0)
-                broken += sum(sections) - int(client.get(counter))
+                broken += sum(sections) - int(client.get(counter) or 0)
             for child in children:
                 child.wait(30)
         finally:

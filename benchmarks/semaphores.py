@@ -35,10 +35,14 @@ def run(bench: Bench) -> ScenarioResult:
     counting = Semaphore("bench-counting", 5, fair=False, client=client)
 
     def fair_cycle() -> None:
-        fair.release(fair.acquire())
+        identifier = fair.acquire()
+        assert identifier is not None  # uncontended: always granted
+        fair.release(identifier)
 
     def counting_cycle() -> None:
-        counting.release(counting.acquire())
+        identifier = counting.acquire()
+        assert identifier is not None
+        counting.release(identifier)
 
     def book_fair_cycle() -> None:
         book.release_fair_semaphore(

@@ -96,8 +96,9 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
     # ...and so do the keys their scripts may write later (waiters, signals, dead letters).
     semaphore, lock = Semaphore("sem-n0", 2, client=cc), held[0]
     declared = {
-        "semaphore": [value for attr, value in vars(semaphore).items() if attr.endswith("_key")],
-        "lock": [value for attr, value in vars(lock).items() if attr.endswith("_key")],
+        # Every key an instance's scripts may touch (its KEY_PARTS, built once per name).
+        "semaphore": [key.decode() for key in semaphore._keys],
+        "lock": [key.decode() for key in lock._keys],
         "queue": [
             value
             for value in vars(QueueKeys.of("group-n0/mail")).values()

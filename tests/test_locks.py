@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
+import functools
 import statistics
 import threading
 import time
@@ -20,6 +19,16 @@ from tests.procs import run_in_processes, start_process, wait_until
 
 COUNTER = "test:counter"
 TOKENS = "test:tokens"
+
+
+def token_of(lock: Lock) -> int:
+    """The fencing token of a lock the test expects to hold."""
+    assert lock.token is not None
+    return lock.token
+
+
+def blocked_count_is(key: str, count: int) -> bool:
+    return blocked_clients(key) == count
 
 
 def owner_key(name: str) -> str:
@@ -113,11 +122,11 @@ def test_without_renewal_the_same_holds_outlive_the_lock() -> None:
 def test_expired_holder_gets_lock_lost_and_new_holder_survives() -> None:
     first = Lock("expiring", timeout=0.1, wait=0)
     assert first.acquire()
-    first_token = first.token
+    first_token = token_of(first)
     time.sleep(0.2)
     second = Lock("expiring", timeout=10, wait=0)
     assert second.acquire()
-    assert second.token > first_token
+    assert token_of(second) > first_token
     with pytest.raises(LockLost):
         first.release()
     with pytest.raises(LockLost):
@@ -132,7 +141,7 @@ def test_fencing_tokens_strictly_increase_across_grants() -> None:
     tokens = []
     for _ in range(20):
         with Lock("fenced", wait=0) as lock:
-            tokens.append(lock.token)
+            tokens.append(token_of(lock))
     assert tokens == list(range(tokens[0], tokens[0] + 20))
 
 
@@ -213,7 +222,7 @@ def test_dead_holder_is_replaced_when_its_ttl_runs_out() -> None:
     holder = start_process(hold_lock_forever, "dead-holder", 1.0)
     try:
         wait_until(lambda: get_client().exists("test:holder-ready"))
-        os.kill(holder.pid, signal.SIGKILL)
+        holder.kill()  # SIGKILL
         started = time.monotonic()
         lock = Lock("dead-holder", timeout=5, wait=20)
         assert lock.acquire()
@@ -251,7 +260,7 @@ def test_a_release_nobody_waits_for_pushes_no_wake_up() -> None:
     # A caller that waits raises it; the release then hands the lock over, and as that
     # waiter gave up meanwhile, the hand-over stays on the list for the next attempt.
     assert lock.acquire()
-    token = lock.token
+    token = token_of(lock)
     assert Lock("quiet-release", wait=0.2).acquire() is False
     # Set at its first attempt: its wait (0.2 s) and 1 s more, of which 0.2 s have passed.
     assert 700 < client.pttl(waiting) <= 1201
@@ -272,12 +281,12 @@ def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_
     signal = lock_key("line", "signal")
     holder = Lock("line", timeout=30, wait=0)
     assert holder.acquire()
-    first_token = holder.token
+    first_token = token_of(holder)
     waiters = []
     try:
         for tag in range(4):
             waiters.append(start_process(wait_in_line, "line", str(tag), 0.2))
-            wait_until(lambda tag=tag: blocked_clients(signal) == tag + 1)
+            wait_until(functools.partial(blocked_count_is, signal, tag + 1))
         holder.release()
         # Handed over to the first waiter: a newcomer finds it held, never free.
         assert Lock("line", wait=0).acquire() is False
@@ -301,7 +310,7 @@ def test_threads_of_one_process_are_served_in_arrival_order() -> None:
         thread = threading.Thread(target=wait_in_line, args=("thread-line", str(tag), 0.01))
         thread.start()
         threads.append(thread)
-        wait_until(lambda tag=tag: blocked_clients(signal) == tag + 1)
+        wait_until(functools.partial(blocked_count_is, signal, tag + 1))
     holder.release()
     for thread in threads:
         thread.join(30)
@@ -313,14 +322,14 @@ def test_a_hand_over_gets_the_waiters_own_ttl() -> None:
     signal = lock_key("ttl-handover", "signal")
     holder = Lock("ttl-handover", timeout=2, wait=0)
     assert holder.acquire()
-    token = holder.token
+    token = token_of(holder)
     seen: dict[str, int] = {}
 
     def wait() -> None:
         lock = Lock("ttl-handover", timeout=30, wait=10)
         assert lock.acquire()
         seen["ttl"] = get_client().pttl(owner_key("ttl-handover"))
-        seen["token"] = lock.token
+        seen["token"] = token_of(lock)
         assert lock.owned()
         lock.release()
 
@@ -371,7 +380,7 @@ async def test_async_with_does_not_block_the_event_loop() -> None:
 
     async def hold_then_release() -> int:
         assert await holder.aacquire()
-        token = holder.token
+        token = token_of(holder)
         held.set()
         await asyncio.sleep(0.3)
         await holder.arelease()
@@ -382,7 +391,7 @@ async def test_async_with_does_not_block_the_event_loop() -> None:
     await held.wait()
     async with Lock("async", timeout=10, wait=5) as lock:
         assert await lock.aowned()
-        assert lock.token > await releaser
+        assert token_of(lock) > await releaser
     tick_task.cancel()
     assert ticks >= 10  # the loop kept running while the lock was awaited
 
@@ -439,6 +448,7 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
             lock = Lock("durable", wait=0, client=client)
             assert lock.acquire()
             # WAIT returned only once the replica had the grant.
+            assert lock.identifier is not None
             assert replica.client().get(owner_key) == lock.identifier.encode()
             lock.release()
 

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
+import functools
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -26,6 +26,16 @@ INSIDE = "test:inside"
 VIOLATIONS = "test:violations"
 
 
+def granted(identifier: str | None) -> str:
+    """A permit the test expects to have been given."""
+    assert identifier is not None
+    return identifier
+
+
+def in_line(name: str, count: int) -> bool:
+    return waiters(name) == count
+
+
 def holders_key(name: str) -> str:
     return KeySpace("semaphore", name).key("holders")
 
@@ -36,7 +46,7 @@ def contend(name: str, limit: int, seconds: float, fair: bool, clock_shift: floa
     if clock_shift:
         # This process's wall clock is hours off; the semaphore must not care.
         real_time = time.time
-        time.time = lambda: real_time() + clock_shift  # type: ignore[assignment]
+        time.time = lambda: real_time() + clock_shift
     client = get_client()
     semaphore = Semaphore(name, limit, timeout=5, fair=fair)
     had = 0
@@ -108,7 +118,8 @@ def test_sixteen_processes_never_exceed_the_limit_even_with_skewed_clocks(fair: 
 
 
 def run_role(role: str, args: tuple) -> int:
-    return {"contend": contend, "probe": probe}[role](*args)
+    roles: dict[str, Callable[..., int]] = {"contend": contend, "probe": probe}
+    return roles[role](*args)
 
 
 # -- leases, refresh, release ------------------------------------------------------------
@@ -116,7 +127,7 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
     holder = start_process(hold_and_die, "leased", 1)
     try:
         wait_until(lambda: get_client().exists("test:holding"))
-        os.kill(holder.pid, signal.SIGKILL)
+        holder.kill()  # SIGKILL
         semaphore = Semaphore("leased", 1)
         assert semaphore.acquire() is None
         started = time.monotonic()
@@ -129,7 +140,7 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
 
 def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None:
     semaphore = Semaphore("refresh", 1, timeout=0.2)
-    identifier = semaphore.acquire()
+    identifier = granted(semaphore.acquire())
     assert semaphore.refresh(identifier) is True
     time.sleep(0.3)
     assert semaphore.refresh(identifier) is False
@@ -140,7 +151,7 @@ def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None
 
 def test_refresh_keeps_a_holder_past_its_timeout() -> None:
     semaphore = Semaphore("kept", 1, timeout=0.3)
-    identifier = semaphore.acquire()
+    identifier = granted(semaphore.acquire())
     for _ in range(4):
         time.sleep(0.15)
         assert semaphore.refresh(identifier)
@@ -155,19 +166,19 @@ def test_limit_and_release() -> None:
     assert len(set(permits)) == 3
     assert semaphore.acquire() is None
     assert semaphore.holders() == 3
-    assert semaphore.release(permits[0]) is True
-    assert semaphore.release(permits[0]) is False
+    assert semaphore.release(granted(permits[0])) is True
+    assert semaphore.release(granted(permits[0])) is False
     assert semaphore.acquire() is not None
 
 
 # -- fairness and waiting ------------------------------------------------------------------
 def test_waiters_are_served_first_come_first_served() -> None:
     holder = Semaphore("line", 1, timeout=10)
-    held = holder.acquire()
+    held = granted(holder.acquire())
     processes = []
     for index, label in enumerate(["first", "second", "third", "fourth"]):
         processes.append(start_process(wait_in_line, "line", label))
-        wait_until(lambda count=index + 1: waiters("line") == count)
+        wait_until(functools.partial(in_line, "line", index + 1))
     assert holder.release(held)
     for process in processes:
         process.join(30)
@@ -181,7 +192,7 @@ def test_waiters_are_served_first_come_first_served() -> None:
 
 def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
     holder = Semaphore("no-jumping", 1, timeout=10)
-    held = holder.acquire()
+    held = granted(holder.acquire())
     waiter = start_process(wait_in_line, "no-jumping", "waiter")
     try:
         wait_until(lambda: waiters("no-jumping") == 1)
@@ -204,20 +215,20 @@ def test_a_waiter_granted_a_permit_leaves_the_line_and_nobody_waiting_writes_no_
     line_keys.append(KeySpace("semaphore", "granted").key("waiter-leases"))
     semaphore = Semaphore("granted", 1, timeout=10, fair=fair)
     for _ in range(3):  # uncontended: the line's keys are never written
-        assert semaphore.release(semaphore.acquire())
+        assert semaphore.release(granted(semaphore.acquire()))
     assert client.exists(*line_keys) == 0
-    held = semaphore.acquire()
-    granted: list[str | None] = []
-    thread = threading.Thread(target=lambda: granted.append(semaphore.acquire(wait=10)))
+    held = granted(semaphore.acquire())
+    given: list[str | None] = []
+    thread = threading.Thread(target=lambda: given.append(semaphore.acquire(wait=10)))
     thread.start()
     wait_until(lambda: waiters("granted") == 1)
     assert semaphore.release(held)
     thread.join(10)
-    assert granted[0] is not None
+    assert given[0] is not None
     assert waiters("granted") == 0
     assert client.zcard(line_keys[2]) == 0  # its place's lease is gone too
-    assert semaphore.release(granted[0])
-    assert semaphore.release(granted[0]) is False
+    assert semaphore.release(given[0])
+    assert semaphore.release(given[0]) is False
 
 
 def test_semaphore_keys_follow_key_prefix_changes() -> None:
@@ -232,7 +243,7 @@ def test_semaphore_keys_follow_key_prefix_changes() -> None:
 
 def test_acquire_waits_the_instances_wait_by_default_as_lock_acquire_does() -> None:
     holder = Semaphore("patient", 1, timeout=30)
-    held = holder.acquire()
+    held = granted(holder.acquire())
     patient = Semaphore("patient", 1, timeout=30, wait=20)
     releaser = threading.Timer(0.3, holder.release, args=[held])
     releaser.start()
@@ -245,7 +256,7 @@ def test_acquire_waits_the_instances_wait_by_default_as_lock_acquire_does() -> N
 
 async def test_aacquire_waits_the_instances_wait_by_default() -> None:
     holder = Semaphore("patient-async", 1, timeout=30)
-    held = await holder.aacquire()
+    held = granted(await holder.aacquire())
     patient = Semaphore("patient-async", 1, timeout=30, wait=20)
     waiting = asyncio.create_task(patient.aacquire())
     await asyncio.sleep(0.3)
@@ -256,7 +267,7 @@ async def test_aacquire_waits_the_instances_wait_by_default() -> None:
 
 def test_waiter_is_woken_by_release() -> None:
     semaphore = Semaphore("woken", 1, timeout=30)
-    held = semaphore.acquire()
+    held = granted(semaphore.acquire())
     waiter = start_process(wait_in_line, "woken", "w")
     wait_until(lambda: waiters("woken") == 1)
     released_at = time.monotonic()
@@ -270,10 +281,10 @@ def test_waiter_is_woken_by_release() -> None:
 
 def test_a_waiter_that_died_loses_its_place() -> None:
     holder = Semaphore("dead-waiter", 1, timeout=10)
-    held = holder.acquire()
+    held = granted(holder.acquire())
     doomed = start_process(wait_in_line, "dead-waiter", "doomed")
     wait_until(lambda: waiters("dead-waiter") == 1)
-    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.kill()  # SIGKILL
     doomed.join()
     holder.release(held)
     started = time.monotonic()
@@ -283,7 +294,7 @@ def test_a_waiter_that_died_loses_its_place() -> None:
 
 def test_giving_up_leaves_the_line() -> None:
     holder = Semaphore("impatient", 1, timeout=10)
-    held = holder.acquire()
+    held = granted(holder.acquire())
     assert Semaphore("impatient", 1).acquire(wait=0.2) is None
     assert waiters("impatient") == 0
     holder.release(held)
@@ -303,7 +314,7 @@ def test_context_manager() -> None:
 
 async def test_async_context_manager_and_waiting() -> None:
     semaphore = Semaphore("async", 2, wait=5)
-    held = await semaphore.aacquire()
+    held = granted(await semaphore.aacquire())
 
     async def use() -> str:
         async with semaphore as identifier:

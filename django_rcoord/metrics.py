@@ -80,10 +80,6 @@ class TaskMetrics:
     buckets: list[int] = field(default_factory=lambda: [0] * len(DURATION_BUCKETS))
     seconds: float = 0.0  # total run time
 
-    @property
-    def runs(self) -> int:
-        return sum(self.buckets)
-
 
 @dataclass
 class QueueMetrics:

@@ -212,6 +212,19 @@ class ScriptedEnqueue:
             register_group(resolve_client(client), self.group, force=True)
 
 
+def _resolve_target(
+    target: Any, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None, caller: str
+) -> tuple[str, str, int]:
+    """(task name, queue, priority) of a ``@task`` (its arguments checked; ``queue``
+    overrides its own) or of a task name, which needs ``queue``."""
+    if not isinstance(target, str):  # a registered task
+        target.check_arguments(args, kwargs)
+        return target.name, queue or target.queue, target.priority
+    if queue is None:
+        raise ValueError(f"{caller} needs queue= for a task given by name")
+    return target, queue, 0
+
+
 def enqueue_in_script(
     target: Any,
     args: Sequence[Any] = (),
@@ -228,13 +241,7 @@ def enqueue_in_script(
     script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
     is registered for pollers (once per process and hour) before the script runs."""
     kwargs = dict(kwargs or {})
-    if not isinstance(target, str):  # a registered task
-        target.check_arguments(args, kwargs)
-        name, queue, priority = target.name, queue or target.queue, target.priority
-    elif queue is None:
-        raise ValueError("enqueue_in_script needs queue= for a task given by name")
-    else:
-        name, priority = target, 0
+    name, queue, priority = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
     task_id, queue_keys, keys, argv = _enqueue_call(
         name, queue, args, kwargs, _when(delay, eta), None, priority, full=True
     )
@@ -260,13 +267,7 @@ def enqueue_many(
     by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any], int]]] = {}
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
-        if not isinstance(target, str):  # a registered task
-            target.check_arguments(args, kwargs)
-            name, target_queue, priority = target.name, queue or target.queue, target.priority
-        elif queue is None:
-            raise ValueError("enqueue_many needs queue= for tasks given by name")
-        else:
-            name, target_queue, priority = target, queue, 0
+        name, target_queue, priority = _resolve_target(target, args, kwargs, queue, "enqueue_many")
         group = QueueKeys.of(target_queue).group
         entry = (count - 1, name, target_queue, args, kwargs, priority)
         by_group.setdefault(group, []).append(entry)

@@ -126,6 +126,22 @@ class Done:
     outcome: Outcome
     took_ms: float
 
+    def script_args(self) -> list[Any]:
+        """Its ten values among the finish script's ARGV (see task_finish.lua)."""
+        outcome = self.outcome
+        return [
+            self.job.id,
+            self.job.queue_index,
+            outcome.kind,
+            outcome.error,
+            outcome.delay_ms,
+            outcome.value_json,
+            outcome.error_entry,
+            metric_labels(self.job.queue.name, outcome.task_name),
+            duration_bucket(self.took_ms / 1000),
+            round(self.took_ms * 1000),
+        ]
+
 
 class Worker:
     """Runs tasks from ``queues`` (highest priority first) until ``stop()``.
@@ -349,19 +365,7 @@ class Worker:
             len(done),
         ]
         for item in done:
-            outcome = item.outcome
-            args += [
-                item.job.id,
-                item.job.queue_index,
-                outcome.kind,
-                outcome.error,
-                outcome.delay_ms,
-                outcome.value_json,
-                outcome.error_entry,
-                metric_labels(item.job.queue.name, outcome.task_name),
-                duration_bucket(item.took_ms / 1000),
-                round(item.took_ms * 1000),
-            ]
+            args += item.script_args()
         deadline = time.monotonic() + self.lease
         failures = 0
         while True:
@@ -406,16 +410,7 @@ class Worker:
                 "0",
                 0,
                 1,
-                job.id,
-                job.queue_index,
-                outcome.kind,
-                outcome.error,
-                outcome.delay_ms,
-                outcome.value_json,
-                outcome.error_entry,
-                metric_labels(job.queue.name, outcome.task_name),
-                duration_bucket(took_ms / 1000),
-                round(took_ms * 1000),
+                *Done(job, outcome, took_ms).script_args(),
             ],
         )
         return int(finished)

@@ -11,17 +11,13 @@
 -- Returns  how many were given back (the others this worker no longer held).
 --! include _ready
 --! include _records
+--! include _leases
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ids = {}
-for index = 5, #ARGV do
-    ids[#ids + 1] = ARGV[index]
-end
-local owners = redis.call('HMGET', KEYS[1], unpack(ids))
-local leases = redis.call('ZMSCORE', KEYS[2], unpack(ids))
+local ids, held = held_tasks(KEYS[1], KEYS[2], ARGV[1], 5)
 local mine = {}
 for index, id in ipairs(ids) do
-    if owners[index] == ARGV[1] and leases[index] then
+    if held[index] then
         mine[#mine + 1] = id
     end
 end

@@ -5,17 +5,13 @@
 -- ARGV[3]  how long the result records must live at least from now, ms
 -- ARGV[4..] task ids
 -- Returns  one flag per task: 1 when renewed, 0 when the worker no longer holds it.
+--! include _leases
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ids = {}
-for index = 4, #ARGV do
-    ids[#ids + 1] = ARGV[index]
-end
-local owners = redis.call('HMGET', KEYS[1], unpack(ids))
-local leases = redis.call('ZMSCORE', KEYS[2], unpack(ids))
+local ids, mine = held_tasks(KEYS[1], KEYS[2], ARGV[1], 4)
 local held, renewed = {}, {}
 for index, id in ipairs(ids) do
-    if owners[index] == ARGV[1] and leases[index] then
+    if mine[index] then
         held[index] = 1
         renewed[#renewed + 1] = now + tonumber(ARGV[2])
         renewed[#renewed + 1] = id

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 import redis
@@ -29,6 +30,34 @@ def test_resolve_client_prefers_the_given_one(redis_url: str) -> None:
     mine = redis.Redis.from_url(redis_url)
     assert resolve_client(mine) is mine
     assert resolve_client(None) is get_client()
+
+
+def test_the_default_client_is_looked_up_once_and_again_when_settings_change(
+    redis_url: str,
+) -> None:
+    first = get_client()
+    seen: list[object] = []
+    thread = threading.Thread(target=lambda: seen.append(get_client()))
+    thread.start()
+    thread.join()
+    assert seen == [first]  # one client for every thread: its pool is thread-safe
+    if cluster.ENABLED:
+        return  # the cluster's client comes from CLIENT_FACTORY, tested below
+    other = _db_url(redis_url, 4)
+    caches = {"db4": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": other}}
+    with override_settings(CACHES=caches, RCOORD={"CONNECTION": "db4"}):
+        assert get_client() is not first
+        get_client().set("which-db", "4")
+    assert get_client().get("which-db") is None
+    assert redis.Redis.from_url(other).getdel("which-db") == b"4"
+
+
+def _db_url(redis_url: str, db: int) -> str:
+    """The URL of database ``db`` on the suite's server (0 is the suite's). Each test takes
+    its own: django-redis keeps one connection pool per URL, whatever the OPTIONS."""
+    if "db=" in redis_url:
+        return redis_url.replace("db=0", f"db={db}")
+    return redis_url.rstrip("/0") + f"/{db}"
 
 
 def test_client_factory_overrides_connection_and_is_called_once() -> None:
@@ -106,12 +135,10 @@ def test_async_client_keeps_the_aliases_settings(redis_url: str) -> None:
     caches = {
         "other": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": redis_url.replace("db=0", "db=3") if "db=" in redis_url else redis_url,
+            "LOCATION": _db_url(redis_url, 3),
             "OPTIONS": {"SOCKET_TIMEOUT": 7, "SOCKET_CONNECT_TIMEOUT": 3, "PASSWORD": None},
         },
     }
-    if "db=" not in redis_url:
-        caches["other"]["LOCATION"] = redis_url.rstrip("/0") + "/3"
 
     async def write() -> dict:
         client = get_async_client()

@@ -69,26 +69,27 @@ def get_client() -> Any:
     The client is looked up once per process (a redis-py client is shared by threads
     through its connection pool) and again after ``RCOORD`` or ``CACHES`` change.
     """
-    client = _default_client
+    client = _Found.client
     if client is None:
         client = _look_up_client()
     return client
 
 
 def _look_up_client() -> Any:
-    global _default_client
     factory_path = conf.CLIENT_FACTORY
     if factory_path:
         client = _client_from_factory(factory_path)
     else:
         client = _client_from_cache(conf.CONNECTION)
-    _default_client = client
+    _Found.client = client
     return client
 
 
-# What get_client() found last: looking it up again costs more than a round trip's worth of
-# Python on every call (settings, Django's cache handler, django-redis).
-_default_client: Any = None
+class _Found:
+    """What get_client() found last: looking it up again costs more than a round trip's
+    worth of Python on every call (settings, Django's cache handler, django-redis)."""
+
+    client: Any = None
 
 
 def resolve_client(client: Any = None) -> Any:
@@ -175,9 +176,8 @@ def _bytes_client(client: Any, setting: str) -> Any:
 
 @receiver(setting_changed)
 def _forget_factory_clients(*, setting: str, **kwargs: Any) -> None:
-    global _default_client
     if setting in ("RCOORD", "CACHES"):
-        _default_client = None
+        _Found.client = None
     if setting == "RCOORD":
         with _factory_lock:
             _factory_clients.clear()

@@ -11,8 +11,14 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.queue_keys import QueueKeys, new_task_id
 
-#: One encoder for every message (it keeps no state between calls).
+#: One encoder for every message and result (it keeps no state between calls).
 _ENCODER = DjangoJSONEncoder(separators=(",", ":"))
+
+
+def to_json(value: Any) -> str:
+    """``value`` as compact JSON, dates and decimals as Django writes them; TypeError or
+    ValueError when JSON cannot carry it."""
+    return _ENCODER.encode(value)
 
 
 def encode_message(
@@ -50,7 +56,8 @@ def decode_message(body: bytes | str | None) -> dict[str, Any] | None:
     if body is None:
         return None
     try:
-        message = json.loads(body)
+        # Decoded here: json.loads would first guess the encoding of bytes.
+        message = json.loads(body.decode() if isinstance(body, bytes) else body)
     except (ValueError, UnicodeDecodeError):
         return None
     return message if isinstance(message, dict) else None

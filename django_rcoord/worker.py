@@ -29,14 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
-from django_rcoord.messages import decode_message
+from django_rcoord.messages import decode_message, to_json
 from django_rcoord.metrics import duration_bucket, metric_labels
 from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote, result_ttl_ms
 from django_rcoord.queue_keys import (
@@ -261,12 +260,18 @@ class Worker:
                             continue
                         self._idle()
                         continue
+                    if not done:
+                        # Database connections are checked around each batch, as Django
+                        # does around each request (and after a task that raised).
+                        close_old_connections()
                     job = batch.popleft()
                     self._hold(batch, done, job)
                     finished = self._run_one(job)
                     done.append(finished)
                     self.processed += 1
                     failures = 0
+                    if not batch:
+                        close_old_connections()
                     if self._should_stop():
                         break
                     if finished.took_ms > PREFETCH_BUDGET_MS:
@@ -503,7 +508,6 @@ class Worker:
         max_retries: int,
     ) -> Outcome:
         """Call a task function (awaiting an async one) and say how it ended."""
-        close_old_connections()
         try:
             value = function(*args, **kwargs)
             if inspect.isawaitable(value):
@@ -512,6 +516,8 @@ class Worker:
             return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
         # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
         except (Exception, SystemExit) as exc:  # noqa: BLE001
+            # Its database connections may be broken: checked before the next task.
+            close_old_connections()
             outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
             if job.failures < max_retries:
                 backoff = min(
@@ -519,10 +525,8 @@ class Worker:
                 )
                 outcome.kind, outcome.delay_ms = "retry", int(backoff * 1000)
             return outcome
-        finally:
-            close_old_connections()
         try:
-            return Outcome("ack", name, value_json=json.dumps(value, cls=DjangoJSONEncoder))
+            return Outcome("ack", name, value_json=to_json(value))
         except (TypeError, ValueError) as exc:
             # Running it again would return the same: dead at once, and the worker goes on.
             return Outcome(

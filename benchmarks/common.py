@@ -20,6 +20,7 @@ from typing import Any
 import django
 import redis
 from django.conf import settings
+from redis.utils import HIREDIS_AVAILABLE
 
 from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
 
@@ -124,6 +125,9 @@ def machine() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
+        "redis_py": redis.__version__,
+        # Every system here talks through redis-py, so all of them use the same parser.
+        "reply_parser": "hiredis" if HIREDIS_AVAILABLE else "Python",
     }
 
 
@@ -131,6 +135,7 @@ def describe_machine(client: redis.Redis) -> str:
     about = machine()
     return (
         f"Redis {redis_version(client)} on loopback TCP, Python {about['python']}, "
+        f"redis-py {about['redis_py']} ({about['reply_parser']} parser), "
         f"{about['cpu_count']} CPUs, {about['platform']}"
     )
 

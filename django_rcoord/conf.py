@@ -1,4 +1,5 @@
-"""The ``RCOORD`` settings dict, read at call time so ``override_settings`` always works."""
+"""The ``RCOORD`` settings dict, read at call time so ``override_settings`` always works
+(the dict is looked up once, and again whenever ``setting_changed`` says it changed)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 #: Every key ``RCOORD`` may hold, with its default. The system check ``rcoord.E002``
 #: reports keys not listed here (usually a typo).
@@ -74,14 +77,32 @@ _NO_SETTINGS: dict[str, Any] = {}
 
 def user_settings() -> Mapping[str, Any]:
     """Return the project's ``RCOORD`` dict (empty when unset)."""
+    value = _Found.user_settings
+    if value is None:
+        value = _Found.user_settings = _read_user_settings()
+    return value
+
+
+def _read_user_settings() -> Mapping[str, Any]:
     value = getattr(settings, "RCOORD", _NO_SETTINGS)
-    if type(value) is dict:  # the usual case, without the ABC check (hot paths read settings)
-        return value
     if not isinstance(value, Mapping):
         raise ImproperlyConfigured(
             f"settings.RCOORD must be a dict, not {type(value).__name__} (see check rcoord.E001)."
         )
     return value
+
+
+class _Found:
+    """The ``RCOORD`` mapping found last: hot paths read settings several times per call,
+    and Django's lazy settings object costs about a microsecond per read."""
+
+    user_settings: Mapping[str, Any] | None = None
+
+
+@receiver(setting_changed)
+def _forget_user_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RCOORD":
+        _Found.user_settings = None
 
 
 def get(name: str) -> Any:

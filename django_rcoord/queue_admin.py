@@ -293,10 +293,13 @@ def record_from(
     expires: float | None,
     last_error: bytes | None,
     now: tuple[int, int],
+    *,
+    decoded: dict[str, Any] | None = None,
 ) -> TaskRecord | None:
-    """A ``TaskRecord`` from what ``_read_record`` read (None when there is no such task)."""
+    """A ``TaskRecord`` from what ``_read_record`` read (None when there is no such task);
+    ``decoded``: ``message`` as a dict, when the caller has decoded it already."""
     state, value, errors, finished_message = fields
-    body = decode_message(message) or decode_message(finished_message)
+    body = decoded or decode_message(message) or decode_message(finished_message)
     if body is None:
         return None
     if expires is not None and expires <= now[0] * 1000 + now[1] // 1000:

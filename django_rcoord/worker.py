@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
+import functools
 import inspect
 import json
 import logging
@@ -95,6 +96,13 @@ def not_runnable(task_name: str, reason: str) -> Outcome:
     return Outcome("dead", task_name, reason, _class_path(TaskNotRunnable))
 
 
+@functools.lru_cache(maxsize=1024)
+def _signature(function: Any) -> inspect.Signature:
+    """A framework task function's signature, read once (``inspect.signature`` costs more
+    than running a small task)."""
+    return inspect.signature(function)
+
+
 def _class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
@@ -111,10 +119,13 @@ class Job:
     @property
     def record(self) -> TaskRecord | None:
         """Its result record as it is now (RUNNING), from what the take script returned."""
+        return self.record_of(None)
+
+    def record_of(self, message: dict[str, Any] | None) -> TaskRecord | None:
+        """``record``, from its message already decoded (``message``) when given."""
         body = self.body.encode() if isinstance(self.body, str) else self.body
-        return record_from(
-            self.id, body, [self.state.encode(), None, None, None], None, None, (0, 0)
-        )
+        fields = [self.state.encode(), None, None, None]
+        return record_from(self.id, body, fields, None, None, (0, 0), decoded=message)
 
 
 @dataclass
@@ -559,13 +570,13 @@ class Worker:
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
-        record = job.record
+        record = job.record_of(message)
         assert record is not None  # its body is the message read above
         result = result_from_record(task, record)
         if task.takes_context:
             args = [framework.TaskContext(task_result=result), *args]
         try:
-            inspect.signature(task.func).bind(*args, **kwargs)
+            _signature(task.func).bind(*args, **kwargs)
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
         sender = type(backend)

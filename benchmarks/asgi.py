@@ -123,15 +123,18 @@ def _servers(url: str, before_dir: Path | None) -> Any:
             before_dir,
             {**env, "PYTHONPATH": f"{before_dir}{os.pathsep}{ROOT}"},
         )
+    # Each server logs to a file, not a pipe: a pipe nobody reads during the run fills up
+    # (64 KiB of warnings) and then blocks every thread of the server that logs.
+    logs = {name: _log_file(name) for name in commands}
     processes = {
         name: subprocess.Popen(
-            command, cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            command, cwd=cwd, env=environment, stdout=subprocess.DEVNULL, stderr=logs[name]
         )
         for name, (command, cwd, environment) in commands.items()
     }
     try:
         for name, port in ports.items():
-            _wait_for_port(port, processes[name])
+            _wait_for_port(port, processes[name], logs[name])
         yield ports
     finally:
         for process in processes.values():
@@ -141,6 +144,31 @@ def _servers(url: str, before_dir: Path | None) -> Any:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
+        for name, log in logs.items():
+            log.flush()
+            _report_log(name, log.name)
+            log.close()
+
+
+def _log_file(name: str) -> Any:
+    """Where server ``name`` writes its log: under RCOORD_BENCH_SERVER_LOGS (a directory,
+    kept), else a temporary file (removed after the run)."""
+    directory = os.environ.get("RCOORD_BENCH_SERVER_LOGS")
+    if directory:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        slug = "".join(c if c.isalnum() else "-" for c in name).strip("-")
+        return open(Path(directory) / f"{slug}.log", "w+b")  # closed by _servers
+    return tempfile.NamedTemporaryFile(prefix="rcoord-bench-server-", suffix=".log")
+
+
+def _report_log(name: str, path: str) -> None:
+    """Say how many lines server ``name`` logged (warnings and errors), with the last one."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    if lines:
+        print(f"  {name}: {len(lines)} log lines; the last: {lines[-1][:200]}", file=sys.stderr)
 
 
 def _uvicorn(port: int) -> list[str]:
@@ -151,12 +179,12 @@ def _uvicorn(port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def _wait_for_port(port: int, process: subprocess.Popen) -> None:
+def _wait_for_port(port: int, process: subprocess.Popen, log: Any) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            assert process.stderr is not None  # started with stderr=PIPE
-            raise RuntimeError(f"server exited: {process.stderr.read().decode()[-2000:]}")
+            log.seek(0)
+            raise RuntimeError(f"server exited: {log.read().decode(errors='replace')[-2000:]}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return

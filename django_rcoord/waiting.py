@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
+import inspect
 import logging
 import math
 import threading
@@ -32,10 +34,28 @@ MIN_BLOCK = 0.01
 def _socket_timeout_cap(client: Any) -> float:
     """How long one BLPOP may block without tripping the client's socket timeout."""
     pool = getattr(client, "connection_pool", None)
-    socket_timeout = getattr(pool, "connection_kwargs", {}).get("socket_timeout")
+    if pool is None and hasattr(client, "get_default_node"):  # Redis Cluster: a node's pool
+        node = client.get_default_node()
+        pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if pool is None or kwargs is None:
+        return math.inf
+    if "socket_timeout" in kwargs:
+        socket_timeout = kwargs["socket_timeout"]
+    else:
+        # Not given: the connection class's own default (5 s since redis-py 6, none before).
+        socket_timeout = _default_socket_timeout(pool.connection_class)
     if not socket_timeout:
         return math.inf
     return max(MIN_BLOCK, socket_timeout - 0.25)
+
+
+@functools.lru_cache(maxsize=32)
+def _default_socket_timeout(connection_class: type) -> float | None:
+    parameter = inspect.signature(connection_class).parameters.get("socket_timeout")
+    if parameter is None or not isinstance(parameter.default, (int, float)):
+        return None
+    return float(parameter.default)
 
 
 def wait_for_signal(client: Any, key: str, seconds: float) -> bool:

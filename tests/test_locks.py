@@ -5,8 +5,10 @@ import functools
 import statistics
 import threading
 import time
+from typing import Any
 
 import pytest
+import redis
 from django.conf import settings
 from django.test import override_settings
 
@@ -472,3 +474,37 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
     finally:
         replica.stop()
         primary.stop()
+
+
+def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(redis_url: str) -> None:
+    """redis-py 6+ gives connections a 5 s socket timeout by default without putting it in
+    the pool's kwargs: a waiter's BLPOP must stay under it, not fail with a TimeoutError
+    (the @locked view answered 503 after 5 s of waiting). A connection class whose
+    default is 1 s shows it in 2.5 s."""
+    if is_cluster(get_client()):
+        pytest.skip("one server's connection class; the cluster's clients set socket_timeout")
+    base = redis.ConnectionPool.from_url(redis_url).connection_class
+
+    class OneSecondDefault(base):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, socket_timeout: float | None = 1.0, **kwargs: Any):
+            super().__init__(*args, socket_timeout=socket_timeout, **kwargs)
+
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=OneSecondDefault)
+    assert "socket_timeout" not in pool.connection_kwargs
+    client = redis.Redis(connection_pool=pool)
+    holder = Lock("default-timeout", timeout=10, client=client)
+    assert holder.acquire(wait=0)
+    identifier = holder.identifier
+    assert identifier is not None
+    releaser = threading.Timer(
+        2.5, release_lock, args=("default-timeout", identifier), kwargs={"client": client}
+    )
+    releaser.start()
+    try:
+        waiter = Lock("default-timeout", timeout=10, wait=8, client=client)
+        started = time.monotonic()
+        assert waiter.acquire()  # a TimeoutError here before the fix
+        assert time.monotonic() - started >= 2
+        waiter.release()
+    finally:
+        releaser.join()

@@ -4,9 +4,12 @@ and wait for what they do."""
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 
@@ -49,3 +52,21 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def run_python(
+    *args: str,
+    cwd: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run this Python with ``args`` to its end; its output as text, its exit code unchecked."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -5,8 +5,6 @@ import multiprocessing
 import os
 import socket
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from django_rcoord.embedded import (
 )
 from django_rcoord.embedded.server import started_port
 from django_rcoord.exceptions import EmbeddedRedisError
+from tests.procs import run_python
 
 
 @pytest.fixture
@@ -163,9 +162,7 @@ def test_the_package_imports_without_fcntl(tmp_path: Path) -> None:
         "except ImportError:\n"
         "    print('start needs fcntl')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    result = run_python("-c", code, timeout=60)
     assert result.returncode == 0, result.stderr
     url, needs = result.stdout.splitlines()
     assert url.startswith("redis://127.0.0.1:")

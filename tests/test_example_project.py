@@ -17,7 +17,7 @@ import pytest
 
 from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
 from tests import cluster
-from tests.procs import wait_until
+from tests.procs import run_python, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,15 +39,7 @@ def redis_setting(url: str) -> dict[str, str]:
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_python("manage.py", *args, cwd=ROOT, env=env)
 
 
 def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:

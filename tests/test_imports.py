@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.procs import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("django_rcoord", "benchmarks")
@@ -215,15 +215,7 @@ def test_every_module_imports_in_a_fresh_interpreter(package: str) -> None:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     if package != "django_rcoord":
         del env["DJANGO_SETTINGS_MODULE"]
-    result = subprocess.run(
-        [sys.executable, "-c", code, *names],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-c", code, *names, cwd=ROOT, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"imported {len(names)}"
 

@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from django_rcoord.management.base import configure_logging, stop_on_signals
+from tests.procs import run_python
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,14 +48,7 @@ def run_with_two_signals(second_signal_exits: bool) -> subprocess.CompletedProce
         "    time.sleep(0.5)\n"
         "    print('finished', flush=True)\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_python("-c", code, cwd=ROOT, timeout=60)
 
 
 def test_a_second_signal_ends_the_process_at_once() -> None:

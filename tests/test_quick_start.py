@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from django_rcoord.embedded import EmbeddedRedis, _process_alive
-from tests.procs import wait_until
+from tests.procs import run_python, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,15 +59,7 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
         for line in commands:
             words = shlex.split(line, comments=True)
             assert words[:2] == ["python", "manage.py"], line
-            result = subprocess.run(
-                [sys.executable, *words[1:]],
-                cwd=project,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            result = run_python(*words[1:], cwd=project, env=env)
             assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
             outputs.append(result.stdout)
             if words[2:4] == ["rcoord_redis", "start"]:

@@ -273,7 +273,7 @@ class Worker:
                         continue
                     if not done:
                         # Database connections are checked around each batch, as Django
-                        # does around each request (and after a task that raised).
+                        # does around each request, and after a task that failed.
                         close_old_connections()
                     job = batch.popleft()
                     self._hold(batch, done, job)
@@ -281,7 +281,7 @@ class Worker:
                     done.append(finished)
                     self.processed += 1
                     failures = 0
-                    if not batch:
+                    if not batch or finished.outcome.kind != "ack":
                         close_old_connections()
                     if self._should_stop():
                         break
@@ -527,8 +527,6 @@ class Worker:
             return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
         # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
         except (Exception, SystemExit) as exc:  # noqa: BLE001
-            # Its database connections may be broken: checked before the next task.
-            close_old_connections()
             outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
             if job.failures < max_retries:
                 backoff = min(

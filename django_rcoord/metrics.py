@@ -56,7 +56,7 @@ DURATION_BUCKETS = (
     math.inf,
 )
 #: The finish script's outcome -> the metric's label value.
-OUTCOMES = {"ack": "succeeded", "retry": "retried", "dead": "failed"}
+OUTCOMES = {"ack": "succeeded", "retry": "retried", "defer": "deferred", "dead": "failed"}
 _SEPARATOR = "\x1f"  # between the labels of a field name (no queue or task name holds it)
 _LABEL_LIMIT = 200  # a longer task name (only a malformed message has one) is cut
 

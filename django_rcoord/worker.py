@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections
+from redis.exceptions import RedisError
 
+from django_rcoord import __version__
 from django_rcoord.conf import conf
 from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
 from django_rcoord.exceptions import TaskNotRunnable
@@ -49,9 +51,13 @@ from django_rcoord.queue_keys import (
 from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
-from django_rcoord.waiting import Repeater, wait_for_signal
+from django_rcoord.waiting import wait_for_signal
 
 logger = logging.getLogger(__name__)
+
+#: Every error from Redis a worker waits out: unavailability, and replies such as READONLY
+#: (a failover), OOM, LOADING or BUSY.
+REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, *REDIS_UNAVAILABLE)
 
 #: Longest an idle worker blocks before it looks for expired leases and due retries.
 IDLE_CHECK = 1.0
@@ -63,6 +69,10 @@ RECOVER_BATCH = 500
 #: recent average run time), at most its ``prefetch``; a task running longer than this
 #: is acknowledged at once and the tasks taken with it go back for any worker.
 PREFETCH_BUDGET_MS = 50.0
+#: A finished task is acknowledged with the next take, or by the keeper thread once it
+#: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
+#: ms, not a whole batch.
+ACK_AFTER_MS = 5.0
 
 
 @dataclass
@@ -117,6 +127,12 @@ class Job:
     queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
 
     @property
+    def deliveries(self) -> int:
+        """How many times it was taken, this time included (its record's worker ids)."""
+        workers = self.state.split("|")[4] if self.state.count("|") >= 4 else ""
+        return max(1, len([worker for worker in workers.split(",") if worker]))
+
+    @property
     def record(self) -> TaskRecord | None:
         """Its result record as it is now (RUNNING), from what the take script returned."""
         return self.record_of(None)
@@ -135,6 +151,7 @@ class Done:
     job: Job
     outcome: Outcome
     took_ms: float
+    at: float = 0.0  # when it ended (time.monotonic())
 
     def script_args(self) -> list[Any]:
         """Its ten values among the finish script's ARGV (see task_finish.lua)."""
@@ -162,10 +179,15 @@ class Worker:
 
     Tasks are taken in batches: one script call finishes the tasks run since the last
     call and takes the next ones (all leased to this worker, renewed while it holds
-    them). How many it takes adapts to how long tasks run: as many as fit in
-    ``PREFETCH_BUDGET_MS`` by the recent average, at most ``prefetch``, at least 1. A task
-    that runs longer than the budget is acknowledged at once and the tasks taken with it
-    that have not started go back to the front of their queue for any worker to take.
+    them). How many it takes adapts to how long tasks run: one until it has measured a
+    run, then as many as fit in ``PREFETCH_BUDGET_MS`` by the recent average, at most
+    ``prefetch``. Once the running task has run longer than the budget, the keeper
+    thread acknowledges the tasks finished before it and gives back the ones waiting
+    behind it, for any worker to take.
+
+    The worker stops only when told: an error of the project's code fails a task (or,
+    from a signal receiver, is logged), a Redis error of any kind is waited out with
+    backoff, and the tasks it holds stay held (their leases renewed) meanwhile.
     """
 
     def __init__(
@@ -194,7 +216,11 @@ class Worker:
         self.processed = 0
         self._started_at = time.time()
         first = self.queues[0]
-        # The finish script's keys: the group's, then four per queue, in priority order.
+        space = KeySpace("queue", first.group)
+        self._workers_key = space.key("workers")
+        self._heartbeat_key = space.key(f"worker:{self.id}")
+        # The finish script's keys: the group's, this worker's last exchange, then four
+        # per queue, in priority order.
         self._script_keys = [
             first.messages,
             first.owners,
@@ -204,23 +230,32 @@ class Worker:
             first.results_expiry,
             first.idle,
             first.metrics,
+            space.key(f"exchange:{self.id}"),
             *(
                 key
                 for queue in self.queues
                 for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
             ),
         ]
-        space = KeySpace("queue", first.group)
-        self._workers_key = space.key("workers")
-        self._heartbeat_key = space.key(f"worker:{self.id}")
         self._next_check = 0.0
         self._last_heartbeat = 0.0
-        # The tasks this worker holds (taken, not yet finished): the renewer extends their
-        # leases. Replaced whole by the worker's thread, read by the renewer's.
-        self._held: tuple[Job, ...] = ()
+        # What this worker holds, shared with the keeper thread under ``_holding``: tasks
+        # taken and not started, the running one (since when), and those run but not yet
+        # acknowledged. Every script call that changes what it holds runs under the lock
+        # too, so the keeper never renews from a stale view; the condition wakes the keeper
+        # when a task starts or ends.
+        self._holding = threading.RLock()
+        self._changed = threading.Condition(self._holding)
+        self._batch: collections.deque[Job] = collections.deque()
+        self._running: Job | None = None
+        self._running_since = 0.0
+        self._done: list[Done] = []
+        self._exchanges = 0  # successful exchanges: the next one's nonce
+        self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
+        self._next_renewal = 0.0
         self._average_ms: float | None = None  # recent run time per task (for prefetch)
         self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
-        self._idle_registered = False  # in the group's idle set (see _take)
+        self._idle_registered = False  # in the group's idle set (see _exchange)
 
     @property
     def client(self) -> Any:
@@ -245,82 +280,164 @@ class Worker:
             self.lease,
             self.prefetch,
         )
-        failures = 0  # tries in a row that found Redis out of reach
-        batch: collections.deque[Job] = collections.deque()  # taken, not started
-        done: list[Done] = []  # ran, not yet acknowledged
-        # One thread per worker renews the held tasks' leases every third of a lease.
-        renewer = Repeater(self.lease / 3, self._renew_held, name=f"lease-renewer:{self.id}")
-        renewer.start()
+        failures = 0  # loop turns in a row that failed
+        # One thread renews the leases of what this worker holds and gives back what waits
+        # behind a long task.
+        keeper = LeaseKeeper(self)
+        keeper.start()
         try:
             while not self.stopping.is_set():
                 try:
                     self._heartbeat()
-                    if not batch:
-                        if not done:
-                            self._recover_if_due()
-                        batch.extend(self._exchange(done, self._take_count()))
-                        done = []
-                        self._hold(batch, done)
-                    if not batch:
+                    job = self._next_job()
+                    if job is None:
                         if self.burst:
-                            self._recover_if_due(force=True)
-                            batch.extend(self._exchange([], self._take_count()))
-                            self._hold(batch, done)
-                            if not batch:
-                                break
-                            continue
+                            break
                         self._idle()
-                        continue
-                    if not done:
-                        # Database connections are checked around each batch, as Django
-                        # does around each request, and after a task that failed.
-                        close_old_connections()
-                    job = batch.popleft()
-                    self._hold(batch, done, job)
-                    finished = self._run_one(job)
-                    done.append(finished)
-                    self.processed += 1
+                    else:
+                        self._run_job(job)
+                        if self._should_stop():
+                            break
                     failures = 0
-                    if not batch or finished.outcome.kind != "ack":
-                        close_old_connections()
-                    if self._should_stop():
-                        break
-                    if finished.took_ms > PREFETCH_BUDGET_MS:
-                        # A long task: acknowledge it now, and let any worker take the tasks
-                        # that waited behind it.
-                        self._exchange(done, 0)
-                        done = []
-                        self._give_back(list(batch))
-                        batch.clear()
-                        self._hold(batch, done)
-                except REDIS_UNAVAILABLE as exc:
-                    # The tasks in hand are safe: their leases bring them back.
-                    batch.clear()
-                    done = []
-                    self._hold(batch, done)
+                except Exception as exc:
+                    # What it holds stays held (the keeper renews it) and is finished or
+                    # run on the next turn.
                     wait = RECONNECT_BACKOFF.compute(failures)
                     failures += 1
-                    logger.error("worker %s lost Redis (%s); retrying in %.1fs", self.id, exc, wait)
+                    if isinstance(exc, REDIS_ERRORS):
+                        logger.error(
+                            "worker %s: Redis error (%s: %s); retrying in %.1fs",
+                            self.id,
+                            type(exc).__name__,
+                            exc,
+                            wait,
+                        )
+                    else:
+                        logger.exception(
+                            "worker %s: unexpected error; retrying in %.1fs", self.id, wait
+                        )
                     self.stopping.wait(wait)
         finally:
             try:
-                if done:
-                    self._exchange(done, 0)
-            except REDIS_UNAVAILABLE:
-                logger.warning("could not acknowledge %d task(s); their leases will", len(done))
-            renewer.stop()
-            if batch:
-                self._give_back(list(batch))
-            self._held = ()
-            self._sign_off()
-            self._close_loop()
+                self._settle()
+            finally:
+                keeper.stop()
+                self._sign_off()
+                self._close_loop()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
 
-    def _hold(self, batch: Sequence[Job], done: Sequence[Done], running: Job | None = None) -> None:
-        """Tell the renewer which tasks this worker holds: taken, running, and run but not
-        yet acknowledged."""
-        self._held = (*batch, *((running,) if running else ()), *(item.job for item in done))
+    def _next_job(self) -> Job | None:
+        """The next task to run: from the batch in hand, or taken (finishing the tasks run
+        since the last take in the same call); None when the queues have none."""
+        with self._holding:
+            if not self._batch:
+                if not self._done:
+                    self._recover_if_due()
+                self._exchange_held(self._take_count())
+                if not self._batch and self.burst:
+                    self._recover_if_due(force=True)
+                    self._exchange_held(self._take_count())
+            if not self._batch:
+                return None
+            if not self._done:
+                # Database connections are checked around each batch, as Django does
+                # around each request, and after a task that failed.
+                close_old_connections()
+            job = self._batch.popleft()
+            self._running, self._running_since = job, time.monotonic()
+            self._changed.notify()
+            return job
+
+    def _run_job(self, job: Job) -> None:
+        finished = self._run_one(job)
+        with self._holding:
+            self._running = None
+            finished.at = time.monotonic()
+            self._done.append(finished)
+            self._changed.notify()
+            self.processed += 1
+            if not self._batch or finished.outcome.kind != "ack":
+                close_old_connections()
+
+    def _exchange_held(self, take: int) -> None:
+        """Finish the tasks run and not yet acknowledged, take up to ``take`` more into the
+        batch. An exchange that failed is sent again, the same, before any other: it may
+        have run with its reply lost, and only the same call (its nonce) is answered as it
+        ran."""
+        with self._holding:
+            if self._pending is None:
+                self._pending = (list(self._done), take)
+            done, wanted = self._pending
+            jobs = self._exchange(done, wanted)
+            self._pending = None
+            finished = {id(item) for item in done}
+            self._done = [item for item in self._done if id(item) not in finished]
+            self._batch.extend(jobs)
+
+    def _settle(self) -> None:
+        """On the way out: acknowledge what ran, give back what did not start. Never
+        raises: what it cannot settle, the leases bring back."""
+        with self._holding:
+            try:
+                if self._done:
+                    self._exchange_held(0)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning(
+                    "worker %s could not acknowledge %d task(s) (%s); their leases will",
+                    self.id,
+                    len(self._done),
+                    exc,
+                )
+            if self._batch:
+                self._give_back_held()
+            self._batch.clear()
+            self._done = []
+            self._running = None
+
+    def _keeper_due(self) -> float:
+        """When the keeper has work next (time.monotonic()); under ``_holding``."""
+        due = self._next_renewal
+        if self._done:
+            due = min(due, self._done[0].at + ACK_AFTER_MS / 1000)
+        if self._running is not None and self._batch:
+            due = min(due, self._running_since + PREFETCH_BUDGET_MS / 1000)
+        return due
+
+    def _keep(self) -> None:
+        """The keeper thread's turn: acknowledge the tasks that ended more than
+        ``ACK_AFTER_MS`` ago; once the running task has run past the prefetch budget, give
+        back what waits behind it; every third of a lease, renew the leases of everything
+        held. Under ``_holding``."""
+        now = time.monotonic()
+        if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
+            self._exchange_held(0)
+        if (
+            self._running is not None
+            and self._batch
+            and (now - self._running_since) * 1000 > PREFETCH_BUDGET_MS
+        ):
+            self._give_back_held()
+        if now >= self._next_renewal:
+            self._next_renewal = now + self.lease / 3
+            for job in self._renew(self._held()):
+                logger.warning("task %s: lease lost while held (it will run again)", job.id)
+
+    def _held(self) -> list[Job]:
+        """The tasks this worker holds: taken, running, and run but not yet acknowledged."""
+        running = [self._running] if self._running is not None else []
+        return [*self._batch, *running, *(item.job for item in self._done)]
+
+    def _give_back_held(self) -> None:
+        """Give back the batch not started; it stays held when that fails (the next try, or
+        its lease, brings it back)."""
+        jobs = list(self._batch)
+        try:
+            self._give_back(jobs)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("could not give back %d task(s) (%s); trying again", len(jobs), exc)
+            return
+        self._batch.clear()
 
     def _should_stop(self) -> bool:
         if self.stopping.is_set():
@@ -328,13 +445,16 @@ class Worker:
         return self.max_tasks is not None and self.processed >= self.max_tasks
 
     def _take_count(self) -> int:
-        """How many tasks the next call takes: as many as fit in the prefetch budget by the
-        recent average run time, at most ``prefetch``, never past ``max_tasks``."""
+        """How many tasks the next call takes: one until a run was measured, then as many as
+        fit in the prefetch budget by the recent average run time, at most ``prefetch``,
+        never past ``max_tasks``."""
         if self.stopping.is_set():
             return 0
-        count = self.prefetch
-        if self._average_ms is not None and self._average_ms > 0:
-            count = max(1, min(count, int(PREFETCH_BUDGET_MS / self._average_ms)))
+        count = 1
+        if self._average_ms is not None:
+            count = self.prefetch
+            if self._average_ms > 0:
+                count = max(1, min(count, int(PREFETCH_BUDGET_MS / self._average_ms)))
         if self.max_tasks is not None:
             count = min(count, self.max_tasks - self.processed)
         return max(0, count)
@@ -368,8 +488,10 @@ class Worker:
         """One script call: finish the tasks in ``done`` (and log how each ended), take up
         to ``take`` more. Finding nothing, a worker that will wait for a wake-up registers
         idle in the same call: producers push wake-ups only while a worker is registered.
-        With tasks to finish, it keeps trying through a Redis outage (until they are
-        recorded, their leases would make them run again) for up to a lease."""
+        With tasks to finish, it keeps trying through a Redis outage for up to a lease
+        (until they are recorded, their leases would make them run again). A retried call
+        carries the same nonce, so one whose reply was lost is answered as it ran, not run
+        twice."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
         args: list[Any] = [
             self.id,
@@ -379,6 +501,7 @@ class Worker:
             "1" if self._idle_registered else "0",
             take,
             len(done),
+            f"{self._exchanges}",
         ]
         for item in done:
             args += item.script_args()
@@ -390,14 +513,15 @@ class Worker:
                     "task_finish", self.client, keys=self._script_keys, args=args
                 )
                 break
-            except REDIS_UNAVAILABLE as exc:
+            except REDIS_ERRORS as exc:
                 if not done or time.monotonic() > deadline:
                     raise
                 logger.error("finishing %d task(s) failed (%s); retrying", len(done), exc)
                 time.sleep(RECONNECT_BACKOFF.compute(failures))
                 failures += 1
+        self._exchanges += 1
         for item, held in zip(done, finished, strict=True):
-            if item.outcome.kind == "retry":  # look for it when due, not at the next check
+            if item.outcome.kind in ("retry", "defer"):  # look for it when due
                 due = time.monotonic() + item.outcome.delay_ms / 1000
                 self._next_check = min(self._next_check, due)
             self._log(item.job, item.outcome, bool(held), item.took_ms)
@@ -409,7 +533,6 @@ class Worker:
     def _take(self, count: int = 1) -> Job | None:
         """Take one task (or ``count``, returning the first; tests use it)."""
         jobs = self._exchange([], count)
-        self._hold(jobs, [])
         return jobs[0] if jobs else None
 
     def _finish(self, job: Job, outcome: Outcome, took_ms: float = 0.0) -> int:
@@ -426,6 +549,7 @@ class Worker:
                 "0",
                 0,
                 1,
+                "",
                 *Done(job, outcome, took_ms).script_args(),
             ],
         )
@@ -446,12 +570,37 @@ class Worker:
     def _run_one(self, job: Job) -> Done:
         """Run ``job`` and say how it ended (it is finished with the next exchange)."""
         started = time.perf_counter()
-        outcome = self._execute(job)
+        try:
+            outcome = self._execute(job)
+        # Anything the task's own code raises is caught in _call; this is what reading,
+        # looking up or checking it raised: it cannot run here.
+        except Exception as exc:  # noqa: BLE001
+            outcome = self._not_here(job, "?", f"the worker could not run it: {exc!r}")
         took_ms = (time.perf_counter() - started) * 1000
         # Recent average run time, for how many tasks to take at once.
         average = self._average_ms
         self._average_ms = took_ms if average is None else average * 0.8 + took_ms * 0.2
         return Done(job, outcome, took_ms)
+
+    def _not_here(self, job: Job, name: str, reason: str) -> Outcome:
+        """A task this worker cannot run (unknown here, its module fails to import, its
+        backend is not configured): back to its queue with a delay, for a worker that knows
+        it (a rolling deploy's newer release), until ``TASK_MAX_DELIVERIES`` deliveries;
+        then a dead letter. A deferral is not a failed attempt."""
+        deliveries = job.deliveries
+        if deliveries >= conf.TASK_MAX_DELIVERIES:
+            return not_runnable(
+                name, f"{reason}; no worker could run it in {deliveries} deliveries"
+            )
+        delay = min(conf.TASK_RETRY_BACKOFF * 2 ** (deliveries - 1), conf.TASK_RETRY_BACKOFF_MAX)
+        return Outcome(
+            "defer",
+            name,
+            f"{reason} (worker {self.id}, django-rcoord {__version__}; delivery {deliveries} "
+            f"of {conf.TASK_MAX_DELIVERIES})",
+            _class_path(TaskNotRunnable),
+            int(delay * 1000),
+        )
 
     @staticmethod
     def _log(job: Job, outcome: Outcome, finished: bool, took_ms: float) -> None:
@@ -467,6 +616,14 @@ class Worker:
             )
         elif outcome.kind == "ack":
             logger.info("task %s %s succeeded (ran %.1f ms)", job.id, name, took_ms)
+        elif outcome.kind == "defer":
+            logger.warning(
+                "task %s %s cannot run here: %s; back in its queue in %.3g s",
+                job.id,
+                name,
+                outcome.error,
+                outcome.delay_ms / 1000,
+            )
         elif outcome.kind == "retry":
             logger.warning(
                 "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
@@ -499,7 +656,7 @@ class Worker:
         if registered is None and message.get("backend"):
             return self._execute_framework_task(job, message, name)
         if registered is None:
-            return not_runnable(name, f"unknown task {name!r} (not registered in this worker)")
+            return self._not_here(job, name, f"unknown task {name!r} (not registered here)")
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
@@ -554,23 +711,30 @@ class Worker:
             result_from_record,
         )
 
-        task = framework_task(name)
+        # The project's code and settings (the task's module, TASKS) may differ between the
+        # releases of a rolling deploy: what fails here may run on a newer worker.
+        try:
+            task = framework_task(name)
+        except Exception as exc:  # noqa: BLE001
+            return self._not_here(job, name, f"importing {name!r} failed: {exc!r}")
         if task is None:
-            return not_runnable(name, f"{name!r} is not a Tasks framework task")
+            return self._not_here(job, name, f"{name!r} is not a Tasks framework task here")
         try:
             backend = framework.task_backends[message["backend"]]
-        # An unknown alias, or a backend whose construction fails for any reason: this
-        # task cannot run here, and the worker goes on.
+        # An unknown alias, or a backend whose construction fails for any reason.
         except Exception as exc:  # noqa: BLE001
-            return not_runnable(name, f"no Tasks backend {message['backend']!r}: {exc}")
+            return self._not_here(job, name, f"no Tasks backend {message['backend']!r}: {exc}")
         if not isinstance(backend, RedisTaskBackend):
-            return not_runnable(name, f"backend {backend.alias!r} is not RedisTaskBackend")
+            return self._not_here(job, name, f"backend {backend.alias!r} is not RedisTaskBackend")
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
         record = job.record_of(message)
         assert record is not None  # its body is the message read above
-        result = result_from_record(task, record)
+        try:
+            result = result_from_record(task, record)
+        except Exception as exc:  # noqa: BLE001 - e.g. a queue this release's TASKS lacks
+            return self._not_here(job, name, f"its result does not validate here: {exc!r}")
         if task.takes_context:
             args = [framework.TaskContext(task_result=result), *args]
         try:
@@ -578,7 +742,7 @@ class Worker:
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
         sender = type(backend)
-        framework.task_started.send(sender, task_result=result)
+        _send_robust(framework.task_started, "task_started", sender, result)
         outcome = self._call(job, name, task.func, args, kwargs, backend.max_retries)
         if outcome.kind != "retry":
             now = datetime.datetime.now(datetime.timezone.utc)
@@ -593,7 +757,7 @@ class Worker:
                         exception_class_path=outcome.error_class, traceback=outcome.error
                     )
                 )
-            framework.task_finished.send(sender, task_result=result)
+            _send_robust(framework.task_finished, "task_finished", sender, result)
         return outcome
 
     def _await(self, awaitable: Any) -> Any:
@@ -611,10 +775,6 @@ class Worker:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
-
-    def _renew_held(self) -> None:
-        for job in self._renew(self._held):
-            logger.warning("task %s: lease lost while held (it will run again)", job.id)
 
     def _renew(self, jobs: Sequence[Job]) -> list[Job]:
         """Extend the leases of ``jobs`` (one call per queue); returns those no longer held."""
@@ -637,31 +797,28 @@ class Worker:
     def _give_back(self, jobs: Sequence[Job]) -> None:
         """Tasks taken but not run (we are stopping, or they waited behind a long task):
         back to the front of their queue at once, for any worker (one call per queue)."""
-        try:
-            for queue, queue_jobs in _by_queue(jobs):
-                run_script(
-                    "task_give_back",
-                    self.client,
-                    keys=[
-                        queue.owners,
-                        queue.in_flight,
-                        queue.results,
-                        queue.ready,
-                        queue.queues,
-                        queue.messages,
-                        queue.wake,
-                        queue.idle,
-                    ],
-                    args=[
-                        self.id,
-                        queue.queue,
-                        GROUP_KEYS_MS,
-                        WAKE_TOKEN_MS,
-                        *(job.id for job in queue_jobs),
-                    ],
-                )
-        except REDIS_UNAVAILABLE:
-            logger.warning("could not give back %d task(s); their leases will", len(jobs))
+        for queue, queue_jobs in _by_queue(jobs):
+            run_script(
+                "task_give_back",
+                self.client,
+                keys=[
+                    queue.owners,
+                    queue.in_flight,
+                    queue.results,
+                    queue.ready,
+                    queue.queues,
+                    queue.messages,
+                    queue.wake,
+                    queue.idle,
+                ],
+                args=[
+                    self.id,
+                    queue.queue,
+                    GROUP_KEYS_MS,
+                    WAKE_TOKEN_MS,
+                    *(job.id for job in queue_jobs),
+                ],
+            )
 
     # -- presence (for rcoord_status) -----------------------------------------------
     def _heartbeat(self) -> None:
@@ -692,8 +849,62 @@ class Worker:
                 pipe.delete(self._heartbeat_key)
                 pipe.zrem(self.queues[0].idle, self.id)
                 pipe.execute()
-        except REDIS_UNAVAILABLE:
-            pass
+        except REDIS_ERRORS as exc:
+            # Its heartbeat expires on its own.
+            logger.warning("worker %s could not sign off (%s)", self.id, exc)
+
+
+class LeaseKeeper(threading.Thread):
+    """The one thread beside a worker's loop: renews the leases of what it holds,
+    acknowledges finished tasks that wait, gives back the tasks behind a long one. It
+    sleeps until the worker's next due time or until a task starts or ends."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"lease-keeper:{worker.id}", daemon=True)
+        self.worker = worker
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self.worker._changed:
+            self._stopped = True
+            self.worker._changed.notify()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join()
+
+    def run(self) -> None:
+        worker, failures = self.worker, 0
+        with worker._changed:
+            while not self._stopped:
+                wait = worker._keeper_due() - time.monotonic()
+                if wait > 0:
+                    worker._changed.wait(wait)
+                    continue
+                try:
+                    worker._keep()
+                    failures = 0
+                # What it could not do stays due; the worker's loop meets the same error.
+                except Exception as exc:  # noqa: BLE001
+                    pause = RECONNECT_BACKOFF.compute(failures)
+                    failures += 1
+                    logger.warning(
+                        "worker %s: lease keeper failed (%s); again in %.1fs", worker.id, exc, pause
+                    )
+                    worker._next_renewal = min(worker._next_renewal, time.monotonic() + pause)
+                    worker._changed.wait(pause)
+
+
+def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:
+    """Send a Tasks framework signal; a receiver that raises is logged (Django logs its
+    traceback too) and neither fails the task nor stops the worker."""
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task %s: a receiver of %s (%s) raised %r; the task goes on",
+                result.id,
+                signal_name,
+                getattr(receiver, "__qualname__", receiver),
+                response,
+            )
 
 
 def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:

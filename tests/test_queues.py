@@ -285,7 +285,7 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     client = get_client()
     client.hset(keys.messages, "garbage", b"\x80not json")
     client.zadd(keys.ready, {"garbage": 0})  # the front of the queue
-    execute_later("default", "no.such.task", [1])
+    unknown = execute_later("default", "no.such.task", [1])
     # Arguments the task does not accept: refused at delay(), dead-lettered when they
     # arrive by name (execute_later cannot check them).
     with pytest.raises(TypeError, match="does not accept these arguments"):
@@ -298,15 +298,20 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     assert worker.returncode == 0, output
     assert ran() == ["fine"]
     errors = [letter["error"] for letter in dead_letters("default")]
-    assert len(errors) == 4
+    assert len(errors) == 3
     assert "undecodable" in errors[0]
-    assert "unknown task 'no.such.task'" in errors[1]
-    assert "does not accept these arguments" in errors[2]
-    assert "ValueError: boom always fails" in errors[3]
+    assert "does not accept these arguments" in errors[1]
+    assert "ValueError: boom always fails" in errors[2]
     # The log says why each failed, in one line, and that it is not coming back.
     assert "failed on attempt 1" in output
     assert "ValueError: boom always fails; it is a dead letter now" in output
-    assert "unknown task 'no.such.task' (not registered in this worker); it is a dead" in output
+    # A task this worker does not know waits for one that does (a rolling deploy).
+    assert f"task {unknown} no.such.task cannot run here: unknown task" in output
+    assert queue_stats("default")["delayed"] == 1
+    assert result_of(unknown).status == "READY"
+    # Its record says why it waits; the deferral is not a failed attempt.
+    assert "unknown task 'no.such.task'" in result_of(unknown).errors[-1]["traceback"]
+    assert get_client().hget(keys.failures, unknown) is None
 
 
 def test_task_priorities_order_one_queue_and_equal_ones_keep_their_order() -> None:
@@ -622,13 +627,13 @@ def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
 
 
 def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
-    first = tasks.block_first_time.delay("first", 30)
-    rest = [tasks.record.delay(f"p{n}") for n in range(19)]
+    tasks.record.delay("warm")  # a measured run: then it takes batches
+    markers = [f"p{n}" for n in range(60)]
+    enqueue_many([(tasks.record_slowly, (marker, 0.01), {}) for marker in markers])
     worker = start_worker(lease=1)
     try:
-        wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
-        # It holds the whole batch: the task it runs and the 19 taken with it.
-        assert queue_stats("default")["in_flight"] == 20
+        wait_until(lambda: get_client().llen(tasks.RAN) >= 12, timeout=60)
+        assert queue_stats("default")["in_flight"] > 1  # a batch in hand
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
     finally:
@@ -636,49 +641,67 @@ def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
             worker.kill()
     time.sleep(1.2)  # the leases run out
     Worker(["default"], burst=True).run()
-    assert sorted(ran()) == sorted(["first", *(f"p{n}" for n in range(19))])
+    assert set(ran()) == {"warm", *markers}
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
-    assert result_of(first).attempts == 2
-    assert {result_of(task_id).status for task_id in [first, *rest]} == {"SUCCESSFUL"}
 
 
-def test_sigterm_gives_back_the_prefetched_tasks_at_once() -> None:
-    first = tasks.block_first_time.delay("first", 1.5)
+def test_a_fresh_worker_takes_one_task_until_it_has_measured_one() -> None:
+    ids = [tasks.record.delay(f"m{n}") for n in range(40)]
+    worker = Worker(["default"], prefetch=32)
+    assert worker._take_count() == 1
+    job = take(worker)
+    assert job.id == ids[0]
+    assert queue_stats("default")["in_flight"] == 1
+    worker._exchange([worker._run_one(job)], worker._take_count())
+    assert queue_stats("default")["in_flight"] == worker._take_count() > 1
+
+
+def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
+    tasks.record.delay("warm")  # measured: the next take is a batch
+    first = tasks.record_slowly.delay("first", 2.0)
     rest = [tasks.record.delay(f"p{n}") for n in range(9)]
     worker = start_worker()  # a 60 s lease: only a give-back brings them back soon
-    wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
-    assert queue_stats("default")["in_flight"] == 10
-    worker.send_signal(signal.SIGTERM)
-    output = output_of(worker, 30)
+    try:
+        wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
+        # Given back within the prefetch budget, while the long task still runs.
+        wait_until(lambda: queue_stats("default")["ready"] == 9, timeout=1.5)
+        assert get_client().llen(tasks.RAN) == 1  # "first" has not ended
+        assert queue_stats("default")["in_flight"] == 1
+        keys = QueueKeys.of("default")
+        assert get_client().zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in rest]
+        for task_id in rest:  # not a lost delivery, not an attempt
+            assert get_client().hget(keys.failures, f"{task_id}:lost") is None
+            record = result_of(task_id)
+            assert record.status == "READY"
+            assert record.attempts == 0
+            assert record.started_at is None
+        worker.send_signal(signal.SIGTERM)
+        output = output_of(worker, 30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
     assert worker.returncode == 0, output
-    assert ran() == ["first"]  # it finished what it had started, and nothing more
+    assert ran() == ["warm", "first"]  # it finished what it had started, and nothing more
     assert queue_stats("default") == {"ready": 9, "in_flight": 0, "delayed": 0, "dead": 0}
-    keys = QueueKeys.of("default")
-    assert get_client().zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in rest]
-    for task_id in rest:  # not a lost delivery, not an attempt
-        assert get_client().hget(keys.failures, f"{task_id}:lost") is None
-        record = result_of(task_id)
-        assert record.status == "READY"
-        assert record.attempts == 0
-        assert record.started_at is None
     assert result_of(first).status == "SUCCESSFUL"
 
 
 def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:
-    tasks.sleep_then_record.delay("long", 0.3)  # past the prefetch budget
+    tasks.record.delay("warm")
+    tasks.sleep_then_record.delay("long", 1.0)  # past the prefetch budget
     for n in range(6):
         tasks.sleep_then_record.delay(f"f{n}", 0.02)
     first = Worker(["default"], burst=True)
     first_thread = run_in_thread(first)
-    wait_until(lambda: queue_stats("default")["in_flight"] == 7)  # it took them all
     other = Worker(["default"])
     other_thread = run_in_thread(other)
     first_thread.join(30)
-    wait_until(lambda: len(ran()) == 7)
+    wait_until(lambda: len(ran()) == 8)
     other.stop()
     other_thread.join(30)
-    assert sorted(ran()) == sorted(["long", *(f"f{n}" for n in range(6))])
-    assert other.processed >= 1  # given back when the long task ended, not kept
+    # The other worker ran them while the long task ran: not after it ended.
+    assert ran()[-1] == "long", ran()
+    assert sorted(ran()) == sorted(["warm", "long", *(f"f{n}" for n in range(6))])
     keys = QueueKeys.of("default")
     assert not get_client().hkeys(keys.failures)  # no lost delivery counted
 

@@ -14,26 +14,60 @@
 --          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
 --          'm<US>queue<US>minute % 60' -> 'minute:finished' (the last hour, per minute)
 --          (<US> is the byte 0x1f)
--- KEYS[9..] four per queue the worker watches, in priority order: ready ZSET (highest
+-- KEYS[9]  this worker's last exchange STRING (JSON: its nonce, what it finished and took),
+--          so that a call retried after its reply was lost answers as the first one did
+-- KEYS[10..] four per queue the worker watches, in priority order: ready ZSET (highest
 --          priority first), in-flight ZSET, delayed ZSET, dead LIST
 -- ARGV[1]  worker id   ARGV[2] lease, ms   ARGV[3] how long a finished result is kept, ms
 -- ARGV[4]  ms this worker waits for a wake-up when it finds nothing (it is registered idle
 --          for that long, so that producers wake it; 0: do not register)
 -- ARGV[5]  '1' when this worker is registered idle (taking a task unregisters it)
 -- ARGV[6]  how many tasks to take at most (0: none)
--- ARGV[7]  how many finished tasks follow, then ten values for each: id, its queue's index
---          (1-based, as in KEYS), outcome ('ack' | 'retry' | 'dead'), error text (retry,
---          dead), retry delay ms (retry), return value JSON (ack), error entry JSON (retry,
---          dead), metric labels 'queue<US>task', run time's duration bucket, run time us
+-- ARGV[7]  how many finished tasks follow
+-- ARGV[8]  this exchange's nonce ('' for none): a call whose nonce is the last one stored in
+--          KEYS[9] changes nothing and answers the stored finished flags and the tasks it took
+--          that this worker still holds
+-- ARGV[9..] ten values for each finished task: id, its queue's index (1-based, among the
+--          queues), outcome ('ack' | 'retry' | 'defer' | 'dead'; 'defer': back later, not a
+--          failed attempt), error text (retry, defer, dead), delay ms (retry, defer), return
+--          value JSON (ack), error entry JSON (retry, dead), metric labels
+--          'queue<US>task', run time's duration bucket, run time us
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
 --          longer held it (its lease ran out and another worker has it: nothing about it
 --          is changed); taken holds {id, message, queue index, failures, record state} per
 --          task taken. A task that lost a worker before (id:lost) is taken alone, so that a
 --          task killing its workers does not count against the tasks taken with it.
 --! include _records
+-- The keys of queue `queue_index` (1-based): part 1 ready, 2 in-flight, 3 delayed, 4 dead.
+local function queue_key(queue_index, part)
+    return KEYS[9 + (queue_index - 1) * 4 + part]
+end
+local worker = ARGV[1]
+local nonce = ARGV[8]
+if nonce ~= '' then
+    local stored = redis.call('GET', KEYS[9])
+    local last = stored and cjson.decode(stored)
+    if last and last.n == nonce then
+        -- A retry of a call that ran: answer as it did, with the tasks still held.
+        local taken = {}
+        for _, entry in ipairs(last.t) do
+            local id, queue_index = entry[1], entry[2]
+            if redis.call('HGET', KEYS[2], id) == worker
+                and redis.call('ZSCORE', queue_key(queue_index, 2), id) then
+                taken[#taken + 1] = {
+                    id,
+                    redis.call('HGET', KEYS[1], id),
+                    queue_index,
+                    tonumber(redis.call('HGET', KEYS[3], id) or '0'),
+                    redis.call('HGET', KEYS[5], id),
+                }
+            end
+        end
+        return {last.f, taken}
+    end
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local worker = ARGV[1]
 local lease = tonumber(ARGV[2])
 local result_ttl = tonumber(ARGV[3])
 local US = '\31'
@@ -47,7 +81,7 @@ if count > 0 then
     -- Which of them this worker still holds: owned by it and in its queue's in-flight set.
     local ids, by_queue = {}, {}
     for task = 1, count do
-        local base = 7 + (task - 1) * 10
+        local base = 8 + (task - 1) * 10
         ids[task] = ARGV[base + 1]
         local queue_index = tonumber(ARGV[base + 2])
         by_queue[queue_index] = by_queue[queue_index] or {}
@@ -60,7 +94,7 @@ if count > 0 then
         for _, task in ipairs(tasks) do
             queue_ids[#queue_ids + 1] = ids[task]
         end
-        local scores = redis.call('ZMSCORE', KEYS[8 + (queue_index - 1) * 4 + 2], unpack(queue_ids))
+        local scores = redis.call('ZMSCORE', queue_key(queue_index, 2), unpack(queue_ids))
         local gone = {}
         for position, task in ipairs(tasks) do
             if scores[position] and owners[task] == worker then
@@ -69,7 +103,7 @@ if count > 0 then
             end
         end
         if #gone > 0 then
-            redis.call('ZREM', KEYS[8 + (queue_index - 1) * 4 + 2], unpack(gone))
+            redis.call('ZREM', queue_key(queue_index, 2), unpack(gone))
         end
     end
     local mine, states = {}, {}
@@ -90,7 +124,7 @@ if count > 0 then
     local errors, delayed, dead = {}, {}, {}
     for task = 1, count do
         if held[task] then
-            local base = 7 + (task - 1) * 10
+            local base = 8 + (task - 1) * 10
             local id, queue_index, outcome = ids[task], tonumber(ARGV[base + 2]), ARGV[base + 3]
             local state = states[id]
             if outcome == 'ack' then
@@ -104,11 +138,13 @@ if count > 0 then
                 expiring[#expiring + 1] = now + result_ttl
                 expiring[#expiring + 1] = id
             else
-                add_error(KEYS[5], id, ARGV[base + 7])
-                redis.call('HINCRBY', KEYS[3], id, 1)
+                if outcome ~= 'defer' then  -- a deferral is not a failed attempt
+                    add_error(KEYS[5], id, ARGV[base + 7])
+                    redis.call('HINCRBY', KEYS[3], id, 1)
+                end
                 errors[#errors + 1] = id
                 errors[#errors + 1] = ARGV[base + 4]
-                if outcome == 'retry' then
+                if outcome == 'retry' or outcome == 'defer' then
                     state[1] = 'READY'
                     local delay = tonumber(ARGV[base + 5])
                     delayed[queue_index] = delayed[queue_index] or {}
@@ -161,10 +197,10 @@ if count > 0 then
         redis.call('HSET', KEYS[4], unpack(errors))
     end
     for queue_index, members in pairs(delayed) do
-        redis.call('ZADD', KEYS[8 + (queue_index - 1) * 4 + 3], unpack(members))
+        redis.call('ZADD', queue_key(queue_index, 3), unpack(members))
     end
     for queue_index, members in pairs(dead) do
-        redis.call('RPUSH', KEYS[8 + (queue_index - 1) * 4 + 4], unpack(members))
+        redis.call('RPUSH', queue_key(queue_index, 4), unpack(members))
     end
 end
 if count > 0 then
@@ -196,13 +232,12 @@ end
 
 local taken = {}
 local wanted = tonumber(ARGV[6])
-local queues = (#KEYS - 8) / 4
+local queues = (#KEYS - 9) / 4
 for queue_index = 1, queues do
     if #taken >= wanted then
         break
     end
-    local ready_key = 8 + (queue_index - 1) * 4 + 1
-    local popped = redis.call('ZPOPMIN', KEYS[ready_key], wanted - #taken)
+    local popped = redis.call('ZPOPMIN', queue_key(queue_index, 1), wanted - #taken)
     local ids, scores = {}, {}
     for index = 1, #popped, 2 do
         ids[#ids + 1] = popped[index]
@@ -222,11 +257,13 @@ for queue_index = 1, queues do
             local id = ids[index]
             local lost = tonumber(failures[index * 2] or '0') > 0
             if lost and #taken > 0 then
-                -- Taken alone: it goes back, with the tasks after it, for a later call.
+                -- Taken alone: it goes back, with the tasks after it, for a later call; and
+                -- no lower-priority queue fills the batch ahead of them.
                 for rest = index, #ids do
                     put_back[#put_back + 1] = scores[rest]
                     put_back[#put_back + 1] = ids[rest]
                 end
+                wanted = #taken
                 break
             end
             -- An id whose message is gone was acknowledged already (a duplicate): skip it.
@@ -259,12 +296,12 @@ for queue_index = 1, queues do
             end
         end
         if #leases > 0 then
-            redis.call('ZADD', KEYS[ready_key + 1], unpack(leases))
+            redis.call('ZADD', queue_key(queue_index, 2), unpack(leases))
             redis.call('HSET', KEYS[2], unpack(owners))
             redis.call('HSET', KEYS[5], unpack(records))
         end
         if #put_back > 0 then
-            redis.call('ZADD', KEYS[ready_key], unpack(put_back))
+            redis.call('ZADD', queue_key(queue_index, 1), unpack(put_back))
         end
     end
 end
@@ -283,5 +320,13 @@ if count > 0 or #taken > 0 then
             redis.call('PEXPIRE', KEYS[key_index], keep)
         end
     end
+end
+if nonce ~= '' and (count > 0 or #taken > 0) then
+    local refs = {}
+    for index, entry in ipairs(taken) do
+        refs[index] = {entry[1], entry[3]}
+    end
+    -- Long enough for the worker's retries (a lease at most).
+    redis.call('SET', KEYS[9], cjson.encode({n = nonce, f = finished, t = refs}), 'PX', 2 * lease)
 end
 return {finished, taken}

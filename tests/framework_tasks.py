@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from django_rcoord.connection import get_client
-from django_rcoord.tasks_framework import TaskContext, task
+from django_rcoord.tasks_framework import TaskContext, task, task_finished, task_started
 
 RAN = "test:framework-ran"
+
+
+def _broken_receiver(sender: object, **kwargs: object) -> None:
+    raise RuntimeError("a project's receiver that raises")
+
+
+if os.environ.get("RCOORD_TEST_BROKEN_RECEIVERS"):
+    # A project whose receivers of the worker's signals raise (tests/test_worker_faults.py).
+    task_started.connect(_broken_receiver)
+    task_finished.connect(_broken_receiver)
 
 
 @task()

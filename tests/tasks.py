@@ -124,3 +124,20 @@ def block_first_time(marker: str, seconds: float) -> None:
 def sleep_then_record(marker: str, seconds: float) -> None:
     time.sleep(seconds)
     get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def overlap(seconds: float) -> None:
+    """Record how many runs of it overlap (``test:peaks``: the count when each started)."""
+    client = get_client()
+    client.rpush("test:peaks", client.incr("test:running"))
+    time.sleep(seconds)
+    client.decr("test:running")
+
+
+if os.environ.get("RCOORD_TEST_NEW_RELEASE"):
+    # A task only the next release of the project defines (a rolling deploy's test).
+
+    @task(queue="default")
+    def added_in_new_release(marker: str) -> None:
+        get_client().rpush(RAN, marker)

@@ -69,9 +69,11 @@ def start_worker(
     lease: float | None = None,
     queues: tuple[str, ...] = ("default",),
     max_deliveries: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen:
-    """``manage.py run_email_worker`` in its own process, on the test settings and Redis."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    """``manage.py run_email_worker`` in its own process, on the test settings and Redis
+    (``env``: more environment variables)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **(env or {})}
     if lease is not None:
         env["RCOORD_TEST_TASK_LEASE"] = str(lease)
     if max_deliveries is not None:

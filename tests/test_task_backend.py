@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import datetime
 import signal
+import time
 
 import pytest
 from asgiref.sync import sync_to_async

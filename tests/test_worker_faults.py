@@ -1,0 +1,216 @@
+"""A worker that stops only when told: errors injected into a real worker on a real Redis.
+
+Each test here failed before the fix it names (issue "Production's faults"): the error is
+injected where production meets it (a receiver of the project's that raises, a heartbeat
+that fails mid-batch, a reply lost after its script ran, a final exchange refused with OOM).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.test import override_settings
+
+from django_rcoord import worker as worker_module
+from django_rcoord.connection import get_client
+from django_rcoord.queues import (
+    QueueKeys,
+    dead_letters,
+    enqueue_many,
+    execute_later,
+    queue_stats,
+    recover_and_promote,
+    task,
+)
+from django_rcoord.worker import Worker
+from tests import framework_tasks, tasks
+from tests.test_queues import output_of, ran, result_of, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@task(queue="default")
+def interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def lost_deliveries(queue: str = "default") -> list[bytes]:
+    return [field for field in get_client().hkeys(QueueKeys.of(queue).failures) if b":" in field]
+
+
+def keeper_alive(worker: Worker) -> bool:
+    return any(thread.name == f"lease-keeper:{worker.id}" for thread in threading.enumerate())
+
+
+# -- errors of the project's code --------------------------------------------------------
+def test_receivers_that_raise_fail_nothing_and_stop_no_worker() -> None:
+    added = framework_tasks.add.enqueue(1, 2)
+    failing = framework_tasks.boom.enqueue("r1")
+    own = tasks.record.delay("own")
+    worker = start_worker("--burst", env={"RCOORD_TEST_BROKEN_RECEIVERS": "1"})
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    added.refresh()
+    assert added.status.name == "SUCCESSFUL"
+    assert added.return_value == 3
+    failing.refresh()
+    assert failing.status.name == "FAILED"
+    assert result_of(own).status == "SUCCESSFUL"
+    # Each ran once: acknowledged although the task_finished receiver raised.
+    assert get_client().lrange(framework_tasks.RAN, 0, -1) == [b"add:1+2"]
+    assert ran() == ["own"]
+    assert "a receiver of task_started" in output
+    assert "a receiver of task_finished" in output
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 1}
+
+
+def test_a_task_only_a_newer_release_knows_waits_for_it() -> None:
+    task_id = execute_later("default", "tests.tasks.added_in_new_release", ["new"])
+    old = start_worker("--burst")
+    output = output_of(old, 60)
+    assert old.returncode == 0, output
+    assert f"task {task_id} tests.tasks.added_in_new_release cannot run here" in output
+    assert "delivery 1 of 5" in output
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 1, "dead": 0}
+    time.sleep(0.2)  # its delay (TASK_RETRY_BACKOFF in the test settings: 0.05 s)
+    new = start_worker("--burst", env={"RCOORD_TEST_NEW_RELEASE": "1"})
+    output = output_of(new, 60)
+    assert new.returncode == 0, output
+    assert ran() == ["new"]
+    assert result_of(task_id).status == "SUCCESSFUL"
+    assert dead_letters("default") == []
+
+
+def test_a_task_nobody_knows_is_dead_after_max_deliveries() -> None:
+    task_id = execute_later("default", "no.release.has.it", [])
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_MAX_DELIVERIES": 3}):
+        for _ in range(50):
+            Worker(["default"], burst=True).run()
+            if dead_letters("default"):
+                break
+            time.sleep(0.05)
+    (letter,) = dead_letters("default")
+    assert "no worker could run it in 3 deliveries" in letter["error"]
+    assert len(result_of(task_id).worker_ids) == 3
+    # The deferrals were not failed attempts: only the last delivery, which made it dead.
+    assert get_client().hget(QueueKeys.of("default").failures, task_id) == b"1"
+
+
+# -- Redis errors mid-batch ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "error",
+    [
+        redis.ConnectionError("connection reset by peer"),
+        redis.exceptions.ReadOnlyError("You can't write against a read only replica."),
+        redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+    ],
+    ids=["reset", "READONLY", "OOM"],
+)
+def test_a_heartbeat_error_mid_batch_loses_and_repeats_nothing(error: Exception) -> None:
+    class FailingOnce(Worker):
+        failed = False
+
+        def _heartbeat(self) -> None:
+            if self.processed >= 3 and not self.failed:
+                self.failed = True
+                raise error
+            super()._heartbeat()
+
+    tasks.record.delay("warm")
+    markers = [f"h{n}" for n in range(20)]
+    enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
+    worker = FailingOnce(["default"], burst=True)
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RETRY_BACKOFF": 0.01}):
+        assert worker.run() == 21
+    assert worker.failed
+    assert sorted(ran()) == sorted(["warm", *markers])  # each once
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert lost_deliveries() == []
+
+
+def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = worker_module.run_script
+    lost = []
+
+    def reply_lost_once(name: str, client: Any, *, keys: Any, args: Any) -> Any:
+        reply = real(name, client, keys=keys, args=args)
+        finishing_and_taking = name == "task_finish" and int(args[6]) > 0 and int(args[5]) > 0
+        if finishing_and_taking and not lost:
+            lost.append(reply)
+            raise redis.ConnectionError("connection reset after the script ran")
+        return reply
+
+    monkeypatch.setattr(worker_module, "run_script", reply_lost_once)
+    markers = [f"r{n}" for n in range(30)]
+    enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
+    worker = Worker(["default"], burst=True)
+    with caplog.at_level(logging.WARNING, logger="django_rcoord.worker"):
+        assert worker.run() == 30
+    assert lost, "no reply was lost"
+    assert lost[0][1], "the lost call took no task"
+    assert sorted(ran()) == sorted(markers)
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert lost_deliveries() == []
+    assert "lease had run out" not in caplog.text
+
+
+def test_a_lost_task_ends_the_take_before_lower_priority_queues() -> None:
+    high = [execute_later("prio/high", "tests.tasks.record", [f"h{n}"]) for n in range(3)]
+    low = [execute_later("prio/low", "tests.tasks.record", [f"l{n}"]) for n in range(2)]
+    get_client().hset(QueueKeys.of("prio/high").failures, f"{high[1]}:lost", 1)
+    worker = Worker(["prio/high", "prio/low"])
+    assert [job.id for job in worker._exchange([], 10)] == [high[0]]
+    assert [job.id for job in worker._exchange([], 10)] == [high[1]]  # alone
+    assert [job.id for job in worker._exchange([], 10)] == [high[2], *low]
+
+
+# -- prefetch and threads ---------------------------------------------------------------------
+def test_concurrency_threads_run_side_by_side() -> None:
+    enqueue_many([(tasks.overlap, (1.0,), {}) for _ in range(8)])
+    started = time.monotonic()
+    worker = start_worker("--burst", "--concurrency", "4")
+    output = output_of(worker, 60)
+    took = time.monotonic() - started
+    assert worker.returncode == 0, output
+    peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
+    assert len(peaks) == 8
+    assert max(peaks) == 4  # four ran at once, never one thread holding them all
+    print(f"\n--concurrency 4, 8 tasks of 1 s: {took:.2f} s (process start included)")
+
+
+# -- how run() ends --------------------------------------------------------------------------
+def test_the_keeper_stops_when_run_raises() -> None:
+    interrupt.delay()
+    worker = Worker(["default"], burst=True)
+    with pytest.raises(KeyboardInterrupt):
+        worker.run()
+    assert not keeper_alive(worker)
+
+
+def test_the_keeper_stops_when_the_last_exchange_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = worker_module.run_script
+
+    def refuse_acknowledgements(name: str, client: Any, *, keys: Any, args: Any) -> Any:
+        if name == "task_finish" and int(args[5]) == 0 and int(args[6]) > 0:
+            raise redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
+        return real(name, client, keys=keys, args=args)
+
+    monkeypatch.setattr(worker_module, "run_script", refuse_acknowledgements)
+    task_id = tasks.record.delay("once")
+    worker = Worker(["default"], max_tasks=1, lease=0.5)
+    assert worker.run() == 1
+    assert not keeper_alive(worker)
+    # Nobody renews its lease any more: it comes back when the lease runs out.
+    time.sleep(0.7)
+    assert recover_and_promote(QueueKeys.of("default"))[0] == 1
+    assert result_of(task_id).status == "READY"

@@ -138,7 +138,7 @@ def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     real = worker_module.run_script
-    lost = []
+    lost: list[Any] = []
 
     def reply_lost_once(name: str, client: Any, *, keys: Any, args: Any) -> Any:
         reply = real(name, client, keys=keys, args=args)

@@ -141,3 +141,12 @@ if os.environ.get("RCOORD_TEST_NEW_RELEASE"):
     @task(queue="default")
     def added_in_new_release(marker: str) -> None:
         get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def record_run(marker: str, seconds: float = 0.0) -> None:
+    """Append the marker to the file ``RCOORD_TEST_RUN_LOG`` names, once per run: an effect
+    that no Redis fault can repeat or lose (tests/test_faults.py)."""
+    time.sleep(seconds)
+    with open(os.environ["RCOORD_TEST_RUN_LOG"], "a") as log:
+        log.write(f"{marker}\n")

@@ -1,0 +1,169 @@
+"""The fault suite: workers in their own processes on a Redis of the test's own, while the
+test resets their connections, restarts the server or turns it into a read-only replica.
+
+Each run's effects are lines in a file (``tasks.record_run``), so a fault can neither repeat
+nor hide them. On Redis Cluster these need a cluster of their own and are not run.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from django_rcoord.embedded import EmbeddedRedis
+from django_rcoord.embedded.server import free_port
+from django_rcoord.queues import dead_letters, enqueue_many, queue_stats
+from django_rcoord.worker import PREFETCH_BUDGET_MS
+from tests import cluster, tasks
+from tests.procs import wait_until
+from tests.test_queues import output_of, start_worker
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(cluster.ENABLED, reason="a single server of the test's own"),
+]
+
+TASKS = 600
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A redis-server of this test's own (AOF on, as the embedded server always has it)."""
+    server = EmbeddedRedis(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class Run:
+    """``TASKS`` tasks and ``workers`` worker processes on ``server``."""
+
+    def __init__(self, server: EmbeddedRedis, tmp_path: Path, workers: int, seconds: float):
+        self.server = server
+        self.client = server.client()
+        self.log = tmp_path / "runs.log"
+        self.log.touch()
+        self.markers = [f"t{n}" for n in range(TASKS)]
+        enqueue_many(
+            [(tasks.record_run, (marker, seconds), {}) for marker in self.markers],
+            client=self.client,
+        )
+        env = {"RCOORD_TEST_REDIS_URL": server.url, "RCOORD_TEST_RUN_LOG": str(self.log)}
+        self.workers = [start_worker(env=env) for _ in range(workers)]
+
+    def runs(self) -> collections.Counter[str]:
+        return collections.Counter(self.log.read_text().split())
+
+    def all_ran(self) -> bool:
+        return len(self.runs()) == TASKS
+
+    def alive(self) -> bool:
+        return all(worker.poll() is None for worker in self.workers)
+
+    def stop(self) -> list[str]:
+        """SIGTERM every worker; their outputs (each must exit 0)."""
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        outputs = []
+        for worker in self.workers:
+            try:
+                outputs.append(output_of(worker, 60))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                raise
+            assert worker.returncode == 0, outputs[-1]
+        return outputs
+
+    def report(self, what: str, started: float) -> collections.Counter[str]:
+        runs = self.runs()
+        repeated = sum(count - 1 for count in runs.values())
+        print(
+            f"\n{what}: {TASKS} tasks, {len(self.workers)} workers, "
+            f"{time.monotonic() - started:.1f} s, {len(runs)} ran, {repeated} repeated, "
+            f"{len(dead_letters('default', client=self.client))} dead letters"
+        )
+        return runs
+
+
+def test_connection_resets_repeat_nothing_and_stop_no_worker(
+    own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    run = Run(own_redis, tmp_path, workers=2, seconds=0.01)
+    killer = own_redis.client()
+    started, kills, killed = time.monotonic(), 0, 0
+    try:
+        while not run.all_ran() and time.monotonic() - started < 180:
+            time.sleep(random.uniform(0.1, 0.3))
+            killed += killer.client_kill_filter(_type="normal", skipme=True)
+            kills += 1
+            assert run.alive()
+    finally:
+        outputs = run.stop()
+    runs = run.report(f"connection resets ({kills} rounds, {killed} connections)", started)
+    assert killed > 0
+    assert set(runs) == set(run.markers)
+    assert max(runs.values()) == 1, [marker for marker, count in runs.items() if count > 1]
+    assert dead_letters("default", client=run.client) == []
+    assert queue_stats("default", client=run.client) == {
+        "ready": 0,
+        "in_flight": 0,
+        "delayed": 0,
+        "dead": 0,
+    }
+    assert any("Redis error" in output or "lease keeper" in output for output in outputs)
+
+
+def test_a_redis_restart_mid_run_loses_nothing(own_redis: EmbeddedRedis, tmp_path: Path) -> None:
+    run = Run(own_redis, tmp_path, workers=3, seconds=0.01)
+    started = time.monotonic()
+    try:
+        wait_until(lambda: len(run.runs()) >= TASKS // 4, timeout=60)
+        own_redis.stop()  # SHUTDOWN: the AOF has every write
+        time.sleep(1.0)
+        own_redis.start()
+        wait_until(run.all_ran, timeout=120)
+        assert run.alive()
+    finally:
+        run.stop()
+    runs = run.report("redis restart", started)
+    assert set(runs) == set(run.markers)
+    assert dead_letters("default", client=run.client) == []
+    assert queue_stats("default", client=run.client)["ready"] == 0
+
+
+def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Path) -> None:
+    run = Run(own_redis, tmp_path, workers=2, seconds=0.01)
+    started = time.monotonic()
+    admin = own_redis.client()
+    try:
+        wait_until(lambda: len(run.runs()) >= TASKS // 4, timeout=60)
+        # A replica of a primary that is not there: it keeps its data and answers every
+        # write with READONLY, as a demoted primary does during a failover.
+        admin.replicaof("127.0.0.1", free_port())
+        readonly_from = len(run.runs())
+        with pytest.raises(redis.exceptions.ReadOnlyError):
+            admin.set("rcoord:test:write", 1)
+        time.sleep(3)
+        during = len(run.runs()) - readonly_from
+        admin.replicaof("NO", "ONE")
+        wait_until(run.all_ran, timeout=120)
+        assert run.alive()
+    finally:
+        outputs = run.stop()
+    runs = run.report(f"READONLY for 3 s ({during} finished meanwhile)", started)
+    # At most what each worker was running or had taken when it began.
+    assert during <= 2 * (PREFETCH_BUDGET_MS / 10 + 2)
+    assert set(runs) == set(run.markers)
+    assert max(runs.values()) == 1
+    assert dead_letters("default", client=run.client) == []
+    assert any("ReadOnlyError" in output or "READONLY" in output for output in outputs)

@@ -108,7 +108,7 @@ def test_connection_resets_repeat_nothing_and_stop_no_worker(
             kills += 1
             assert run.alive()
     finally:
-        outputs = run.stop()
+        run.stop()
     runs = run.report(f"connection resets ({kills} rounds, {killed} connections)", started)
     assert killed > 0
     assert set(runs) == set(run.markers)
@@ -120,7 +120,6 @@ def test_connection_resets_repeat_nothing_and_stop_no_worker(
         "delayed": 0,
         "dead": 0,
     }
-    assert any("Redis error" in output or "lease keeper" in output for output in outputs)
 
 
 def test_a_redis_restart_mid_run_loses_nothing(own_redis: EmbeddedRedis, tmp_path: Path) -> None:

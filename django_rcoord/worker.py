@@ -380,7 +380,8 @@ class Worker:
         raises: what it cannot settle, the leases bring back."""
         with self._holding:
             try:
-                if self._done:
+                # A failed exchange is sent again too: it may have taken tasks.
+                if self._done or self._pending is not None:
                     self._exchange_held(0)
             except Exception as exc:  # noqa: BLE001
                 logger.warning(

@@ -133,6 +133,12 @@ def test_a_task_that_cannot_run_here_is_failed_with_the_reason() -> None:
     task_id = execute_later("default", "tests.tasks.no_such_task", [1])
     run_all()
     record = result_of(task_id)
+    assert record.status == "READY"  # waiting for a worker that knows it
+    assert "unknown task" in record.errors[0]["traceback"]
+    time.sleep(0.1)  # due again (TASK_RETRY_BACKOFF 0.05 s)
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_MAX_DELIVERIES": 2}):
+        run_all()
+    record = result_of(task_id)
     assert record.status == "FAILED"
     assert record.errors[0]["exception_class_path"] == "django_rcoord.exceptions.TaskNotRunnable"
     assert "unknown task" in record.errors[0]["traceback"]

@@ -38,9 +38,10 @@
 --          task taken. A task that lost a worker before (id:lost) is taken alone, so that a
 --          task killing its workers does not count against the tasks taken with it.
 --! include _records
--- The keys of queue `queue_index` (1-based): part 1 ready, 2 in-flight, 3 delayed, 4 dead.
-local function queue_key(queue_index, part)
-    return KEYS[9 + (queue_index - 1) * 4 + part]
+-- KEYS[queue_keys(queue_index) + part] is a key of queue `queue_index` (1-based): part 1
+-- ready, 2 in-flight, 3 delayed, 4 dead.
+local function queue_keys(queue_index)
+    return 9 + (queue_index - 1) * 4
 end
 local worker = ARGV[1]
 local nonce = ARGV[8]
@@ -53,7 +54,7 @@ if nonce ~= '' then
         for _, entry in ipairs(last.t) do
             local id, queue_index = entry[1], entry[2]
             if redis.call('HGET', KEYS[2], id) == worker
-                and redis.call('ZSCORE', queue_key(queue_index, 2), id) then
+                and redis.call('ZSCORE', KEYS[queue_keys(queue_index) + 2], id) then
                 taken[#taken + 1] = {
                     id,
                     redis.call('HGET', KEYS[1], id),
@@ -94,7 +95,7 @@ if count > 0 then
         for _, task in ipairs(tasks) do
             queue_ids[#queue_ids + 1] = ids[task]
         end
-        local scores = redis.call('ZMSCORE', queue_key(queue_index, 2), unpack(queue_ids))
+        local scores = redis.call('ZMSCORE', KEYS[queue_keys(queue_index) + 2], unpack(queue_ids))
         local gone = {}
         for position, task in ipairs(tasks) do
             if scores[position] and owners[task] == worker then
@@ -103,7 +104,7 @@ if count > 0 then
             end
         end
         if #gone > 0 then
-            redis.call('ZREM', queue_key(queue_index, 2), unpack(gone))
+            redis.call('ZREM', KEYS[queue_keys(queue_index) + 2], unpack(gone))
         end
     end
     local mine, states = {}, {}
@@ -197,10 +198,10 @@ if count > 0 then
         redis.call('HSET', KEYS[4], unpack(errors))
     end
     for queue_index, members in pairs(delayed) do
-        redis.call('ZADD', queue_key(queue_index, 3), unpack(members))
+        redis.call('ZADD', KEYS[queue_keys(queue_index) + 3], unpack(members))
     end
     for queue_index, members in pairs(dead) do
-        redis.call('RPUSH', queue_key(queue_index, 4), unpack(members))
+        redis.call('RPUSH', KEYS[queue_keys(queue_index) + 4], unpack(members))
     end
 end
 if count > 0 then
@@ -237,7 +238,7 @@ for queue_index = 1, queues do
     if #taken >= wanted then
         break
     end
-    local popped = redis.call('ZPOPMIN', queue_key(queue_index, 1), wanted - #taken)
+    local popped = redis.call('ZPOPMIN', KEYS[queue_keys(queue_index) + 1], wanted - #taken)
     local ids, scores = {}, {}
     for index = 1, #popped, 2 do
         ids[#ids + 1] = popped[index]
@@ -296,12 +297,12 @@ for queue_index = 1, queues do
             end
         end
         if #leases > 0 then
-            redis.call('ZADD', queue_key(queue_index, 2), unpack(leases))
+            redis.call('ZADD', KEYS[queue_keys(queue_index) + 2], unpack(leases))
             redis.call('HSET', KEYS[2], unpack(owners))
             redis.call('HSET', KEYS[5], unpack(records))
         end
         if #put_back > 0 then
-            redis.call('ZADD', queue_key(queue_index, 1), unpack(put_back))
+            redis.call('ZADD', KEYS[queue_keys(queue_index) + 1], unpack(put_back))
         end
     end
 end

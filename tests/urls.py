@@ -35,6 +35,13 @@ urlpatterns = [
     path("misdecorated/", views.MisdecoratedView.as_view()),
     path("async-misdecorated/", views.AsyncMisdecoratedView.as_view()),
     path("both-media/", views.both_media),
+    path("sell/<int:item_id>/", views.sell),
+    path("sell-autocommit/<int:item_id>/", views.sell_autocommit),
+    path("sale-page/<int:item_id>/", views.sale_page),
+    path("async-sale-page/<int:item_id>/", views.async_sale_page),
+    path("async-sell/<int:item_id>/", views.async_sell),
+    path("sell-cbv/<int:item_id>/", views.SellView.as_view()),
+    path("sell-cbv-dispatch/<int:item_id>/", views.SellDispatchView.as_view()),
     path("guild-admin/", guild_admin.urls),
     path("example/", include("example_project.urls")),
 ]

@@ -147,12 +147,16 @@ class _AtomicRequestsInsideLock(set[str]):
     def __contains__(self, alias: object) -> bool:
         return True
 
-    def atomic_aliases(self) -> list[str]:
-        """The databases whose transaction the decorator opens, in Django's order."""
+    def atomic_aliases(self, request: HttpRequest) -> list[str]:
+        """The databases whose transaction the decorator opens, in Django's order: those
+        with ATOMIC_REQUESTS that neither the view nor the view Django resolved opted
+        out of (a class-based view's ``as_view()``, from its ``dispatch``)."""
+        resolved = getattr(getattr(request, "resolver_match", None), "func", None)
+        opted_out = {*self, *getattr(resolved, "_non_atomic_requests", ())}
         return [
             alias
             for alias, config in connections.settings.items()
-            if config["ATOMIC_REQUESTS"] and not set.__contains__(self, alias)
+            if config["ATOMIC_REQUESTS"] and alias not in opted_out
         ]
 
 
@@ -376,7 +380,7 @@ def locked(
         atomic_requests = _AtomicRequestsInsideLock(getattr(view, "_non_atomic_requests", ()))
 
         def run(request: HttpRequest, args: tuple, kwargs: dict) -> Any:
-            with _request_transactions(atomic_requests.atomic_aliases()):
+            with _request_transactions(atomic_requests.atomic_aliases(request)):
                 response = view(request, *args, **kwargs)
                 if _renders_later(response):
                     response.render()

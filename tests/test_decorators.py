@@ -409,11 +409,12 @@ def test_every_database_with_atomic_requests_commits_inside_the_lock(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", ["/sell-autocommit/1/", "/sell-cbv-autocommit/1/"])
 def test_a_view_opted_out_of_atomic_requests_runs_in_autocommit(
-    client, atomic_requests: None, commits: list[dict]
+    client, atomic_requests: None, commits: list[dict], url: str
 ) -> None:
     with pytest.raises(RuntimeError):
-        client.post("/sell-autocommit/1/?fail=1")
+        client.post(f"{url}?fail=1")
     assert commits == []  # no transaction: each query committed as it ran
     assert Sale.objects.count() == 1  # so the raise did not undo the write
     assert not lock_is_held("sale:1")

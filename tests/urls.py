@@ -42,6 +42,7 @@ urlpatterns = [
     path("async-sell/<int:item_id>/", views.async_sell),
     path("sell-cbv/<int:item_id>/", views.SellView.as_view()),
     path("sell-cbv-dispatch/<int:item_id>/", views.SellDispatchView.as_view()),
+    path("sell-cbv-autocommit/<int:item_id>/", views.SellAutocommitView.as_view()),
     path("guild-admin/", guild_admin.urls),
     path("example/", include("example_project.urls")),
 ]

@@ -7,10 +7,12 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.template import engines
 from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
@@ -223,6 +225,18 @@ class SellView(View):
 
 @method_decorator(locked("sale:{item_id}", timeout=5, wait=5), name="dispatch")
 class SellDispatchView(View):
+    def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
+        return sell_once(request, item_id)
+
+
+class SellAutocommitView(View):
+    """Opted out of ATOMIC_REQUESTS on ``dispatch``, locked on ``post``."""
+
+    @transaction.non_atomic_requests
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return super().dispatch(request, *args, **kwargs)
+
+    @method_decorator(locked("sale:{item_id}", timeout=5))
     def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
         return sell_once(request, item_id)
 

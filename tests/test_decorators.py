@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.http import HttpResponse
 from django.test import Client, override_settings
 
 from django_rcoord.decorators import locked, rate_limited
@@ -516,3 +517,24 @@ def test_two_concurrent_buyers_under_atomic_requests_buy_once(
     next_buyer = Lock("sale:1", wait=0)
     assert next_buyer.acquire()
     next_buyer.release()
+
+
+def _in_transaction(request: Any) -> HttpResponse:
+    return HttpResponse(str(connections[DEFAULT_DB_ALIAS].in_atomic_block))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("decorate", "in_transaction"),
+    [
+        (locked("x"), b"True"),
+        (lambda view: transaction.non_atomic_requests(locked("x")(view)), b"False"),
+        (lambda view: locked("x")(transaction.non_atomic_requests(view)), b"False"),
+    ],
+    ids=["atomic", "opted-out-above", "opted-out-below"],
+)
+def test_non_atomic_requests_above_or_below_locked_is_kept(
+    rf, atomic_requests: None, decorate: Any, in_transaction: bytes
+) -> None:
+    view = decorate(_in_transaction)
+    assert view(rf.get("/")).content == in_transaction

@@ -162,10 +162,9 @@ def _record_commit(item_id: int, alias: str) -> None:
 
 def sell_once(request: HttpRequest, item_id: int) -> HttpResponse:
     """Sell the item unless it was sold: a read, then a write (one transaction under
-    ATOMIC_REQUESTS). ``?fail=1`` raises after the write, ``?pause=s`` sleeps between."""
+    ATOMIC_REQUESTS). ``?fail=1`` raises after the write."""
     if Sale.objects.filter(item_id=item_id).exists():
         return JsonResponse({"sold": False}, status=409)
-    time.sleep(float(request.GET.get("pause", 0)))
     Sale.objects.create(item_id=item_id, buyer=request.GET.get("buyer", "someone"))
     for alias in connections:
         if connections[alias].in_atomic_block:

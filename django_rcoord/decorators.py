@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.connection import NO_REDIS
@@ -125,6 +127,186 @@ class _KeyFunction:
         return await name if inspect.isawaitable(name) else name
 
 
+#: Errors of taking a lock that refuse the request (or, Redis unreachable, may fail open).
+_ACQUIRE_ERRORS: tuple[type[Exception], ...] = (LockNotReplicated, *NO_REDIS)
+#: Errors of releasing a lock after the view ran: logged, the response stands.
+_RELEASE_ERRORS: tuple[type[Exception], ...] = (LockLost, *NO_REDIS)
+
+
+class _AtomicRequestsInsideLock(set[str]):
+    """The ``_non_atomic_requests`` of a sync ``@locked`` view.
+
+    Django's handler wraps a view in ``transaction.atomic`` for each database with
+    ``ATOMIC_REQUESTS`` whose alias is not in this attribute. Every alias is in this
+    set, so the handler opens no transaction around the view: ``@locked`` opens them
+    itself, inside the lock, so that they commit or roll back before it is released.
+    The set's items are the aliases the view opted out of with
+    ``transaction.non_atomic_requests`` (applied below or above ``@locked``).
+    """
+
+    def __contains__(self, alias: object) -> bool:
+        return True
+
+    def atomic_aliases(self, request: HttpRequest) -> list[str]:
+        """The databases whose transaction the decorator opens, in Django's order: those
+        with ATOMIC_REQUESTS that neither the view nor the view Django resolved opted
+        out of (a class-based view's ``as_view()``, from its ``dispatch``)."""
+        resolved = getattr(getattr(request, "resolver_match", None), "func", None)
+        opted_out = {*self, *getattr(resolved, "_non_atomic_requests", ())}
+        return [
+            alias
+            for alias, config in connections.settings.items()
+            if config["ATOMIC_REQUESTS"] and alias not in opted_out
+        ]
+
+
+@contextlib.contextmanager
+def _request_transactions(aliases: list[str]) -> Iterator[None]:
+    """``transaction.atomic`` on each database, nested as Django nests ATOMIC_REQUESTS."""
+    with contextlib.ExitStack() as stack:
+        for alias in reversed(aliases):
+            stack.enter_context(transaction.atomic(using=alias))
+        yield
+
+
+def _enclosing_transactions() -> list[str]:
+    """The databases on which the view runs inside a transaction opened around it, which
+    commits after the view returns: ATOMIC_REQUESTS around a class-based view whose
+    method (not ``dispatch``) is decorated, a transaction middleware, a caller's
+    ``atomic``. A test case's transaction never commits, so it does not count."""
+    return [
+        connection.alias
+        for connection in connections.all(initialized_only=True)
+        if connection.in_atomic_block
+        and connection.atomic_blocks
+        and not getattr(connection.atomic_blocks[0], "_from_testcase", False)
+    ]
+
+
+def _renders_later(response: Any) -> bool:
+    """A TemplateResponse, which Django's handler would render after the view returned."""
+    return callable(getattr(response, "render", None))
+
+
+class _LockedView:
+    """What ``@locked`` does around one view, but for the calls its sync and async
+    wrappers make: taking and releasing the lock, running the view, rendering."""
+
+    def __init__(
+        self,
+        view: Callable[..., Any],
+        key: KeyTemplate,
+        *,
+        timeout: float,
+        wait: float,
+        on_busy: Callable[[HttpRequest], HttpResponse] | None,
+        fail_open: bool,
+    ) -> None:
+        self.view_name = view.__qualname__
+        self.name_for = _KeyFunction(key, view, "@locked")
+        self.what = f"@locked on view {self.name_for.view_name}"
+        self.timeout = timeout
+        self.wait = wait
+        self.on_busy = on_busy
+        self.fail_open = fail_open
+
+    def lock(self, request: HttpRequest, name: str) -> Lock | HttpResponse:
+        try:
+            return Lock(name, timeout=self.timeout, wait=self.wait)
+        except InvalidName as exc:
+            return error_response(request, 400, "bad_lock_key", str(exc))
+
+    def refused(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        """The answer when the lock could not be asked for: a 503, or None to run the
+        view without it (Redis unreachable and ``fail_open``)."""
+        if isinstance(exc, LockNotReplicated):
+            logger.error("@locked view %s: %s", self.view_name, exc)
+            return error_response(
+                request,
+                503,
+                "lock_not_replicated",
+                "The lock could not be made durable; try again shortly.",
+                retry_after=1,
+            )
+        refused = unavailable(request, exc, fail_open=self.fail_open, what=self.what)
+        if refused is None:
+            request.rcoord_lock = None  # type: ignore[attr-defined]
+        return refused
+
+    def busy(self, request: HttpRequest, lock: Lock) -> HttpResponse:
+        if self.on_busy is not None:
+            return self.on_busy(request)
+        return error_response(
+            request,
+            409,
+            "locked",
+            "This resource is busy; try again shortly.",
+            retry_after=lock.holder_ttl if lock.holder_ttl is not None else self.timeout,
+        )
+
+    def release_failed(self, lock: Lock, exc: Exception) -> None:
+        # The view has run: its response stands.
+        if isinstance(exc, LockLost):
+            logger.error(
+                "@locked view %s outlived its lock %r (timeout %ss): another request may "
+                "have run at the same time",
+                self.view_name,
+                lock.name,
+                self.timeout,
+            )
+        else:
+            logger.error(
+                "@locked view %s could not release its lock %r, which expires within %ss: "
+                "Redis unavailable: %s",
+                self.view_name,
+                lock.name,
+                self.timeout,
+                exc,
+            )
+
+    def release(self, lock: Lock) -> None:
+        try:
+            lock.release()
+        except _RELEASE_ERRORS as exc:
+            self.release_failed(lock, exc)
+
+    async def arelease(self, lock: Lock) -> None:
+        try:
+            await lock.arelease()
+        except _RELEASE_ERRORS as exc:
+            self.release_failed(lock, exc)
+
+    @contextlib.contextmanager
+    def held(self, lock: Lock) -> Iterator[None]:
+        """Release ``lock`` when the block ends or, when it ran inside transactions
+        opened around it, once they have all committed (on_commit; if one rolls back
+        instead, the lock ends with its timeout). A block that raises releases at once:
+        its writes were rolled back (the request's transaction, or its savepoint in
+        an enclosing one), or are left to the rollback of whoever opened the
+        transaction around it, invisible to other requests until then."""
+        enclosing = set(_enclosing_transactions())
+        try:
+            yield
+        except BaseException:
+            self.release(lock)
+            raise
+        if not enclosing:
+            self.release(lock)
+            return
+
+        def on_commit_of(alias: str) -> Callable[[], None]:
+            def committed() -> None:
+                enclosing.discard(alias)
+                if not enclosing:
+                    self.release(lock)
+
+            return committed
+
+        for alias in list(enclosing):
+            # Robust: the transaction has committed; a failure is logged, not raised.
+            transaction.on_commit(on_commit_of(alias), using=alias, robust=True)
+
+
 def locked(
     key: KeyTemplate,
     *,
@@ -139,8 +321,11 @@ def locked(
     ``user`` (``request.user``; ``ip:<address>`` when nobody is signed in), e.g.
     ``"purchase:{item_id}"`` or ``"profile:{user.pk}"``, or a callable
     ``(request, *args, **kwargs) -> str``.
-    The lock lives ``timeout`` seconds at most and is released when the view
-    returns or raises; the view finds it (and its fencing token) as
+    The lock lives ``timeout`` seconds at most. It is released once the view's work
+    is over: a TemplateResponse is rendered inside the lock, and the request's
+    transactions (``ATOMIC_REQUESTS``, opened by the decorator inside the lock for a
+    sync view) have committed or rolled back; a view that raises releases at once,
+    after the rollback. The view finds the lock (and its fencing token) as
     ``request.rcoord_lock``. When busy, the response is ``on_busy(request)`` or a 409
     with ``Retry-After`` (JSON for JSON clients); a grant that
     ``RCOORD["LOCK_REPLICAS"]`` replicas did not acknowledge gives a 503. When Redis
@@ -154,119 +339,71 @@ def locked(
     _check_fail_open(fail_open, "@locked")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        name_for = _KeyFunction(key, view, "@locked")
-        what = f"@locked on view {name_for.view_name}"
-
-        def prepare(request: HttpRequest, name: str) -> Lock | HttpResponse:
-            try:
-                return Lock(name, timeout=timeout, wait=wait)
-            except InvalidName as exc:
-                return error_response(request, 400, "bad_lock_key", str(exc))
-
-        def busy(request: HttpRequest, lock: Lock) -> HttpResponse:
-            if on_busy is not None:
-                return on_busy(request)
-            return error_response(
-                request,
-                409,
-                "locked",
-                "This resource is busy; try again shortly.",
-                retry_after=lock.holder_ttl if lock.holder_ttl is not None else timeout,
-            )
-
-        def not_replicated(request: HttpRequest, exc: LockNotReplicated) -> HttpResponse:
-            logger.error("@locked view %s: %s", view.__qualname__, exc)
-            return error_response(
-                request,
-                503,
-                "lock_not_replicated",
-                "The lock could not be made durable; try again shortly.",
-                retry_after=1,
-            )
-
-        def no_redis(request: HttpRequest, exc: BaseException) -> HttpResponse | None:
-            """A 503, or None to run the view without the lock (fail open)."""
-            refused = unavailable(request, exc, fail_open=fail_open, what=what)
-            if refused is None:
-                request.rcoord_lock = None  # type: ignore[attr-defined]
-            return refused
-
-        def report_loss(lock: Lock) -> None:
-            logger.error(
-                "@locked view %s outlived its lock %r (timeout %ss): another request may "
-                "have run at the same time",
-                view.__qualname__,
-                lock.name,
-                timeout,
-            )
-
-        def report_unreleased(lock: Lock, exc: BaseException) -> None:
-            # The view has run: its response stands, and the lock ends with its timeout.
-            logger.error(
-                "@locked view %s could not release its lock %r, which expires within %ss: "
-                "Redis unavailable: %s",
-                view.__qualname__,
-                lock.name,
-                timeout,
-                exc,
-            )
+        locked_view = _LockedView(
+            view, key, timeout=timeout, wait=wait, on_busy=on_busy, fail_open=fail_open
+        )
+        name_for = locked_view.name_for
 
         if iscoroutinefunction(view):
+            # Django has no async transactions: an async view opens its own, and is
+            # released after they ended. Under ATOMIC_REQUESTS it must opt out
+            # (transaction.non_atomic_requests), as Django asks of every async view.
+            async def run_async(request: HttpRequest, args: tuple, kwargs: dict) -> Any:
+                response = await view(request, *args, **kwargs)
+                if _renders_later(response):
+                    await sync_to_async(response.render, thread_sensitive=True)()
+                return response
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
                 _check_request(request, "locked")
-                lock = prepare(request, await name_for.async_name(request, args, kwargs))
+                lock = locked_view.lock(request, await name_for.async_name(request, args, kwargs))
                 if isinstance(lock, HttpResponse):
                     return lock
                 try:
                     acquired = await lock.aacquire()
-                except LockNotReplicated as exc:
-                    return not_replicated(request, exc)
-                except NO_REDIS as exc:
-                    refused = no_redis(request, exc)
-                    return refused if refused is not None else await view(request, *args, **kwargs)
+                except _ACQUIRE_ERRORS as exc:
+                    refused = locked_view.refused(request, exc)
+                    return (
+                        refused if refused is not None else await run_async(request, args, kwargs)
+                    )
                 if not acquired:
-                    return busy(request, lock)
+                    return locked_view.busy(request, lock)
                 request.rcoord_lock = lock  # type: ignore[attr-defined]
                 try:
-                    return await view(request, *args, **kwargs)
+                    return await run_async(request, args, kwargs)
                 finally:
-                    try:
-                        await lock.arelease()
-                    except LockLost:
-                        report_loss(lock)
-                    except NO_REDIS as exc:
-                        report_unreleased(lock, exc)
+                    await locked_view.arelease(lock)
 
             return async_wrapper
+
+        atomic_requests = _AtomicRequestsInsideLock(getattr(view, "_non_atomic_requests", ()))
+
+        def run(request: HttpRequest, args: tuple, kwargs: dict) -> Any:
+            with _request_transactions(atomic_requests.atomic_aliases(request)):
+                response = view(request, *args, **kwargs)
+                if _renders_later(response):
+                    response.render()
+            return response
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             _check_request(request, "locked")
-            lock = prepare(request, name_for.sync_name(request, args, kwargs))
+            lock = locked_view.lock(request, name_for.sync_name(request, args, kwargs))
             if isinstance(lock, HttpResponse):
                 return lock
             try:
                 acquired = lock.acquire()
-            except LockNotReplicated as exc:
-                return not_replicated(request, exc)
-            except NO_REDIS as exc:
-                refused = no_redis(request, exc)
-                return refused if refused is not None else view(request, *args, **kwargs)
+            except _ACQUIRE_ERRORS as exc:
+                refused = locked_view.refused(request, exc)
+                return refused if refused is not None else run(request, args, kwargs)
             if not acquired:
-                return busy(request, lock)
+                return locked_view.busy(request, lock)
             request.rcoord_lock = lock  # type: ignore[attr-defined]
-            try:
-                return view(request, *args, **kwargs)
-            finally:
-                try:
-                    lock.release()
-                except LockLost:
-                    report_loss(lock)
-                except NO_REDIS as exc:
-                    report_unreleased(lock, exc)
+            with locked_view.held(lock):
+                return run(request, args, kwargs)
 
+        wrapper._non_atomic_requests = atomic_requests  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

@@ -19,3 +19,14 @@ class QuestMember(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Sale(models.Model):
+    """One sale of an item, written by the ``@locked`` views that sell an item once
+    (tests/views.py, tests/test_decorators.py)."""
+
+    item_id = models.IntegerField()
+    buyer = models.CharField(max_length=150)
+
+    def __str__(self) -> str:
+        return f"item {self.item_id} to {self.buyer}"

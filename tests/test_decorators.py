@@ -2,15 +2,22 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.http import HttpResponse
 from django.test import Client, override_settings
 
 from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.locks import Lock
 from tests import views
+from tests.models import Sale
 from tests.views import lock_is_held
 
 
@@ -293,3 +300,241 @@ def test_a_method_decorated_without_method_decorator_is_a_type_error(
     )
     with pytest.raises(TypeError, match=re.escape(message)):
         getattr(client, method)(url)
+
+
+# -- the request's transaction ------------------------------------------------------------
+# A @locked view holds its lock until the request's transaction has committed or rolled
+# back (ATOMIC_REQUESTS included), and a TemplateResponse is rendered inside the lock.
+SELLING_VIEWS = ["/sell/1/", "/sell-cbv/1/", "/sell-cbv-dispatch/1/"]
+
+
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    """ATOMIC_REQUESTS on the default database; Django reads it at each request."""
+    config = connections.settings[DEFAULT_DB_ALIAS]  # the connection's own settings_dict
+    config["ATOMIC_REQUESTS"] = True
+    try:
+        yield
+    finally:
+        config["ATOMIC_REQUESTS"] = False
+
+
+@pytest.fixture
+def second_database() -> Iterator[str]:
+    """A second database, "other" (SQLite in memory, no tables), with ATOMIC_REQUESTS."""
+    configured = connections.configure_settings(
+        {
+            DEFAULT_DB_ALIAS: dict(connections.settings[DEFAULT_DB_ALIAS]),
+            "other": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": ":memory:",
+                "ATOMIC_REQUESTS": True,
+            },
+        }
+    )
+    connections.settings["other"] = configured["other"]
+    # Connected here: a test case refuses to open connections to databases it was not
+    # set up with.
+    connections["other"].connect()
+    try:
+        yield "other"
+    finally:
+        connections["other"].close()
+        del connections["other"]
+        del connections.settings["other"]
+
+
+@pytest.fixture
+def commits() -> Iterator[list[dict]]:
+    """What the selling views' on_commit callbacks saw (tests/views.py)."""
+    views.commits.clear()
+    yield views.commits
+    views.commits.clear()
+
+
+@pytest.fixture
+def rollbacks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each rollback (or rollback to a savepoint) of the default database's connection
+    in this thread, as "held" or "free": the state of the lock "sale:1" when it ran."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    seen: list[str] = []
+    for name in ("rollback", "savepoint_rollback"):
+        original = getattr(connection, name)
+
+        def spy(*args: object, _original: Any = original) -> Any:
+            seen.append("held" if lock_is_held("sale:1") else "free")
+            return _original(*args)
+
+        monkeypatch.setattr(connection, name, spy)
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", SELLING_VIEWS)
+def test_atomic_requests_commit_while_the_lock_is_held(
+    client, atomic_requests: None, commits: list[dict], url: str
+) -> None:
+    assert client.post(url).json() == {"sold": True}
+    assert commits == [{"item": 1, "alias": "default", "held": True}]
+    assert not lock_is_held("sale:1")
+    assert client.post(url).status_code == 409  # sold: the next request saw the commit
+    assert Sale.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", SELLING_VIEWS)
+def test_a_view_that_raises_under_atomic_requests_rolls_back_then_frees_its_lock(
+    atomic_requests: None, commits: list[dict], rollbacks: list[str], url: str
+) -> None:
+    client = Client(raise_request_exception=False)
+    assert client.post(f"{url}?fail=1").status_code == 500
+    # The view's writes were undone (a rollback, or one to a savepoint of the request's
+    # transaction) while the lock was held; then it was freed, at once.
+    assert rollbacks[0] == "held"
+    assert not lock_is_held("sale:1")
+    assert commits == []
+    assert not Sale.objects.exists()
+    assert client.post(url).json() == {"sold": True}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_database_with_atomic_requests_commits_inside_the_lock(
+    client, atomic_requests: None, second_database: str, commits: list[dict]
+) -> None:
+    assert client.post("/sell/1/").json() == {"sold": True}
+    assert sorted(commits, key=lambda commit: commit["alias"]) == [
+        {"item": 1, "alias": "default", "held": True},
+        {"item": 1, "alias": "other", "held": True},
+    ]
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", ["/sell-autocommit/1/", "/sell-cbv-autocommit/1/"])
+def test_a_view_opted_out_of_atomic_requests_runs_in_autocommit(
+    client, atomic_requests: None, commits: list[dict], url: str
+) -> None:
+    with pytest.raises(RuntimeError):
+        client.post(f"{url}?fail=1")
+    assert commits == []  # no transaction: each query committed as it ran
+    assert Sale.objects.count() == 1  # so the raise did not undo the write
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_atomic_requests_the_view_runs_in_autocommit(client, commits: list[dict]) -> None:
+    assert client.post("/sell/1/").json() == {"sold": True}
+    assert commits == []
+    assert not lock_is_held("sale:1")
+    assert Sale.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_inside_a_callers_transaction_the_lock_is_held_until_it_commits(
+    rf, commits: list[dict]
+) -> None:
+    with transaction.atomic():
+        assert views.sell(rf.post("/sell/1/"), item_id=1).status_code == 200
+        assert lock_is_held("sale:1")
+    assert commits == [{"item": 1, "alias": "default", "held": True}]
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", SELLING_VIEWS)
+def test_a_test_case_transaction_never_commits_so_the_lock_is_freed_with_the_response(
+    client, atomic_requests: None, url: str
+) -> None:
+    assert client.post(url).json() == {"sold": True}
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.parametrize("url", ["/sale-page/1/", "/async-sale-page/1/"])
+def test_a_template_response_is_rendered_holding_the_lock(client, url: str) -> None:
+    response = client.get(url)
+    assert response.content == b"held=True"
+    assert not lock_is_held("sale:1")
+
+
+async def test_an_async_template_response_is_rendered_holding_the_lock(async_client) -> None:
+    assert (await async_client.get("/async-sale-page/1/")).content == b"held=True"
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_async_view_holds_the_lock_through_its_own_transaction(
+    async_client, atomic_requests: None, commits: list[dict]
+) -> None:
+    assert (await async_client.post("/async-sell/1/")).json() == {"sold": True}
+    assert commits == [{"item": 1, "alias": "default", "held": True}]
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_view_under_atomic_requests_must_opt_out_as_django_asks(
+    client, atomic_requests: None
+) -> None:
+    with pytest.raises(RuntimeError, match="You cannot use ATOMIC_REQUESTS with async views"):
+        client.get("/async-sale-page/1/")
+    assert not lock_is_held("sale:1")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("url", SELLING_VIEWS)
+def test_two_concurrent_buyers_under_atomic_requests_buy_once(
+    atomic_requests: None, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    # Each commit takes 0.3 s (a busy disk, a synchronous replica): had the first buyer
+    # released the lock before committing, the second would read the item unsold
+    # meanwhile and sell it again (on SQLite: fail on the table the first one locked).
+    wrapper_class = type(connections[DEFAULT_DB_ALIAS])
+    commit = wrapper_class.commit
+
+    def slow_commit(self: Any) -> None:
+        time.sleep(0.3)
+        commit(self)
+
+    monkeypatch.setattr(wrapper_class, "commit", slow_commit)
+    answers: list[bytes] = []
+
+    def buy(buyer: str) -> None:
+        try:
+            response = Client(raise_request_exception=False).post(f"{url}?buyer={buyer}")
+            answers.append(b"%d %s" % (response.status_code, response.content[:20]))
+        finally:
+            connections.close_all()
+
+    buyers = [threading.Thread(target=buy, args=(name,)) for name in ("ada", "bob")]
+    for thread in buyers:
+        thread.start()
+    for thread in buyers:
+        thread.join(30)
+    # The second buyer waited for the lock, then saw the sale.
+    assert sorted(answers) == [b'200 {"sold": true}', b'409 {"sold": false}']
+    assert Sale.objects.count() == 1
+    # Free for the next buyer (its owner key may stand for a hand-over to the second
+    # buyer's expired wait, which the next acquire takes).
+    next_buyer = Lock("sale:1", wait=0)
+    assert next_buyer.acquire()
+    next_buyer.release()
+
+
+def _in_transaction(request: Any) -> HttpResponse:
+    return HttpResponse(str(connections[DEFAULT_DB_ALIAS].in_atomic_block))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("decorate", "in_transaction"),
+    [
+        (locked("x"), b"True"),
+        (lambda view: transaction.non_atomic_requests(locked("x")(view)), b"False"),
+        (lambda view: locked("x")(transaction.non_atomic_requests(view)), b"False"),
+    ],
+    ids=["atomic", "opted-out-above", "opted-out-below"],
+)
+def test_non_atomic_requests_above_or_below_locked_is_kept(
+    rf, atomic_requests: None, decorate: Any, in_transaction: bytes
+) -> None:
+    view = decorate(_in_transaction)
+    assert view(rf.get("/")).content == in_transaction

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.template import engines
+from django.template.response import TemplateResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_rcoord.connection import get_client
 from django_rcoord.decorators import LockedRequest, locked, rate_limited
 from django_rcoord.keys import KeySpace
+from tests.models import Sale
 
 
 def lock_is_held(name: str) -> bool:
@@ -140,6 +148,96 @@ class AsyncMisdecoratedView(View):
     @rate_limited("misdecorated", limit=1, seconds=60)
     async def post(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse("never")
+
+
+# -- @locked and the request's transaction (tests/test_decorators.py) -----------------
+#: What the selling views saw from their transaction.on_commit callbacks: one dict per
+#: commit, {"item": id, "alias": database, "held": whether the item's lock was held}.
+commits: list[dict] = []
+
+
+def _record_commit(item_id: int, alias: str) -> None:
+    commits.append({"item": item_id, "alias": alias, "held": lock_is_held(f"sale:{item_id}")})
+
+
+def sell_once(request: HttpRequest, item_id: int) -> HttpResponse:
+    """Sell the item unless it was sold: a read, then a write (one transaction under
+    ATOMIC_REQUESTS). ``?fail=1`` raises after the write."""
+    if Sale.objects.filter(item_id=item_id).exists():
+        return JsonResponse({"sold": False}, status=409)
+    Sale.objects.create(item_id=item_id, buyer=request.GET.get("buyer", "someone"))
+    for alias in connections:
+        if connections[alias].in_atomic_block:
+            transaction.on_commit(functools.partial(_record_commit, item_id, alias), using=alias)
+    if request.GET.get("fail"):
+        raise RuntimeError("the sale failed")
+    return JsonResponse({"sold": True})
+
+
+@locked("sale:{item_id}", timeout=5, wait=5)
+def sell(request: HttpRequest, item_id: int) -> HttpResponse:
+    return sell_once(request, item_id)
+
+
+@transaction.non_atomic_requests
+@locked("sale:{item_id}", timeout=5)
+def sell_autocommit(request: HttpRequest, item_id: int) -> HttpResponse:
+    """Opted out of ATOMIC_REQUESTS: every query commits on its own."""
+    return sell_once(request, item_id)
+
+
+def _held_page(request: HttpRequest, item_id: int) -> TemplateResponse:
+    """A TemplateResponse, rendered after the view returns; ``held`` is looked up then."""
+    template = engines["django"].from_string("held={{ held }}")
+    return TemplateResponse(request, template, {"held": lambda: lock_is_held(f"sale:{item_id}")})
+
+
+@locked("sale:{item_id}")
+def sale_page(request: HttpRequest, item_id: int) -> TemplateResponse:
+    return _held_page(request, item_id)
+
+
+@locked("sale:{item_id}")
+async def async_sale_page(request: HttpRequest, item_id: int) -> TemplateResponse:
+    return _held_page(request, item_id)
+
+
+@sync_to_async
+def _sell_in_a_transaction(request: HttpRequest, item_id: int) -> HttpResponse:
+    with transaction.atomic():
+        return sell_once(request, item_id)
+
+
+# Under ATOMIC_REQUESTS, Django requires an async view to opt out: it has no async
+# transactions. The view opens one of its own, in a thread.
+@transaction.non_atomic_requests
+@locked("sale:{item_id}")
+async def async_sell(request: HttpRequest, item_id: int) -> HttpResponse:
+    return await _sell_in_a_transaction(request, item_id)
+
+
+class SellView(View):
+    @method_decorator(locked("sale:{item_id}", timeout=5, wait=5))
+    def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
+        return sell_once(request, item_id)
+
+
+@method_decorator(locked("sale:{item_id}", timeout=5, wait=5), name="dispatch")
+class SellDispatchView(View):
+    def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
+        return sell_once(request, item_id)
+
+
+class SellAutocommitView(View):
+    """Opted out of ATOMIC_REQUESTS on ``dispatch``, locked on ``post``."""
+
+    @transaction.non_atomic_requests
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return super().dispatch(request, *args, **kwargs)
+
+    @method_decorator(locked("sale:{item_id}", timeout=5))
+    def post(self, request: HttpRequest, item_id: int) -> HttpResponse:
+        return sell_once(request, item_id)
 
 
 # -- async under load (tests/test_async.py) -------------------------------------------

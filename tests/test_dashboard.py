@@ -170,7 +170,7 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
         client.post(action, {"action": "delete", "task_id": ids[0]})
         assert [letter["id"] for letter in dead_letters("default")] == [ids[1], ids[3], ids[4]]
         assert result_of(ids[0]).status == "FAILED"  # the record stays until it expires
-        client.post(action, {"action": "delete"})
+        client.post(action, {"action": "delete", "confirm": "yes"})
         assert queue_stats("default")["dead"] == 0
     assert [
         record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
@@ -183,6 +183,45 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
     assert [letter["id"] for letter in dead_letters("default")] == [ids[2]]
     client.post(action, {"action": "requeue"})
     assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_delete_all_asks_for_confirmation_first(client, staff, caplog) -> None:
+    make_dead_letters(3)
+    client.force_login(staff)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    dead_page = client.get(reverse("rcoord:dashboard-dead", args=["default"])).content.decode()
+    assert 'value="Delete all 3&hellip;"' in dead_page
+    with caplog.at_level(logging.INFO, logger="django_rcoord.dashboard"):
+        # The first POST only asks: a confirmation page, nothing deleted.
+        asked = client.post(action, {"action": "delete"})
+        assert asked.status_code == 200
+        assert asked.templates[0].name == "django_rcoord/dashboard/confirm_delete.html"
+        assert queue_stats("default")["dead"] == 3
+        page = asked.content.decode()
+        assert "Delete every dead letter of default (3 now)?" in page
+        assert '<input type="hidden" name="confirm" value="yes">' in page
+        assert f'action="{action}"' in page
+        # Anything but the confirmation field's value asks again.
+        assert client.post(action, {"action": "delete", "confirm": "1"}).status_code == 200
+        assert queue_stats("default")["dead"] == 3
+        # The second POST, from the confirmation page's form, deletes them.
+        done = client.post(action, {"action": "delete", "confirm": "yes"})
+    assert done.status_code == 302
+    assert done["Location"] == reverse("rcoord:dashboard-dead", args=["default"])
+    assert queue_stats("default")["dead"] == 0
+    assert [
+        record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
+    ] == ["olga: deleted 3 dead letter(s) of default"]
+
+
+def test_the_confirmation_page_is_for_staff_only(client, member) -> None:
+    make_dead_letters(1)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "delete"}).status_code == 302  # to the login page
+    client.force_login(member)
+    assert client.post(action, {"action": "delete"}).status_code == 403
+    assert client.post(action, {"action": "delete", "confirm": "yes"}).status_code == 403
+    assert queue_stats("default")["dead"] == 1
 
 
 def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:

@@ -5,7 +5,8 @@ Only active staff for whom ``RCOORD["DASHBOARD_PERMISSION"]`` says yes see it or
 it; others are sent to the admin's login (anonymous) or refused (403). Every page reads
 with bounded work: a few reads per queue group, queue and live worker, dead letters a
 page at a time, locks and semaphores looked up by name. Actions are POSTs (CSRF-checked)
-and are logged with the staff user.
+and are logged with the staff user; deleting every dead letter of a queue takes a second
+POST from a confirmation page.
 """
 
 from __future__ import annotations
@@ -169,6 +170,9 @@ def dead_action(request: HttpRequest, queue: str) -> HttpResponse:
         return error_response(request, 400, "bad_request", "action must be requeue or delete")
     if task_id is not None and group_of_task_id(task_id) != keys.group:
         return error_response(request, 400, "bad_request", f"{task_id!r} is no task of {queue}")
+    if action == "delete" and task_id is None and request.POST.get("confirm") != "yes":
+        # Deleting every dead letter cannot be undone: it takes a second POST that says so.
+        return _confirm_delete_all(request, keys)
     act = requeue_dead if action == "requeue" else delete_dead
     count = act(keys.name, task_id)
     logger.info(
@@ -185,6 +189,19 @@ def dead_action(request: HttpRequest, queue: str) -> HttpResponse:
     if page.isascii() and page.isdigit():
         back += f"?page={page}"
     return redirect(back)
+
+
+def _confirm_delete_all(request: HttpRequest, keys: QueueKeys) -> HttpResponse:
+    return TemplateResponse(
+        request,
+        "django_rcoord/dashboard/confirm_delete.html",
+        _context(
+            request,
+            f"Delete every dead letter of {keys.name}?",
+            queue=keys.name,
+            total=queue_stats(keys.name)["dead"],
+        ),
+    )
 
 
 def _message(request: HttpRequest, text: str) -> None:

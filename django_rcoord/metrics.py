@@ -92,7 +92,13 @@ class QueueMetrics:
 def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
     """One HGETALL of the group's metrics HASH (its size is set by the number of queues and
     task names, not by the number of tasks run)."""
-    raw = resolve_client(client).hgetall(KeySpace("queue", group).key("metrics"))
+    return metrics_from_hash(
+        resolve_client(client).hgetall(KeySpace("queue", group).key("metrics"))
+    )
+
+
+def metrics_from_hash(raw: dict[bytes, bytes]) -> QueueMetrics:
+    """The group's metrics from the HGETALL of its metrics HASH (read in a pipeline)."""
     return _parse(raw.items())
 
 

@@ -104,12 +104,20 @@ def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead."""
     keys = QueueKeys.of(queue)
     with resolve_client(client).pipeline(transaction=False) as pipe:
-        pipe.zcard(keys.ready)
-        pipe.zcard(keys.in_flight)
-        pipe.zcard(keys.delayed)
-        pipe.llen(keys.dead)
-        ready, in_flight, delayed, dead = pipe.execute()
-    return {"ready": ready, "in_flight": in_flight, "delayed": delayed, "dead": dead}
+        count_tasks(pipe, keys)
+        return dict(zip(TASK_COUNTS, pipe.execute(), strict=True))
+
+
+#: The counts of ``queue_stats``, in the order ``count_tasks`` asks for them.
+TASK_COUNTS = ("ready", "in_flight", "delayed", "dead")
+
+
+def count_tasks(pipe: Any, keys: QueueKeys) -> None:
+    """Queue on ``pipe`` the reads of a queue's ``TASK_COUNTS``, one reply each."""
+    pipe.zcard(keys.ready)
+    pipe.zcard(keys.in_flight)
+    pipe.zcard(keys.delayed)
+    pipe.llen(keys.dead)
 
 
 def dead_letters(
@@ -202,6 +210,27 @@ def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]
     members = resolve_client(client).hkeys(KeySpace("queue", group).key("queues"))
     names = sorted(member.decode() for member in members)
     return names if group == DEFAULT_GROUP else [f"{group}/{name}" for name in names]
+
+
+def forget_gone_workers(group: str = DEFAULT_GROUP, *, client: Any = None) -> int:
+    """Drop from ``group``'s set of workers those whose heartbeat ran out (workers that died
+    without signing off); returns how many. A worker signing off calls it, so the status
+    pages and endpoints, which only read, need not: they leave such members out. One that
+    was only late comes back with its next heartbeat."""
+    space = KeySpace("queue", group)
+    workers_key = space.key("workers")
+    client = resolve_client(client)
+    members = sorted(client.smembers(workers_key))
+    if not members:
+        return 0
+    with slot_pipeline(client, workers_key, transaction=False) as pipe:
+        for member in members:
+            pipe.exists(space.key(f"worker:{member.decode()}"))
+        alive = pipe.execute()
+    gone = [member for member, exists in zip(members, alive, strict=True) if not exists]
+    if gone:
+        client.srem(workers_key, *gone)
+    return len(gone)
 
 
 # -- groups and queues ----------------------------------------------------------------

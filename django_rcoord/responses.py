@@ -81,14 +81,30 @@ def error_page(request: HttpRequest, status: int, body: dict[str, object]) -> st
         "detail": body["detail"],
         "retry_after": body.get("retry_after"),
         "back_url": _back_url(request),
-        # Repeating a GET is safe; a form is sent again by the user, not by a link.
-        "retry_url": request.get_full_path() if request.method in ("GET", "HEAD") else None,
+        "retry_url": _retry_url(request),
     }
     try:
         return loader.render_to_string(names, context, request=request)
     except TemplateDoesNotExist:
         # The project's TEMPLATES do not look in installed apps: the app's own copies.
         return _own_templates().select_template(names).render(Context(context))
+
+
+def _retry_url(request: HttpRequest) -> str | None:
+    """The page itself, as a path of this site, for a GET; None otherwise.
+
+    Repeating a GET is safe; a form is sent again by the user, not by a link.
+    The requested path is the client's to choose: ``//evil.example/x`` as a link
+    is protocol-relative (another site), and an ASGI path need not even start
+    with a slash. Leading slashes (and backslashes, which browsers read as
+    slashes) are made one, so the link always stays on this site.
+    """
+    if request.method not in ("GET", "HEAD"):
+        return None
+    url = "/" + request.get_full_path().lstrip("/\\")
+    if not url_has_allowed_host_and_scheme(url, allowed_hosts=None):
+        return None
+    return url
 
 
 def _back_url(request: HttpRequest) -> str:

@@ -266,7 +266,7 @@ class Semaphore:
                 try:
                     # In this loop, the line for wake-ups follows the tickets.
                     woken = await waiting.wait(self._block_after(result, remaining), result[2])
-                except asyncio.CancelledError:
+                except BaseException:  # cancelled, or the wait failed (its BLPOP's error)
                     spawn(self._arelease(client, identifier))  # leave the line
                     raise
         finally:

@@ -5,15 +5,16 @@ dashboard shows it, ``rcoord:stats`` serves it and the Prometheus collector read
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message
-from django_rcoord.metrics import finished_per_minute, read_metrics
+from django_rcoord.metrics import finished_per_minute, metrics_from_hash
 from django_rcoord.periodic import schedule_status
-from django_rcoord.queue_admin import known_groups, known_queues, queue_stats
-from django_rcoord.queue_keys import HEARTBEAT_TTL, QueueKeys
+from django_rcoord.queue_admin import TASK_COUNTS, count_tasks, known_groups
+from django_rcoord.queue_keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
 
 __all__ = ["overview"]
 
@@ -23,79 +24,29 @@ def overview(*, client: Any = None) -> dict[str, Any]:
     queue (counts, the age of the task that runs next, the next due delayed task, tasks
     finished in each of the last 60 minutes), the live workers (last heartbeat, tasks
     done, the task each runs now), the lateness of the last promotions per group and the
-    periodic schedules. Bounded work: a few reads per group, queue and live worker."""
+    periodic schedules.
+
+    Bounded work, read only: three pipelined round trips per group (its keys share one
+    hash slot), whatever its number of queues, workers and tasks in flight. A worker that
+    died without signing off stays a member of its group's worker set until a worker
+    signing off drops it (``forget_gone_workers``); here it is only left out.
+    """
     client = resolve_client(client)
     now_seconds, now_micros = client.time()
     now = now_seconds + now_micros / 1e6
     now_ms = int(now * 1000)
-    queues = []
-    workers = []
+    groups = known_groups(client=client)
+    queues: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
     worker_counts: dict[str, int] = {}
     lateness: dict[str, dict[str, int]] = {}
-    groups = known_groups(client=client)
     for group in groups:
-        metrics = read_metrics(group, client=client)
-        for name in known_queues(group, client=client):
-            keys = QueueKeys.of(name)
-            stats = queue_stats(name, client=client)
-            head = client.zrange(keys.ready, 0, 0)
-            oldest = decode_message(client.hget(keys.messages, head[0])) if head else None
-            age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
-            first_due = client.zrange(keys.delayed, 0, 0, withscores=True)
-            next_due_in = first_due[0][1] / 1000 - now if first_due else None
-            per_minute = finished_per_minute(metrics, name, now_ms)
-            queues.append(
-                {
-                    "name": name,
-                    "group": group,
-                    **stats,
-                    "oldest_ready_age": age,
-                    "next_due_in": next_due_in,
-                    "finished_last_hour": sum(per_minute),
-                    "finished_per_minute": per_minute,
-                }
-            )
-        space = KeySpace("queue", group)
-        samples = sorted(int(ms) for ms in client.lrange(space.key("lateness"), 0, -1))
-        if samples:
-            lateness[group] = {
-                "samples": len(samples),
-                "median_ms": samples[len(samples) // 2],
-                "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
-                "max_ms": samples[-1],
-            }
-        running: dict[str, list[str]] = {}
-        if client.hlen(space.key("owners")) <= MAX_OWNERS_SHOWN:
-            for task_id, worker in client.hgetall(space.key("owners")).items():
-                running.setdefault(worker.decode(), []).append(task_id.decode())
-        worker_counts[group] = 0
-        for member in sorted(client.smembers(space.key("workers"))):
-            worker_id = member.decode()
-            heartbeat_key = space.key(f"worker:{worker_id}")
-            with client.pipeline(transaction=False) as pipe:
-                pipe.get(heartbeat_key)
-                pipe.pttl(heartbeat_key)
-                beat, ttl_ms = pipe.execute()
-            if beat is None:  # its heartbeat ran out: the worker is gone
-                client.srem(space.key("workers"), worker_id)
-                continue
-            worker_counts[group] += 1
-            about = _heartbeat(beat)
-            current = []
-            for task_id in running.get(worker_id, []):
-                message = decode_message(client.hget(space.key("messages"), task_id)) or {}
-                current.append({"id": task_id, "task": message.get("task")})
-            workers.append(
-                {
-                    "id": worker_id,
-                    "group": group,
-                    "queues": about.get("queues", []),
-                    "done": about.get("done"),
-                    "started": about.get("started"),
-                    "last_heartbeat_age": max(0.0, HEARTBEAT_TTL - max(ttl_ms, 0) / 1000),
-                    "running": current,
-                }
-            )
+        found = _read_group(client, group, now, now_ms)
+        queues.extend(found.queues)
+        workers.extend(found.workers)
+        worker_counts[group] = len(found.workers)
+        if found.lateness:
+            lateness[group] = found.lateness
     return {
         "time": now,
         "groups": groups,
@@ -105,6 +56,120 @@ def overview(*, client: Any = None) -> dict[str, Any]:
         "promotion_lateness": lateness,
         "periodic": schedule_status(client, now_ms),
     }
+
+
+@dataclass
+class _Group:
+    queues: list[dict[str, Any]]
+    workers: list[dict[str, Any]]
+    lateness: dict[str, int] | None
+
+
+def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
+    """One group's part of the overview, in three pipelined round trips: what the group
+    holds, then each queue's counts and heads and each worker's heartbeat, then the
+    messages of the heads and of the tasks running."""
+    space = KeySpace("queue", group)
+    workers_key, owners_key, messages_key = (
+        space.key("workers"),
+        space.key("owners"),
+        space.key("messages"),
+    )
+    with slot_pipeline(client, messages_key, transaction=False) as pipe:
+        pipe.hgetall(space.key("metrics"))
+        pipe.hkeys(space.key("queues"))
+        pipe.lrange(space.key("lateness"), 0, -1)
+        pipe.hlen(owners_key)
+        pipe.smembers(workers_key)
+        raw_metrics, raw_names, raw_lateness, in_flight, members = pipe.execute()
+    names = sorted(member.decode() for member in raw_names)
+    keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
+    worker_ids = sorted(member.decode() for member in members)
+    show_owners = in_flight <= MAX_OWNERS_SHOWN
+
+    with slot_pipeline(client, messages_key, transaction=False) as pipe:
+        for queue in keys:
+            count_tasks(pipe, queue)
+            pipe.zrange(queue.ready, 0, 0)
+            pipe.zrange(queue.delayed, 0, 0, withscores=True)
+        if show_owners:
+            pipe.hgetall(owners_key)
+        for worker_id in worker_ids:
+            pipe.get(space.key(f"worker:{worker_id}"))
+            pipe.pttl(space.key(f"worker:{worker_id}"))
+        replies = iter(pipe.execute())
+    per_queue = []
+    for queue in keys:
+        counts = dict(zip(TASK_COUNTS, [next(replies) for _ in TASK_COUNTS], strict=True))
+        per_queue.append((queue, counts, next(replies), next(replies)))
+    running: dict[str, list[str]] = {}
+    if show_owners:
+        for task_id, worker in next(replies).items():
+            running.setdefault(worker.decode(), []).append(task_id.decode())
+    beats = []
+    for worker_id in worker_ids:
+        beat, ttl_ms = next(replies), next(replies)
+        if beat is not None:  # else its heartbeat ran out: the worker is gone
+            beats.append((worker_id, beat, ttl_ms))
+
+    heads = [head[0] for _, _, head, _ in per_queue if head]
+    running_ids = [task_id for worker_id, _, _ in beats for task_id in running.get(worker_id, [])]
+    wanted = [*heads, *running_ids]
+    messages: dict[bytes, dict[str, Any] | None] = {}
+    if wanted:
+        fetched = client.hmget(messages_key, wanted)
+        messages = {
+            task_id if isinstance(task_id, bytes) else task_id.encode(): decode_message(raw)
+            for task_id, raw in zip(wanted, fetched, strict=True)
+        }
+
+    metrics = metrics_from_hash(raw_metrics)
+    queues = []
+    for queue, counts, head, first_due in per_queue:
+        oldest = messages.get(head[0]) if head else None
+        age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
+        per_minute = finished_per_minute(metrics, queue.name, now_ms)
+        queues.append(
+            {
+                "name": queue.name,
+                "group": group,
+                **counts,
+                "oldest_ready_age": age,
+                "next_due_in": first_due[0][1] / 1000 - now if first_due else None,
+                "finished_last_hour": sum(per_minute),
+                "finished_per_minute": per_minute,
+            }
+        )
+    workers = []
+    for worker_id, beat, ttl_ms in beats:
+        about = _heartbeat(beat)
+        current = [
+            {"id": task_id, "task": (messages.get(task_id.encode()) or {}).get("task")}
+            for task_id in running.get(worker_id, [])
+        ]
+        workers.append(
+            {
+                "id": worker_id,
+                "group": group,
+                "queues": about.get("queues", []),
+                "done": about.get("done"),
+                "started": about.get("started"),
+                "last_heartbeat_age": max(0.0, HEARTBEAT_TTL - max(ttl_ms, 0) / 1000),
+                "running": current,
+            }
+        )
+    samples = sorted(int(ms) for ms in raw_lateness)
+    lateness = (
+        {
+            "samples": len(samples),
+            "median_ms": samples[len(samples) // 2],
+            "p99_ms": samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+            "max_ms": samples[-1],
+        }
+        if samples
+        else None
+    )
+    return _Group(queues, workers, lateness)
 
 
 #: Past this many tasks in flight in a group, the overview does not list who runs which.

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from django_rcoord import connection
 from django_rcoord.conf import conf
+from django_rcoord.exceptions import RcoordError
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +90,13 @@ class Waiting:
     configured one, or one passed as ``client=``). ``unclaimed`` is what becomes
     of a token the hub took when no waiter of its loop waits any more (a lock's
     hand-over is released); without it, or when it returns False, the token goes
-    back on the list.
+    back on the list. The place holds ``client`` (its hub refers to it weakly).
     """
 
-    __slots__ = ("_hub", "_key", "future", "joined", "order", "unclaimed")
+    __slots__ = ("_client", "_hub", "_key", "future", "joined", "order", "unclaimed")
 
     def __init__(self, client: Any, key: str, unclaimed: Unclaimed | None = None) -> None:
+        self._client = client
         self._hub = signal_hub(client)
         self._key = key
         self.future: asyncio.Future[bytes | None] | None = None  # set while waiting
@@ -117,6 +119,8 @@ class Waiting:
 #: What a hub does with a token nobody of its loop waits for: True when it was dealt with.
 Unclaimed = Callable[[bytes], Awaitable[bool]]
 
+#: The hubs of clients passed as ``client=``. A hub refers to its client weakly, so the
+#: client (and with it its entry here) goes once its caller drops it.
 _hubs_of_clients: weakref.WeakKeyDictionary[Any, SignalHub] = weakref.WeakKeyDictionary()
 
 
@@ -130,7 +134,7 @@ def signal_hub(client: Any) -> SignalHub:
         return clients.hub
     hub = _hubs_of_clients.get(client)
     if hub is None:
-        hub = _hubs_of_clients[client] = SignalHub(client, client)
+        hub = _hubs_of_clients[client] = SignalHub(client, client, weak=True)
     return hub
 
 
@@ -145,14 +149,29 @@ class SignalHub:
     arrival order, and its waiters still wake at their own deadlines. Short
     commands (a holder's release) never go through ``waits``. A token is handed
     to its waiter as it was popped (a lock's hand-over carries the grant).
+
+    A ``BLPOP`` that fails (connection closed or reset, an error reply) wakes
+    the waiters waiting on its list, which ask Redis again, once: if the next
+    ``BLPOP`` on that list fails too before any came back, the waiters waiting
+    then get its error. Nobody waits in a loop of failures, and the warning is
+    logged once.
+
+    ``weak=True`` (the hub of a client passed as ``client=``): the hub refers
+    to its clients weakly and holds nothing that holds them once its lines are
+    empty, so dropping the client drops the hub. Its waiters' places hold the
+    client while they wait.
     """
 
-    def __init__(self, waits: Any, commands: Any) -> None:
-        self._waits = waits
-        self._commands = commands
+    def __init__(self, waits: Any, commands: Any, *, weak: bool = False) -> None:
+        self._waits: Callable[[], Any] = weakref.ref(waits) if weak else _strong(waits)
+        self._commands: Callable[[], Any] = weakref.ref(commands) if weak else _strong(commands)
         self._lines: dict[str, list[Waiting]] = {}
         self._unclaimed: dict[str, Unclaimed] = {}
         self._servers: dict[str, asyncio.Task[None]] = {}
+        #: Lists whose last BLPOP failed: their waiters have asked Redis again once.
+        self._failing: set[str] = set()
+        #: Per list whose server pauses: resolved when someone waits again or the line empties.
+        self._resume: dict[str, asyncio.Future[None]] = {}
         self._connections = asyncio.Semaphore(conf.ASYNC_WAIT_CONNECTIONS)
         self._block = min(HUB_BLOCK, _socket_timeout_cap(waits))
         #: How many lists are blocked on now (one connection of ``waits`` each).
@@ -171,13 +190,19 @@ class SignalHub:
         if key not in self._servers:
             self._servers[key] = loop.create_task(self._serve(key, line))
         waiter = place.future = loop.create_future()
+        self._wake_server(key)
         timer = loop.call_later(max(0.0, seconds), _expire, waiter)
         try:
             return await waiter
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+            if (
+                waiter.done()
+                and not waiter.cancelled()
+                and waiter.exception() is None
+                and waiter.result() is not None
+            ):
                 # The token came as we were cancelled: pass it on.
-                self._hand_on(key, line, waiter.result())
+                self._hand_on(key, line, waiter.result(), self._commands())
             raise
         finally:
             timer.cancel()
@@ -191,47 +216,102 @@ class SignalHub:
         line = self._lines.get(key)
         if place.joined and line is not None:
             line.remove(place)
+            if not line:
+                if key in self._servers:
+                    self._wake_server(key)  # to end
+                else:
+                    self._forget(key)
         place.joined = False
 
+    def _wake_server(self, key: str) -> None:
+        resume = self._resume.pop(key, None)
+        if resume is not None and not resume.done():
+            resume.set_result(None)
+
+    def _forget(self, key: str) -> None:
+        # Nobody is in line: drop what the line kept (its hand-over callback holds a client).
+        del self._lines[key]
+        self._unclaimed.pop(key, None)
+        self._failing.discard(key)
+
     async def _serve(self, key: str, line: list[Waiting]) -> None:
+        # Held strongly only while someone is in line (their places hold the client too).
+        waits, commands = self._waits(), self._commands()
         try:
+            if waits is None or commands is None:
+                raise RcoordError("the client this list was waited on with is gone")
             async with self._connections:
-                await connection.aresolve_client(self._waits)
+                await connection.aresolve_client(waits)
                 self.blocking += 1
                 try:
                     while line:
-                        popped = await self._waits.blpop([key], timeout=self._block)
+                        if not _someone_waits(line):
+                            # The woken are asking Redis again, or leaving: no BLPOP (one
+                            # after the last left could outlive the caller's client).
+                            await self._pause(key)
+                            continue
+                        popped = await waits.blpop([key], timeout=self._block)
+                        self._failing.discard(key)
                         if popped is not None:
-                            self._hand_on(key, line, popped[1])
+                            self._hand_on(key, line, popped[1], commands)
                 finally:
                     self.blocking -= 1
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 (whatever ends the BLPOP, the line must wake)
-            # Redis is unreachable or refused: wake the line, whose next attempt reports it.
-            logger.warning("waiting on %s failed: %s", key, exc)
-            for place in line:
-                if place.future is not None:
-                    _expire(place.future)
+        except Exception as exc:  # noqa: BLE001 (whatever ends the BLPOP, the line must hear)
+            self._failed(key, line, exc)
         finally:
             if self._servers.get(key) is asyncio.current_task():
                 del self._servers[key]
             if not line and self._lines.get(key) is line:
-                del self._lines[key]
-                self._unclaimed.pop(key, None)
+                self._forget(key)
 
-    def _hand_on(self, key: str, line: list[Waiting], token: bytes) -> None:
+    async def _pause(self, key: str) -> None:
+        resume = self._resume[key] = asyncio.get_running_loop().create_future()
+        try:
+            await resume
+        finally:
+            if self._resume.get(key) is resume:
+                del self._resume[key]
+
+    def _failed(self, key: str, line: list[Waiting], exc: Exception) -> None:
+        """The BLPOP on ``key`` failed: its waiters ask Redis again, or, if the last one
+        failed too, get the error."""
+        if not line:
+            # The last waiter left while it blocked (e.g. its caller then closed the client).
+            logger.debug("waiting on %s ended with nobody in line: %s", key, str(exc))
+            return
+        waiting = [
+            place.future for place in line if place.future is not None and not place.future.done()
+        ]
+        if key in self._failing:
+            logger.debug(
+                "waiting on %s failed again: %s; %d waiters fail", key, str(exc), len(waiting)
+            )
+            for future in waiting:
+                future.set_exception(exc)
+            return
+        self._failing.add(key)
+        logger.warning("waiting on %s failed: %s; its waiters ask Redis again", key, str(exc))
+        for future in waiting:
+            _expire(future)
+
+    def _hand_on(self, key: str, line: list[Waiting], token: bytes, commands: Any) -> None:
         """Give a taken token to the first place waiting now, or back to Redis."""
         for place in line:
             if place.future is not None and _wake(place.future, token):
                 return
-        spawn(self._return_token(key, token, self._unclaimed.get(key)))
+        spawn(self._return_token(commands, key, token, self._unclaimed.get(key)))
 
-    async def _return_token(self, key: str, token: bytes, unclaimed: Unclaimed | None) -> None:
+    async def _return_token(
+        self, commands: Any, key: str, token: bytes, unclaimed: Unclaimed | None
+    ) -> None:
         try:
             if unclaimed is not None and await unclaimed(token):
                 return
-            async with self._commands.pipeline(transaction=False) as pipe:
+            if commands is None:
+                raise RcoordError("its client is gone")
+            async with commands.pipeline(transaction=False) as pipe:
                 pipe.rpush(key, token)
                 pipe.pexpire(key, RETURNED_TOKEN_MS)
                 await pipe.execute()
@@ -246,6 +326,15 @@ class SignalHub:
 
 # Tasks nobody awaits, kept alive until done.
 _background: set[asyncio.Task[Any]] = set()
+
+
+def _strong(client: Any) -> Callable[[], Any]:
+    return lambda: client
+
+
+def _someone_waits(line: list[Waiting]) -> bool:
+    """True when a place of ``line`` waits for a token now."""
+    return any(place.future is not None and not place.future.done() for place in line)
 
 
 def _order(place: Waiting) -> float:

@@ -40,7 +40,13 @@ from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message, to_json
 from django_rcoord.metrics import duration_bucket, metric_labels
-from django_rcoord.queue_admin import TaskRecord, record_from, recover_and_promote, result_ttl_ms
+from django_rcoord.queue_admin import (
+    TaskRecord,
+    forget_gone_workers,
+    record_from,
+    recover_and_promote,
+    result_ttl_ms,
+)
 from django_rcoord.queue_keys import (
     GROUP_KEYS_MS,
     HEARTBEAT_TTL,
@@ -850,6 +856,8 @@ class Worker:
                 pipe.delete(self._heartbeat_key)
                 pipe.zrem(self.queues[0].idle, self.id)
                 pipe.execute()
+            # Workers of the group that died without signing off (status pages only read).
+            forget_gone_workers(self.queues[0].group, client=self.client)
         except REDIS_ERRORS as exc:
             # Its heartbeat expires on its own.
             logger.warning("worker %s could not sign off (%s)", self.id, exc)

@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
+import logging
 import socket
 import threading
 import time
+import weakref
 
 import pytest
+import redis.asyncio
+import redis.exceptions
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient, override_settings
@@ -33,6 +37,7 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
 from django_rcoord.queues import aexecute_later, queue_stats
 from django_rcoord.semaphores import Semaphore
+from django_rcoord.waiting import SignalHub, signal_hub
 from django_rcoord.worker import Worker
 from tests import cluster, tasks, views
 from tests.test_queues import output_of, ran, start_worker
@@ -285,6 +290,149 @@ async def test_a_hand_over_whose_waiter_left_is_not_lost() -> None:
     assert newcomer.token is not None
     assert newcomer.token > token
     await newcomer.arelease()
+
+
+# -- clients passed as client= ------------------------------------------------------------
+def own_async_client(redis_url: str, **options: object) -> redis.asyncio.Redis:
+    """A redis.asyncio client of the caller's own, as a project passes one as client=
+    (a blocking pool: past its connections, commands queue instead of failing)."""
+    pool = redis.asyncio.BlockingConnectionPool.from_url(redis_url, max_connections=20, **options)
+    return redis.asyncio.Redis.from_pool(pool)
+
+
+async def wait_until_in_line(hubs: list[SignalHub], key: str, count: int) -> None:
+    for _ in range(400):
+        if sum(hub.waiting(key) for hub in hubs) == count:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{sum(hub.waiting(key) for hub in hubs)} of {count} waiters in line")
+
+
+def warnings_of_waiting(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "django_rcoord.waiting" and record.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="per-call clients of one Redis")
+async def test_per_call_clients_that_waited_on_a_lock_are_collected(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder = Lock("per-call", timeout=30, wait=0)
+    assert await holder.aacquire()
+    signal_key = KeySpace("lock", "per-call").key("signal")
+    collected: list[weakref.ref[redis.asyncio.Redis]] = []
+    hubs: list[SignalHub] = []
+
+    async def wait_with_own_client() -> None:
+        client = own_async_client(redis_url)
+        collected.append(weakref.ref(client))
+        hubs.append(signal_hub(client))
+        async with Lock("per-call", timeout=30, wait=30, client=client):
+            pass
+        await client.aclose()
+
+    waiters = [asyncio.create_task(wait_with_own_client()) for _ in range(40)]
+    # A real wait: every one was refused and is in its hub's line when the holder releases.
+    await wait_until_in_line(hubs, signal_key, 40)
+    hubs.clear()
+    await holder.arelease()
+    await asyncio.wait_for(asyncio.gather(*waiters), timeout=30)
+    del waiters
+    gc.collect()
+    assert [ref() for ref in collected] == [None] * 40
+    assert warnings_of_waiting(caplog) == []
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="per-call clients of one Redis")
+async def test_hundreds_of_waiters_on_one_per_call_client(redis_url: str) -> None:
+    async def crowd() -> weakref.ref[redis.asyncio.Redis]:
+        client = own_async_client(redis_url)
+        lock = Lock("per-call-crowd", timeout=10, wait=60, client=client)
+        holder_ready = asyncio.Event()
+        release = asyncio.Event()
+        got = 0
+
+        async def hold() -> None:
+            async with lock:
+                holder_ready.set()
+                await release.wait()
+
+        async def wait_for_it() -> None:
+            nonlocal got
+            async with lock:
+                got += 1
+
+        holder = asyncio.create_task(hold())
+        await holder_ready.wait()
+        waiters = [asyncio.create_task(wait_for_it()) for _ in range(300)]
+        signal_key = KeySpace("lock", "per-call-crowd").key("signal")
+        await wait_until_in_line([signal_hub(client)], signal_key, 300)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(holder, *waiters), timeout=60)
+        assert got == 300
+        await client.aclose()
+        return weakref.ref(client)
+
+    collected = await crowd()
+    gc.collect()
+    assert collected() is None
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="per-call clients of one Redis")
+async def test_a_waiter_whose_client_is_closed_asks_again_and_completes(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    holder = Lock("closed-under", timeout=30, wait=0)
+    assert await holder.aacquire()
+    client = own_async_client(redis_url)
+    waiter = asyncio.create_task(
+        Lock("closed-under", timeout=30, wait=30, client=client).aacquire()
+    )
+    await wait_until_in_line(
+        [signal_hub(client)], KeySpace("lock", "closed-under").key("signal"), 1
+    )
+    await client.aclose()  # its hub's BLPOP fails: "Connection closed by server"
+    await asyncio.sleep(0.3)
+    await holder.arelease()
+    assert await asyncio.wait_for(waiter, timeout=10) is True
+    assert len(warnings_of_waiting(caplog)) <= 1
+    await client.aclose()
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="an ACL user of one Redis")
+async def test_a_waiter_whose_wait_keeps_failing_gets_the_error_once(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that may not BLPOP (its every wait fails at once) used to wake its waiter
+    to ask again, and wait again, in a loop until the deadline, logging each turn."""
+    caplog.set_level(logging.DEBUG, logger="django_rcoord.waiting")
+    admin = get_client()
+    admin.acl_setuser(
+        "no-blpop",
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-blpop"],
+    )
+    holder = Lock("no-blpop", timeout=30, wait=0)
+    assert await holder.aacquire()
+    client = own_async_client(redis_url, username="no-blpop", password="secret")
+    try:
+        started = time.monotonic()
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            await Lock("no-blpop", timeout=30, wait=10, client=client).aacquire()
+        assert time.monotonic() - started < 5
+        messages = [r.getMessage() for r in caplog.records if r.name == "django_rcoord.waiting"]
+        assert 1 <= len(messages) <= 2, messages
+        assert len(warnings_of_waiting(caplog)) == 1
+    finally:
+        await client.aclose()
+        await holder.arelease()
+        admin.acl_deluser("no-blpop")
 
 
 # -- one Lock object shared by threads and tasks -------------------------------------------

@@ -12,12 +12,14 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_rcoord.connection import get_client
+from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys, dead_letters, queue_stats
+from django_rcoord.queues import QueueKeys, dead_letters, execute_later, queue_stats
 from django_rcoord.semaphores import Semaphore
+from django_rcoord.status import overview
 from django_rcoord.worker import Worker
-from tests import tasks
-from tests.test_queues import output_of, result_of, start_worker
+from tests import cluster, tasks
+from tests.test_queues import output_of, result_of, start_worker, take
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,7 +172,7 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
         client.post(action, {"action": "delete", "task_id": ids[0]})
         assert [letter["id"] for letter in dead_letters("default")] == [ids[1], ids[3], ids[4]]
         assert result_of(ids[0]).status == "FAILED"  # the record stays until it expires
-        client.post(action, {"action": "delete"})
+        client.post(action, {"action": "delete", "confirm": "yes"})
         assert queue_stats("default")["dead"] == 0
     assert [
         record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
@@ -183,6 +185,45 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
     assert [letter["id"] for letter in dead_letters("default")] == [ids[2]]
     client.post(action, {"action": "requeue"})
     assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_delete_all_asks_for_confirmation_first(client, staff, caplog) -> None:
+    make_dead_letters(3)
+    client.force_login(staff)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    dead_page = client.get(reverse("rcoord:dashboard-dead", args=["default"])).content.decode()
+    assert 'value="Delete all 3&hellip;"' in dead_page
+    with caplog.at_level(logging.INFO, logger="django_rcoord.dashboard"):
+        # The first POST only asks: a confirmation page, nothing deleted.
+        asked = client.post(action, {"action": "delete"})
+        assert asked.status_code == 200
+        assert asked.templates[0].name == "django_rcoord/dashboard/confirm_delete.html"
+        assert queue_stats("default")["dead"] == 3
+        page = asked.content.decode()
+        assert "Delete every dead letter of default (3 now)?" in page
+        assert '<input type="hidden" name="confirm" value="yes">' in page
+        assert f'action="{action}"' in page
+        # Anything but the confirmation field's value asks again.
+        assert client.post(action, {"action": "delete", "confirm": "1"}).status_code == 200
+        assert queue_stats("default")["dead"] == 3
+        # The second POST, from the confirmation page's form, deletes them.
+        done = client.post(action, {"action": "delete", "confirm": "yes"})
+    assert done.status_code == 302
+    assert done["Location"] == reverse("rcoord:dashboard-dead", args=["default"])
+    assert queue_stats("default")["dead"] == 0
+    assert [
+        record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
+    ] == ["olga: deleted 3 dead letter(s) of default"]
+
+
+def test_the_confirmation_page_is_for_staff_only(client, member) -> None:
+    make_dead_letters(1)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "delete"}).status_code == 302  # to the login page
+    client.force_login(member)
+    assert client.post(action, {"action": "delete"}).status_code == 403
+    assert client.post(action, {"action": "delete", "confirm": "yes"}).status_code == 403
+    assert queue_stats("default")["dead"] == 1
 
 
 def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
@@ -248,6 +289,52 @@ def test_stats_is_the_document_rcoord_status_prints(client, capsys) -> None:
         queue.pop("oldest_ready_age")
     assert stats == printed
     assert stats["queues"][0]["ready"] == 1
+
+
+def command_calls(redis_client) -> dict[str, int]:
+    """Calls of each command on the server since its statistics were reset."""
+    return {
+        name.removeprefix("cmdstat_"): stats["calls"]
+        for name, stats in redis_client.info("commandstats").items()
+    }
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="the command statistics of one server")
+def test_the_overview_writes_nothing_and_reads_running_tasks_together(redis_client) -> None:
+    for index in range(30):
+        tasks.record.delay(f"ov{index}")
+    execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
+    worker = Worker(["default"])
+    worker._heartbeat()
+    for _ in range(3):
+        take(worker)  # none finished: all three in flight (with any prefetched beside them)
+    owners = redis_client.hgetall(KeySpace("queue", "main").key("owners"))
+    assert len(owners) >= 3
+    workers_key = KeySpace("queue", "main").key("workers")
+    redis_client.sadd(workers_key, "gone-worker")  # died without signing off
+    command_flags = {name: set(info["flags"]) for name, info in redis_client.command().items()}
+    stats = queue_stats("default")
+    redis_client.config_resetstat()
+    state = overview()
+    calls = command_calls(redis_client)
+    assert {name for name in calls if "write" in command_flags.get(name, set())} == set()
+    # The tasks running and the queues' next tasks: one HMGET per group (both have some).
+    assert "hget" not in calls
+    assert calls["hmget"] == len(state["groups"]) == 2
+    assert redis_client.sismember(workers_key, "gone-worker")  # left, not shown
+    queues = {queue["name"]: queue for queue in state["queues"]}
+    assert {key: queues["default"][key] for key in stats} == stats
+    assert queues["default"]["oldest_ready_age"] >= 0
+    assert queues["reports/pdf"]["ready"] == 1
+    (seen,) = state["workers"]
+    assert seen["id"] == worker.id
+    assert sorted(seen["running"], key=lambda task: task["id"]) == [
+        {"id": task_id.decode(), "task": "tests.tasks.record"} for task_id in sorted(owners)
+    ]
+    assert state["worker_counts"] == {"main": 1, "reports": 0}
+    worker._sign_off()  # also drops the members of workers gone without signing off
+    assert redis_client.smembers(workers_key) == set()
+    assert overview()["workers"] == []
 
 
 @pytest.mark.slow

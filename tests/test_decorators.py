@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import logging
 import re
 import threading
@@ -10,12 +11,15 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.asgi import ASGIRequest
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.http import HttpResponse
 from django.test import Client, override_settings
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.locks import Lock
+from django_rcoord.responses import error_response
 from tests import views
 from tests.models import Sale
 from tests.views import lock_is_held
@@ -258,6 +262,29 @@ def test_error_page_links_home_instead_of_to_another_site(client, held_item_1: L
     page = client.get("/purchase/1/", HTTP_REFERER="https://evil.example/phish")
     assert "evil.example" not in page.content.decode()
     assert '<a href="/">Go to the home page</a>' in page.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "retry_url"),
+    [
+        ("//evil.example/x", "/evil.example/x?a=1"),
+        ("///evil.example/x", "/evil.example/x?a=1"),
+        ("http://evil.example/x", "/http://evil.example/x?a=1"),  # an ASGI path may be any text
+        ("/\\evil.example/x", "/%5Cevil.example/x?a=1"),  # a backslash escaped
+        ("/shop/items/", "/shop/items/?a=1"),
+    ],
+)
+def test_the_try_again_link_is_a_path_of_this_site(path: str, retry_url: str) -> None:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "query_string": b"a=1",
+        "headers": [(b"host", b"testserver"), (b"accept", b"text/html")],
+    }
+    response = error_response(ASGIRequest(scope, io.BytesIO()), 409, "locked", "Busy.")
+    assert f'<a href="{retry_url}">Try again</a>' in response.content.decode()
+    assert url_has_allowed_host_and_scheme(retry_url, allowed_hosts=None)
 
 
 def test_a_refused_post_offers_no_link_that_would_resend_it(client, held_item_1: Lock) -> None:

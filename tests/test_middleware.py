@@ -68,6 +68,22 @@ def test_the_request_over_the_limit_gets_503_with_retry_after(client) -> None:
     assert Semaphore("slow", 2).holders() == 0
 
 
+@limits({"name": "evil", "path": "evil", "limit": 1, "timeout": 10})
+def test_the_try_again_link_of_a_refused_request_stays_on_this_site(client) -> None:
+    """A request for ``//evil.example/x`` used to render ``href="//evil.example/x"``: a
+    protocol-relative link, to another site."""
+    semaphore = Semaphore("evil", 1)
+    held = semaphore.acquire()
+    assert held is not None
+    try:
+        page = client.get("/x", PATH_INFO="//evil.example/x", QUERY_STRING="a=1&b=2")
+    finally:
+        semaphore.release(held)
+    assert page.status_code == 503
+    assert b'<a href="/evil.example/x?a=1&amp;b=2">Try again</a>' in page.content
+    assert b'href="//' not in page.content
+
+
 @limits(SLOW)
 async def test_async_the_request_over_the_limit_gets_503(async_client) -> None:
     views.async_gate = asyncio.Event()

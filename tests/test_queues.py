@@ -689,20 +689,24 @@ def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
 
 
 def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:
-    tasks.record.delay("warm")
-    tasks.sleep_then_record.delay("long", 1.0)  # past the prefetch budget
-    for n in range(6):
-        tasks.sleep_then_record.delay(f"f{n}", 0.02)
-    first = Worker(["default"], burst=True)
+    first = Worker(["default"])
     first_thread = run_in_thread(first)
-    other = Worker(["default"])
-    other_thread = run_in_thread(other)
+    tasks.record.delay("warm")  # it measures a run: its next take is a batch
+    wait_until(lambda: ran() == ["warm"])
+    enqueue_many(
+        [
+            (tasks.record_slowly, ("long", 2.0), {}),
+            *((tasks.sleep_then_record, (f"f{n}", 0.02), {}) for n in range(6)),
+        ]
+    )
+    wait_until(lambda: get_client().llen("test:started") == 1)
+    # Given back while the long task runs, not when it ends.
+    wait_until(lambda: queue_stats("default")["ready"] == 6, timeout=1.5)
+    assert "long" not in ran()
+    other = Worker(["default"], burst=True)
+    assert other.run() == 6
+    first.stop()
     first_thread.join(30)
-    wait_until(lambda: len(ran()) == 8)
-    other.stop()
-    other_thread.join(30)
-    # The other worker ran them while the long task ran: not after it ended.
-    assert ran()[-1] == "long", ran()
     assert sorted(ran()) == sorted(["warm", "long", *(f"f{n}" for n in range(6))])
     keys = QueueKeys.of("default")
     assert not get_client().hkeys(keys.failures)  # no lost delivery counted

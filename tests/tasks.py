@@ -124,3 +124,15 @@ def block_first_time(marker: str, seconds: float) -> None:
 def sleep_then_record(marker: str, seconds: float) -> None:
     time.sleep(seconds)
     get_client().rpush(RAN, marker)
+
+
+@task(queue="elsewhere/default")
+def record_elsewhere(marker: str) -> None:
+    """``record`` in another queue group (another Redis Cluster slot)."""
+    get_client().rpush(RAN, marker)
+
+
+# A task whose queue a release may move: RCOORD_TEST_MOVED_QUEUE is a poller's release.
+@task(name="tests.tasks.moved", queue=os.environ.get("RCOORD_TEST_MOVED_QUEUE", "default"))
+def moved(marker: str) -> None:
+    get_client().rpush(RAN, marker)

@@ -12,12 +12,30 @@ framework task (on a ``RedisTaskBackend``). ``cron`` is read in ``settings.TIME_
 ``every`` (seconds, 1 or more, fractions allowed) ticks at whole multiples of itself since
 the Unix epoch, so every poller computes the same ticks.
 
-Each tick is queued **exactly once** however many pollers run: the claim of a tick and the
-enqueue are one script (``periodic_fire.lua``) that checks the tick is due on the Redis
-server's clock and later than the last tick claimed. A tick found more than
-``MISSED_AFTER`` seconds late was missed (no poller ran): ``catch_up: "skip"`` (the
-default) drops it, ``"once"`` runs the latest missed tick once. The message carries the
-tick (``"periodic": {"name", "tick"}``) and goes through the queue like any task.
+Each tick is queued **exactly once** however many pollers run, and whatever queue group
+each of them maps the task to (a rolling deploy that moves the task to another group runs
+old and new pollers side by side). Three steps, each one script:
+
+1. ``periodic_claim.lua`` claims the tick in the schedule's own hash slot
+   (``rcoord:periodic:{<name>}:claim``): it must be due on the Redis server's clock and
+   later than the last tick claimed. A tick claimed to fire stores its task's message and
+   queue there, *pending*.
+2. ``periodic_queue.lua`` queues that message in that queue's group, which records per
+   schedule the latest tick it queued: queueing the same pending tick again is a no-op.
+3. ``periodic_confirm.lua`` clears the pending message.
+
+The claim and the queue are in different slots on Redis Cluster, so they cannot be one
+script. A poller that dies between 1 and 3 (or whose reply is lost) leaves the tick
+pending; the next pass of any poller queues the *stored* message in the *stored* queue,
+not its own idea of the task's group, so the tick is neither lost nor queued twice, and a
+schedule's next tick is not claimed until the pending one is confirmed (a group's record
+only moves forward). A task id derived from schedule and tick would not do instead: the
+queue keeps no record of ids it ran, and two releases would queue it in two groups.
+
+A tick found more than ``MISSED_AFTER`` seconds late was missed (no poller ran):
+``catch_up: "skip"`` (the default) drops it, ``"once"`` runs the latest missed tick once.
+The message carries the tick (``"periodic": {"name", "tick"}``) and goes through the queue
+like any task.
 """
 
 from __future__ import annotations
@@ -37,9 +55,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rcoord.conf import conf
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import instance_keys
 from django_rcoord.messages import encode_message
-from django_rcoord.producer import register_group
+from django_rcoord.producer import GROUP_CREATED, register_group
 from django_rcoord.queue_keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.scripts import run_script
 
@@ -47,6 +65,7 @@ __all__ = [
     "LATENESS_SAMPLES",
     "MISSED_AFTER",
     "Schedule",
+    "claim_key",
     "fire_due",
     "lateness_key",
     "schedule_status",
@@ -238,79 +257,144 @@ def fire_due(client: Any, now_ms: int, found: list[Schedule] | None = None) -> t
     next_ms: int | None = None
     for schedule in schedules() if found is None else found:
         target = _target(schedule.task)
+        fired += _fire(client, schedule, target, now_ms)
         if target is None:  # reported by check rcoord.E025
             continue
-        keys = QueueKeys.of(target.queue)
-        register_group(client, keys.group)  # so pollers watch it (once per process and hour)
-        last = client.hget(keys.periodic, schedule.name)
-        latest = schedule.latest_tick(now_ms)
-        if last is None:
-            # First sight: ticks from now on (a past tick of a new schedule is no miss).
-            last_ms = latest if now_ms - latest > MISSED_AFTER * 1000 else latest - 1
-        else:
-            last_ms = int(last)
-        if latest > last_ms:
-            missed = now_ms - latest > MISSED_AFTER * 1000
-            mode = "skip" if missed and schedule.catch_up == "skip" else "fire"
-            outcome = _fire(client, schedule, target, keys, latest, mode)
-            fired += outcome == 1
-            if outcome == 2:
-                logger.warning(
-                    "periodic %s: tick %s was missed (no poller ran then); skipped",
-                    schedule.name,
-                    _at(latest).isoformat(),
-                )
-        following = schedule.next_tick(max(now_ms, latest))
+        following = schedule.next_tick(max(now_ms, schedule.latest_tick(now_ms)))
         next_ms = following if next_ms is None else min(next_ms, following)
     return fired, (math.inf if next_ms is None else max(0.0, (next_ms - now_ms) / 1000))
 
 
-@functools.lru_cache(maxsize=256)
-def _lateness_key(group: str, name: str, prefix: str) -> str:
-    return KeySpace("queue", group).key(f"periodic-lateness:{name}")
+def claim_key(name: str) -> str:
+    """The HASH that claims the ticks of the schedule ``name``, in its own hash slot (not
+    its task's queue group: which group that is may differ between two releases)."""
+    return instance_keys("periodic", name, _CLAIM_PARTS)[0]
 
 
-def lateness_key(keys: QueueKeys, name: str) -> str:
-    """The LIST of the schedule ``name``'s lateness samples, in its task's queue group."""
-    return _lateness_key(keys.group, name, conf.KEY_PREFIX)
+def lateness_key(name: str) -> str:
+    """The LIST of the schedule ``name``'s lateness samples (ms, tick -> queued), beside
+    its claim."""
+    return instance_keys("periodic", name, _CLAIM_PARTS)[1]
 
 
-def _fire(
-    client: Any, schedule: Schedule, target: Target, keys: QueueKeys, tick: int, mode: str
-) -> int:
+_CLAIM_PARTS = ("claim", "lateness")
+# What a poller reads of a claim each pass: the last claimed tick and any pending one.
+_CLAIM_FIELDS = ("tick", "pending", "queue", "priority", "id", "message")
+
+# periodic_claim's answers.
+_CLAIMED, _SKIPPED, _EARLIER_PENDING = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class PendingTick:
+    """A tick claimed to fire whose task is not yet confirmed queued: the message and the
+    queue the claim stored with it (whoever queues it queues exactly these)."""
+
+    tick: int
+    queue: str
+    priority: int
+    task_id: str
+    message: bytes | str
+
+
+def _read_claim(client: Any, name: str) -> tuple[int | None, PendingTick | None]:
+    """(last claimed tick or None, the pending tick or None) of the schedule ``name``."""
+    last, pending, queue, priority, task_id, message = client.hmget(claim_key(name), _CLAIM_FIELDS)
+    last_tick = None if last is None else int(last)
+    if pending is None or queue is None or task_id is None or message is None:
+        return last_tick, None
+    found = PendingTick(int(pending), queue.decode(), int(priority or 0), task_id.decode(), message)
+    return (found.tick if last_tick is None else last_tick), found
+
+
+def _fire(client: Any, schedule: Schedule, target: Target | None, now_ms: int) -> int:
+    """Queue the schedule's pending tick, if any, then claim and queue its latest tick if
+    it is due and not claimed yet. Returns how many tasks this call queued."""
+    fired = 0
+    latest = schedule.latest_tick(now_ms)
+    for _ in range(2):  # again when the claim finds an earlier tick pending meanwhile
+        last, pending = _read_claim(client, schedule.name)
+        if pending is not None:
+            fired += _queue_pending(client, schedule.name, pending)
+        if target is None:
+            return fired
+        if last is None:
+            # First sight: ticks from now on (a past tick of a new schedule is no miss).
+            last = latest if now_ms - latest > MISSED_AFTER * 1000 else latest - 1
+        if latest <= last:
+            return fired
+        missed = now_ms - latest > MISSED_AFTER * 1000
+        mode = "skip" if missed and schedule.catch_up == "skip" else "fire"
+        claimed = _pending_tick(schedule, target, latest)
+        outcome = int(
+            run_script(
+                "periodic_claim",
+                client,
+                keys=[claim_key(schedule.name)],
+                args=[
+                    latest,
+                    mode,
+                    claimed.queue,
+                    claimed.priority,
+                    claimed.task_id,
+                    claimed.message,
+                    GROUP_KEYS_MS,
+                ],
+            )
+        )
+        if outcome == _CLAIMED:
+            return fired + _queue_pending(client, schedule.name, claimed)
+        if outcome == _SKIPPED:
+            logger.warning(
+                "periodic %s: tick %s was missed (no poller ran then); skipped",
+                schedule.name,
+                _at(latest).isoformat(),
+            )
+        if outcome != _EARLIER_PENDING:
+            return fired
+    return fired
+
+
+def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
+    """The message of the schedule's task for ``tick``, as its claim stores it."""
     extra = {**target.extra, "periodic": {"name": schedule.name, "tick": tick / 1000}}
     if target.priority:
         extra["priority"] = target.priority
     task_id, body = encode_message(
         target.task_name, target.queue, schedule.args, schedule.kwargs, extra
     )
-    return int(
-        run_script(
-            "periodic_fire",
-            client,
-            keys=[
-                keys.periodic,
-                keys.messages,
-                keys.ready,
-                keys.queues,
-                keys.wake,
-                keys.idle,
-                lateness_key(keys, schedule.name),
-            ],
-            args=[
-                schedule.name,
-                tick,
-                mode,
-                task_id,
-                body,
-                keys.queue,
-                target.priority,
-                WAKE_TOKEN_MS,
-                GROUP_KEYS_MS,
-                LATENESS_SAMPLES,
-            ],
-        )
+    return PendingTick(tick, target.queue, target.priority, task_id, body)
+
+
+def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
+    """Queue a claimed tick's task in the queue its claim names (a no-op when that group
+    holds the tick already), then confirm it. Returns 1 when this call queued it."""
+    keys = QueueKeys.of(pending.queue)
+    register_group(client, keys.group)  # so pollers watch it (once per process and hour)
+    status, queued_at = run_script(
+        "periodic_queue",
+        client,
+        keys=[keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle],
+        args=[
+            name,
+            pending.tick,
+            pending.task_id,
+            pending.message,
+            keys.queue,
+            pending.priority,
+            WAKE_TOKEN_MS,
+            GROUP_KEYS_MS,
+        ],
     )
+    if status == GROUP_CREATED:
+        register_group(client, keys.group, force=True)
+    run_script(
+        "periodic_confirm",
+        client,
+        keys=[claim_key(name), lateness_key(name)],
+        args=[pending.tick, queued_at, LATENESS_SAMPLES, GROUP_KEYS_MS],
+    )
+    return 1 if status else 0
 
 
 def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
@@ -323,11 +407,8 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
         if target is None:
             rows.append({**row, "error": "unknown task"})
             continue
-        keys = QueueKeys.of(target.queue)
-        last, late, at = client.hmget(
-            keys.periodic, [schedule.name, f"{schedule.name}:late", f"{schedule.name}:at"]
-        )
-        samples = sorted(int(ms) for ms in client.lrange(lateness_key(keys, schedule.name), 0, -1))
+        last, late, at = client.hmget(claim_key(schedule.name), ["tick", "late", "at"])
+        samples = sorted(int(ms) for ms in client.lrange(lateness_key(schedule.name), 0, -1))
         rows.append(
             {
                 **row,

@@ -150,3 +150,15 @@ def record_run(marker: str, seconds: float = 0.0) -> None:
     time.sleep(seconds)
     with open(os.environ["RCOORD_TEST_RUN_LOG"], "a") as log:
         log.write(f"{marker}\n")
+
+
+@task(queue="elsewhere/default")
+def record_elsewhere(marker: str) -> None:
+    """``record`` in another queue group (another Redis Cluster slot)."""
+    get_client().rpush(RAN, marker)
+
+
+# A task whose queue a release may move: RCOORD_TEST_MOVED_QUEUE is a poller's release.
+@task(name="tests.tasks.moved", queue=os.environ.get("RCOORD_TEST_MOVED_QUEUE", "default"))
+def moved(marker: str) -> None:
+    get_client().rpush(RAN, marker)

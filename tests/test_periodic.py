@@ -16,8 +16,16 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
+from django_rcoord import periodic
 from django_rcoord.connection import get_client
-from django_rcoord.periodic import MISSED_AFTER, Schedule, fire_due, lateness_key, schedules
+from django_rcoord.periodic import (
+    MISSED_AFTER,
+    Schedule,
+    claim_key,
+    fire_due,
+    lateness_key,
+    schedules,
+)
 from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.scripts import run_script
 from django_rcoord.worker import Worker
@@ -75,37 +83,54 @@ def test_cron_is_read_in_the_time_zone_across_daylight_saving() -> None:
 
 # -- firing -----------------------------------------------------------------------------
 def test_the_claim_of_a_tick_is_once_and_on_the_servers_clock() -> None:
-    keys = QueueKeys.of("default")
+    claim, late = claim_key("s"), lateness_key("s")
     now = server_ms()
-    late = lateness_key(keys, "s")
-    script_keys = [
-        keys.periodic,
-        keys.messages,
-        keys.ready,
-        keys.queues,
-        keys.wake,
-        keys.idle,
-        late,
-    ]
 
-    def fire(tick: int, task_id: str, mode: str = "fire") -> int:
-        args = ["s", tick, mode, task_id, "{}", "default", 0, 1000, 60_000, 3]
-        return run_script("periodic_fire", get_client(), keys=script_keys, args=args)
+    def claim_tick(tick: int, task_id: str, mode: str = "fire") -> int:
+        args = [tick, mode, "default", 0, task_id, "{}", 60_000]
+        return run_script("periodic_claim", get_client(), keys=[claim], args=args)
 
-    assert fire(now + 60_000, "a" * 32) == -1  # not due yet on the server's clock
-    assert fire(now - 1000, "b" * 32) == 1
-    assert fire(now - 1000, "c" * 32) == 0  # claimed already
-    assert fire(now - 2000, "d" * 32) == 0  # an earlier tick than the last claimed
-    assert queue_stats("default")["ready"] == 1
-    # Every fire's lateness (server clock, claim - tick) is kept, newest first, the last 3.
-    (sample,) = get_client().lrange(late, 0, -1)
-    assert 1000 <= int(sample) < 1000 + 5000
-    assert fire(now - 600, "e" * 32, mode="skip") == 2  # a skipped tick is no fire
-    for offset, task_id in ((500, "f"), (400, "g"), (300, "h")):
-        assert fire(now - offset, task_id * 32) == 1
-    samples = [int(ms) for ms in get_client().lrange(late, 0, -1)]
-    assert len(samples) == 3
-    assert samples[0] < samples[1] < samples[2] < 1000 + 5000
+    def confirm(tick: int, queued_at: int) -> int:
+        args = [tick, queued_at, 3, 60_000]
+        return run_script("periodic_confirm", get_client(), keys=[claim, late], args=args)
+
+    assert claim_tick(now + 60_000, "a" * 32) == -1  # not due yet on the server's clock
+    assert claim_tick(now - 1000, "b" * 32) == 1
+    assert claim_tick(now - 1000, "c" * 32) == 0  # claimed already
+    assert claim_tick(now - 2000, "d" * 32) == 0  # an earlier tick than the last claimed
+    # The claimed tick keeps its message until confirmed queued; no later tick meanwhile.
+    pending = get_client().hmget(claim, ["pending", "id", "queue"])
+    assert pending == [str(now - 1000).encode(), b"b" * 32, b"default"]
+    assert claim_tick(now - 500, "e" * 32) == 3
+    assert confirm(now - 2000, 0) == 0  # another tick: still pending
+    assert confirm(now - 1000, now) == 1
+    assert get_client().hget(claim, "pending") is None
+    # Every fire's lateness (queued - tick, server clock) is kept, newest first, the last 3.
+    assert [int(ms) for ms in get_client().lrange(late, 0, -1)] == [1000]
+    assert claim_tick(now - 600, "f" * 32, mode="skip") == 2  # a skipped tick: no message
+    assert get_client().hget(claim, "pending") is None
+    for offset in (500, 400, 300):
+        assert claim_tick(now - offset, "g" * 32) == 1
+        confirm(now - offset, now)
+    assert [int(ms) for ms in get_client().lrange(late, 0, -1)] == [300, 400, 500]
+
+
+def test_a_groups_record_queues_a_claimed_tick_once() -> None:
+    keys = QueueKeys.of("default")
+    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle]
+
+    def queue(tick: int, task_id: str) -> list[int]:
+        args = ["s", tick, task_id, "{}", "default", 0, 1000, 60_000]
+        return run_script("periodic_queue", get_client(), keys=script_keys, args=args)
+
+    now = server_ms()
+    status, queued_at = queue(now - 1000, "a" * 32)
+    assert status == 2  # the group's list of queues was new
+    assert now <= queued_at < now + 5000  # the server's clock
+    assert queue(now - 1000, "a" * 32) == [0, queued_at]  # the same tick again: a no-op
+    assert queue(now - 2000, "b" * 32) == [0, 0]  # an earlier one
+    assert queue(now, "c" * 32)[0] == 1
+    assert queue_stats("default")["ready"] == 2
 
 
 def periodic_env(*entries: dict) -> dict[str, str]:
@@ -156,9 +181,7 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     assert len([tick for tick in ticks if tick * 1000 > stopped]) <= 1, (stopped, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
-    lateness = [
-        int(ms) for ms in get_client().lrange(lateness_key(QueueKeys.of("default"), "beat"), 0, -1)
-    ]
+    lateness = [int(ms) for ms in get_client().lrange(lateness_key("beat"), 0, -1)]
     assert len(lateness) == len(ticks)
 
 
@@ -166,9 +189,8 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
 def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> None:
     minutely = {"name": "minutely", "task": "tests.tasks.record", "cron": "* * * * *"}
     schedule = Schedule("minutely", "tests.tasks.record", cron="* * * * *")
-    keys = QueueKeys.of("default")
     # The schedule has run before: its latest tick is claimed, the next is the boundary.
-    get_client().hset(keys.periodic, "minutely", schedule.latest_tick(server_ms()))
+    get_client().hset(claim_key("minutely"), "tick", schedule.latest_tick(server_ms()))
     boundary = schedule.next_tick(server_ms())
     assert boundary % 60_000 == 0
     poller = start_poller(periodic_env({**minutely, "args": ["minute"]}))
@@ -185,7 +207,7 @@ def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> 
     assert poller.returncode == 0, output
     (message,) = ready_messages()
     assert message["periodic"] == {"name": "minutely", "tick": boundary / 1000}
-    (lateness,) = get_client().lrange(lateness_key(keys, "minutely"), 0, -1)
+    (lateness,) = get_client().lrange(lateness_key("minutely"), 0, -1)
     # Queued on the server's clock at the boundary (not before), within a second of it.
     assert 0 <= int(lateness) < 1000, output
     assert boundary <= seen
@@ -199,11 +221,10 @@ def test_a_missed_tick_is_skipped_or_run_once(catch_up: str, queued: int) -> Non
     now = server_ms()
     latest = schedule.latest_tick(now)
     assert now - latest > MISSED_AFTER * 1000
-    keys = QueueKeys.of("default")
-    get_client().hset(keys.periodic, "yearly", schedule.latest_tick(latest - 1))
+    get_client().hset(claim_key("yearly"), "tick", schedule.latest_tick(latest - 1))
     fired, next_in = fire_due(get_client(), now, [schedule])
     assert fired == queued
-    assert int(get_client().hget(keys.periodic, "yearly")) == latest  # handled either way
+    assert int(get_client().hget(claim_key("yearly"), "tick")) == latest  # handled either way
     assert [m["periodic"]["tick"] * 1000 for m in ready_messages()] == [latest] * queued
     assert next_in == pytest.approx((schedule.next_tick(now) - now) / 1000)
     assert fire_due(get_client(), server_ms(), [schedule])[0] == 0  # not again
@@ -255,3 +276,110 @@ def test_schedules_are_read_from_settings_and_shown_by_rcoord_status(capsys) -> 
     (row,) = state["periodic"]
     assert row["name"] == "beat"
     assert row["next_tick"]
+
+
+# -- across queue groups: a rolling deploy moves a schedule's task ------------------------
+# The old release queues the schedule's task in group "main", the new one in "elsewhere"
+# (another Redis Cluster slot); the claim of a tick must not depend on the group.
+OLD_RELEASE = Schedule("beat", "tests.tasks.record", every=1, args=["beat"])
+NEW_RELEASE = Schedule("beat", "tests.tasks.record_elsewhere", every=1, args=["beat"])
+
+
+def queued_ticks() -> dict[str, list[int]]:
+    """The ticks (ms) queued in each group, in queue order."""
+    return {
+        queue: [round(message["periodic"]["tick"] * 1000) for message in ready_messages(queue)]
+        for queue in ("default", "elsewhere/default")
+    }
+
+
+def test_a_tick_is_fired_once_whichever_group_its_task_maps_to() -> None:
+    # Pollers of both releases look at each of ten ticks, in either order.
+    start = OLD_RELEASE.latest_tick(server_ms() - 20_000)
+    for second in range(10):
+        now = start + second * 1000 + 1
+        releases = (OLD_RELEASE, NEW_RELEASE) if second % 2 else (NEW_RELEASE, OLD_RELEASE)
+        fired = [fire_due(get_client(), now, [release])[0] for release in releases]
+        assert fired == [1, 0], (second, fired)
+    by_group = queued_ticks()
+    assert by_group["default"], by_group  # each release fired some ticks
+    assert by_group["elsewhere/default"], by_group
+    ticks = sorted(by_group["default"] + by_group["elsewhere/default"])
+    assert ticks == [start + second * 1000 for second in range(10)]
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch, script: str, *, after_running: bool) -> None:
+    """The next call of ``script`` by a poller fails, before it ran or (a reply lost)
+    after: the poller's pass raises there, as a poller killed at that point stops."""
+    real = periodic.run_script
+
+    def run(name: str, *args, **kwargs):
+        if name != script:
+            return real(name, *args, **kwargs)
+        monkeypatch.setattr(periodic, "run_script", real)
+        if after_running:
+            real(name, *args, **kwargs)
+        raise ConnectionError(f"lost while running {name}")
+
+    monkeypatch.setattr(periodic, "run_script", run)
+
+
+@pytest.mark.parametrize(
+    ("script", "after_running"),
+    [("periodic_queue", False), ("periodic_queue", True), ("periodic_confirm", False)],
+)
+def test_a_poller_lost_between_claim_and_confirm_costs_no_tick_and_no_second_fire(
+    monkeypatch: pytest.MonkeyPatch, script: str, after_running: bool
+) -> None:
+    tick = OLD_RELEASE.latest_tick(server_ms() - 5000)
+    fail_once(monkeypatch, script, after_running=after_running)
+    with pytest.raises(ConnectionError):
+        fire_due(get_client(), tick + 1, [OLD_RELEASE])  # the old release claims the tick
+    assert get_client().hget(claim_key("beat"), "pending") == str(tick).encode()
+    # The next pass of a poller of the new release queues the claimed message where it was
+    # claimed for (the old release's group), then claims and queues the next tick.
+    fired, _ = fire_due(get_client(), tick + 1001, [NEW_RELEASE])
+    queued_before = 0 if script == "periodic_queue" and not after_running else 1
+    assert fired == 2 - queued_before
+    for release in (OLD_RELEASE, NEW_RELEASE):
+        assert fire_due(get_client(), tick + 1002, [release])[0] == 0
+    assert queued_ticks() == {"default": [tick], "elsewhere/default": [tick + 1000]}
+    assert get_client().hget(claim_key("beat"), "pending") is None
+    assert get_client().llen(lateness_key("beat")) == 2  # one sample per fire
+    (message,) = ready_messages("default")  # the message the claim stored, as it was
+    assert message["task"] == "tests.tasks.record"
+
+
+def test_a_tick_the_previous_release_queued_from_its_groups_claim_is_not_queued_again() -> None:
+    # Releases before the claim moved to the schedule's slot claimed ticks in the group's
+    # periodic HASH (<name> -> last tick); the group still records its ticks there.
+    tick = OLD_RELEASE.latest_tick(server_ms() - 5000)
+    get_client().hset(QueueKeys.of("default").periodic, "beat", tick)
+    assert fire_due(get_client(), tick + 1, [OLD_RELEASE])[0] == 0
+    assert fire_due(get_client(), tick + 1001, [OLD_RELEASE])[0] == 1
+    assert queued_ticks()["default"] == [tick + 1000]
+
+
+@pytest.mark.slow
+def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tick_once() -> None:
+    moved = {"name": "beat", "task": "tests.tasks.moved", "every": 1, "args": ["beat"]}
+    old, new = periodic_env(moved), periodic_env(moved)
+    new["RCOORD_TEST_MOVED_QUEUE"] = "elsewhere/default"
+    pollers = [start_poller(old), start_poller(new)]
+    try:
+        for poller in pollers:
+            wait_for_log(poller, "poller started")
+        started = server_ms()
+        time.sleep(6)
+        stopped = server_ms()
+    finally:
+        for poller in pollers:
+            poller.send_signal(signal.SIGTERM)
+        outputs = [output_of(poller, 30) for poller in pollers]
+    assert all(poller.returncode == 0 for poller in pollers), outputs
+    by_group = queued_ticks()
+    ticks = sorted(by_group["default"] + by_group["elsewhere/default"])
+    assert len(ticks) == len(set(ticks)), by_group  # no tick queued in both groups
+    assert ticks == list(range(ticks[0], ticks[0] + 1000 * len(ticks), 1000)), by_group
+    window = [tick for tick in ticks if started <= tick <= stopped]
+    assert len(window) in (6, 7), (started, stopped, by_group)

@@ -1,0 +1,29 @@
+-- Queue the task of a claimed periodic tick (see periodic_claim), once: the group records,
+-- per schedule, the latest tick it queued and when, so a second poller queueing the same
+-- pending tick (its claimant died, or its reply was lost) queues nothing. Ticks reach a
+-- group in order (a schedule's next tick is claimed only once the pending one is confirmed).
+-- KEYS[1]  periodic HASH of the group: <schedule name> -> the latest tick queued here (ms),
+--          <schedule name>:at -> when it was queued (ms)
+-- KEYS[2]  messages HASH   KEYS[3] ready ZSET of the task's queue   KEYS[4] queues HASH
+-- KEYS[5]  wake LIST of the group   KEYS[6] idle ZSET of the group
+-- ARGV[1]  schedule name   ARGV[2] tick, ms since the epoch
+-- ARGV[3]  task id   ARGV[4] message JSON   ARGV[5] queue name within the group
+-- ARGV[6]  priority   ARGV[7] wake-up token lifetime, ms
+-- ARGV[8]  how long the group's list of queues and this HASH outlive their last use, ms
+-- Returns  {status, queued at}: status 1 queued, 2 queued and the group's list of queues was
+--          created by this call (the poller records the group again), 0 this tick (or a
+--          later one) was queued here already; queued at: when this tick was queued (ms,
+--          this server's clock; 0 when unknown: a later tick is recorded)
+--! include _ready
+local name, tick = ARGV[1], tonumber(ARGV[2])
+local last, at = unpack(redis.call('HMGET', KEYS[1], name, name .. ':at'))
+if tonumber(last or '-1') >= tick then
+    return {0, tonumber(last) == tick and tonumber(at or '0') or 0}
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('HSET', KEYS[1], name, ARGV[2], name .. ':at', now)
+redis.call('PEXPIRE', KEYS[1], ARGV[8])
+local created = enqueue_now(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[5],
+    tonumber(ARGV[8]), ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[7])
+return {created and 2 or 1, now}

@@ -44,6 +44,10 @@ REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.exceptions.RedisClusterException,
 )
 
+#: Every error from Redis that a long-running process (a worker, a poller) waits out with
+#: backoff: unavailability, and replies such as READONLY (a failover), OOM, LOADING or BUSY.
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, *REDIS_UNAVAILABLE)
+
 #: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
 #: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
 #: ``@rate_limited``) decides whether the request is served anyway.

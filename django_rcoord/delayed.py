@@ -23,7 +23,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.periodic import fire_due, schedules
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
@@ -118,8 +118,9 @@ class DueTaskPromoter:
                 try:
                     if wait_for_signal(self.client, key, WATCH_BLOCK):
                         self._woken.set()
-                except REDIS_UNAVAILABLE:
-                    self.stopping.wait(1.0)  # the loop logs the outage
+                # The loop meets the same error and logs it; a poller stops only when told.
+                except Exception:  # noqa: BLE001
+                    self.stopping.wait(1.0)
 
         thread = threading.Thread(target=watch, name=f"rcoord-poller-watch:{key}", daemon=True)
         self._watched[key] = thread
@@ -180,10 +181,21 @@ class DueTaskPromoter:
                     # The task may be in a queue or group new since the list was read.
                     self._queues_read_at = -QUEUE_LIST_REFRESH
                 failures = 0
-            except REDIS_UNAVAILABLE as exc:
+            # A poller stops only when told: Redis errors of every kind (READONLY during a
+            # failover, OOM, NOREPLICAS) and the project's own (a schedule's settings) are
+            # logged and waited out.
+            except Exception as exc:  # noqa: BLE001
                 wait = RECONNECT_BACKOFF.compute(failures)
                 failures += 1
-                logger.error("poller lost Redis (%s); retrying in %.1fs", exc, wait)
+                if isinstance(exc, REDIS_ERRORS):
+                    logger.error(
+                        "poller: Redis error (%s: %s); retrying in %.1fs",
+                        type(exc).__name__,
+                        exc,
+                        wait,
+                    )
+                else:
+                    logger.exception("poller: unexpected error; retrying in %.1fs", wait)
                 self.stopping.wait(wait)
         for thread in self._watched.values():
             thread.join(WATCH_BLOCK + 1)

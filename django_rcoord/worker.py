@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections
-from redis.exceptions import RedisError
 
 from django_rcoord import __version__
 from django_rcoord.conf import conf
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_UNAVAILABLE, resolve_client
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
 from django_rcoord.exceptions import TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message, to_json
@@ -60,10 +59,6 @@ from django_rcoord.validation import check_batch
 from django_rcoord.waiting import wait_for_signal
 
 logger = logging.getLogger(__name__)
-
-#: Every error from Redis a worker waits out: unavailability, and replies such as READONLY
-#: (a failover), OOM, LOADING or BUSY.
-REDIS_ERRORS: tuple[type[Exception], ...] = (RedisError, *REDIS_UNAVAILABLE)
 
 #: Longest an idle worker blocks before it looks for expired leases and due retries.
 IDLE_CHECK = 1.0

@@ -10,9 +10,11 @@ REPLICAOF, and a node's restart is a failover, README "What a failover can cost"
 from __future__ import annotations
 
 import collections
+import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +25,11 @@ import redis
 
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
 from django_rcoord.embedded.server import free_port
-from django_rcoord.queues import dead_letters, enqueue_many, queue_stats
+from django_rcoord.queues import dead_letters, enqueue_many, execute_later, queue_stats
 from django_rcoord.worker import PREFETCH_BUDGET_MS
 from tests import cluster, tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import output_of, start_logged, start_worker
 
 pytestmark = pytest.mark.slow
 single_server = pytest.mark.skipif(cluster.ENABLED, reason="a single server's fault")
@@ -62,18 +64,25 @@ class Run:
         )
         env = {"RCOORD_TEST_REDIS_URL": server.url, "RCOORD_TEST_RUN_LOG": str(self.log)}
         self.workers = [start_worker(env=env) for _ in range(workers)]
+        # A delayed-task poller beside them, which must outlive the faults too.
+        self.workers.append(
+            start_logged(
+                [sys.executable, "manage.py", "poll_delayed"],
+                {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            )
+        )
 
     def runs(self) -> collections.Counter[str]:
         return collections.Counter(self.log.read_text().split())
 
     def all_ran(self) -> bool:
-        return len(self.runs()) == TASKS
+        return len(self.runs()) == len(self.markers)
 
     def alive(self) -> bool:
         return all(worker.poll() is None for worker in self.workers)
 
     def stop(self) -> list[str]:
-        """SIGTERM every worker; their outputs (each must exit 0)."""
+        """SIGTERM every worker and the poller; their outputs (each must exit 0)."""
         for worker in self.workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -91,7 +100,7 @@ class Run:
         runs = self.runs()
         repeated = sum(count - 1 for count in runs.values())
         print(
-            f"\n{what}: {TASKS} tasks, {len(self.workers)} workers, "
+            f"\n{what}: {TASKS} tasks, {len(self.workers) - 1} workers and a poller, "
             f"{time.monotonic() - started:.1f} s, {len(runs)} ran, {repeated} repeated, "
             f"{len(dead_letters('default', client=self.client))} dead letters"
         )
@@ -153,6 +162,13 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
     admin = own_redis.client()
     try:
         wait_until(lambda: len(run.runs()) >= TASKS // 4, timeout=60)
+        # Tasks that fall due while the server refuses writes: the poller promotes them.
+        for n in range(20):
+            marker = f"d{n}"
+            execute_later(
+                "default", "tests.tasks.record_run", [marker], 0.3 + n * 0.1, client=run.client
+            )
+            run.markers.append(marker)
         # A replica of a primary that is not there: it keeps its data and answers every
         # write with READONLY, as a demoted primary does during a failover.
         admin.replicaof("127.0.0.1", free_port())
@@ -172,4 +188,5 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
     assert set(runs) == set(run.markers)
     assert max(runs.values()) == 1
     assert dead_letters("default", client=run.client) == []
-    assert any("ReadOnlyError" in output or "READONLY" in output for output in outputs)
+    assert any("ReadOnlyError" in output or "READONLY" in output for output in outputs[:-1])
+    assert "poller: Redis error" in outputs[-1]  # it met READONLY too, and went on

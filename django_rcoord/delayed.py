@@ -184,7 +184,7 @@ class DueTaskPromoter:
             # A poller stops only when told: Redis errors of every kind (READONLY during a
             # failover, OOM, NOREPLICAS) and the project's own (a schedule's settings) are
             # logged and waited out.
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 wait = RECONNECT_BACKOFF.compute(failures)
                 failures += 1
                 if isinstance(exc, REDIS_ERRORS):

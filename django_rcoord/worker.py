@@ -254,6 +254,7 @@ class Worker:
         self._exchanges = 0  # successful exchanges: the next one's nonce
         self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
         self._next_renewal = 0.0
+        self._keeper_wakes_at = 0.0  # when the keeper will look again (time.monotonic())
         self._average_ms: float | None = None  # recent run time per task (for prefetch)
         self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
         self._idle_registered = False  # in the group's idle set (see _exchange)
@@ -347,7 +348,7 @@ class Worker:
                 close_old_connections()
             job = self._batch.popleft()
             self._running, self._running_since = job, time.monotonic()
-            self._changed.notify()
+            self._wake_keeper()
             return job
 
     def _run_job(self, job: Job) -> None:
@@ -356,7 +357,7 @@ class Worker:
             self._running = None
             finished.at = time.monotonic()
             self._done.append(finished)
-            self._changed.notify()
+            self._wake_keeper()
             self.processed += 1
             if not self._batch or finished.outcome.kind != "ack":
                 close_old_connections()
@@ -396,6 +397,12 @@ class Worker:
             self._batch.clear()
             self._done = []
             self._running = None
+
+    def _wake_keeper(self) -> None:
+        """Wake the keeper when it has work sooner than it planned to wake (not at every
+        task: that would cost a thread switch per task); under ``_holding``."""
+        if self._keeper_due() < self._keeper_wakes_at:
+            self._changed.notify()
 
     def _keeper_due(self) -> float:
         """When the keeper has work next (time.monotonic()); under ``_holding``."""
@@ -879,9 +886,12 @@ class LeaseKeeper(threading.Thread):
         worker, failures = self.worker, 0
         with worker._changed:
             while not self._stopped:
-                wait = worker._keeper_due() - time.monotonic()
+                due = worker._keeper_due()
+                wait = due - time.monotonic()
                 if wait > 0:
+                    worker._keeper_wakes_at = due
                     worker._changed.wait(wait)
+                    worker._keeper_wakes_at = 0.0
                     continue
                 try:
                     worker._keep()
@@ -894,7 +904,9 @@ class LeaseKeeper(threading.Thread):
                         "worker %s: lease keeper failed (%s); again in %.1fs", worker.id, exc, pause
                     )
                     worker._next_renewal = min(worker._next_renewal, time.monotonic() + pause)
+                    worker._keeper_wakes_at = time.monotonic() + pause
                     worker._changed.wait(pause)
+                    worker._keeper_wakes_at = 0.0
 
 
 def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:

@@ -162,3 +162,13 @@ def record_elsewhere(marker: str) -> None:
 @task(name="tests.tasks.moved", queue=os.environ.get("RCOORD_TEST_MOVED_QUEUE", "default"))
 def moved(marker: str) -> None:
     get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def record_then_block(marker: str, seconds: float) -> None:
+    """Record, then (on the first run only) block ``seconds``: a task whose effect is done
+    when its worker is killed."""
+    client = get_client()
+    client.rpush(RAN, marker)
+    if client.set(f"test:blocked:{marker}", 1, nx=True):
+        time.sleep(seconds)

@@ -8,6 +8,7 @@ that fails mid-batch, a reply lost after its script ran, a final exchange refuse
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from typing import Any
@@ -30,6 +31,7 @@ from django_rcoord.queues import (
 )
 from django_rcoord.worker import Worker
 from tests import framework_tasks, tasks
+from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -173,6 +175,47 @@ def test_a_lost_task_ends_the_take_before_lower_priority_queues() -> None:
 
 
 # -- prefetch and threads ---------------------------------------------------------------------
+def test_a_worker_killed_mid_batch_repeats_only_the_task_it_was_running() -> None:
+    tasks.record.delay("warm")  # measured: the next take is a batch
+    worker = start_worker(lease=1)
+    try:
+        wait_until(lambda: ran() == ["warm"])
+        first = tasks.record.delay("t1")
+        tasks.record_then_block.delay("t2", 30)  # taken with t1, its effect done, then blocks
+        wait_until(lambda: ran() == ["warm", "t1", "t2"])
+        # t1 was acknowledged while t2 ran, not with the take after it.
+        wait_until(lambda: result_of(first).status == "SUCCESSFUL", timeout=1)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    time.sleep(1.2)  # t2's lease runs out
+    Worker(["default"], burst=True).run()
+    assert ran() == ["warm", "t1", "t2", "t2"]  # only the task it was running, again
+
+
+def test_tasks_that_ended_before_a_long_one_are_acknowledged_while_it_runs() -> None:
+    worker = Worker(["default"])
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        tasks.record.delay("warm")
+        wait_until(lambda: ran() == ["warm"])
+        quick = [tasks.record.delay(f"q{n}") for n in range(3)]
+        tasks.record_slowly.delay("long", 2.0)
+        wait_until(lambda: get_client().llen("test:started") == 1)
+        wait_until(
+            lambda: {result_of(task_id).status for task_id in quick} == {"SUCCESSFUL"},
+            timeout=1,
+        )
+        assert "long" not in ran()
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert ran() == ["warm", "q0", "q1", "q2", "long"]
+
+
 def test_concurrency_threads_run_side_by_side() -> None:
     enqueue_many([(tasks.overlap, (1.0,), {}) for _ in range(8)])
     started = time.monotonic()

@@ -45,3 +45,8 @@ class WorkerLost(RcoordError):
     """A task's worker died (or lost Redis) while running it ``RCOORD["TASK_MAX_DELIVERIES"]``
     times: the task is a dead letter, as it probably kills its workers. (Recorded in its
     result's errors by the queue's recovery script; never raised.)"""
+
+
+class RedisUnavailable(RcoordError):
+    """Redis stayed out of reach longer than a bounded wait allowed (a burst worker's
+    ``max_outage``)."""

@@ -16,7 +16,14 @@ from django_rcoord.messages import encode_message
 from django_rcoord.producer import _aenqueue, _enqueue, _when, check_priority
 from django_rcoord.queue_keys import QueueKeys
 
-__all__ = ["PermanentFailure", "Task", "autodiscover_tasks", "get_task", "task"]
+__all__ = [
+    "PermanentFailure",
+    "Task",
+    "autodiscover_tasks",
+    "get_task",
+    "registered_tasks",
+    "task",
+]
 
 
 class PermanentFailure(Exception):
@@ -144,6 +151,11 @@ def task(
         return registered
 
     return register
+
+
+def registered_tasks() -> list[Task]:
+    """Every task registered so far, in the order they were."""
+    return list(_registry.values())
 
 
 def get_task(name: str) -> Task | None:

@@ -35,13 +35,16 @@ from django.db import close_old_connections
 from django_rcoord import __version__
 from django_rcoord.conf import conf
 from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
-from django_rcoord.exceptions import TaskNotRunnable
+from django_rcoord.exceptions import RedisUnavailable, TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message, to_json
 from django_rcoord.metrics import duration_bucket, metric_labels
 from django_rcoord.queue_admin import (
     TaskRecord,
     forget_gone_workers,
+    known_groups,
+    known_queues,
+    queue_stats,
     record_from,
     recover_and_promote,
     result_ttl_ms,
@@ -53,7 +56,12 @@ from django_rcoord.queue_keys import (
     QueueKeys,
     same_group,
 )
-from django_rcoord.registry import PermanentFailure, autodiscover_tasks, get_task
+from django_rcoord.registry import (
+    PermanentFailure,
+    autodiscover_tasks,
+    get_task,
+    registered_tasks,
+)
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 from django_rcoord.waiting import wait_for_signal
@@ -88,6 +96,7 @@ class Outcome:
     error_class: str = ""
     delay_ms: int = 0
     value_json: str = "null"
+    exception: BaseException | None = None  # what the task raised (logged with its traceback)
 
     @property
     def summary(self) -> str:
@@ -188,7 +197,9 @@ class Worker:
 
     The worker stops only when told: an error of the project's code fails a task (or,
     from a signal receiver, is logged), a Redis error of any kind is waited out with
-    backoff, and the tasks it holds stay held (their leases renewed) meanwhile.
+    backoff, and the tasks it holds stay held (their leases renewed) meanwhile. With
+    ``max_outage`` (seconds; a burst run's bound), Redis errors that last longer than that
+    end ``run()`` with ``RedisUnavailable``.
     """
 
     def __init__(
@@ -201,6 +212,7 @@ class Worker:
         prefetch: int | None = None,
         client: Any = None,
         stop_event: threading.Event | None = None,
+        max_outage: float | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a worker needs at least one queue")
@@ -208,6 +220,7 @@ class Worker:
         self.lease = float(conf.TASK_LEASE if lease is None else lease)
         self.burst = burst
         self.max_tasks = max_tasks
+        self.max_outage = max_outage
         self.prefetch = check_batch(
             conf.TASK_PREFETCH if prefetch is None else prefetch, "prefetch"
         )
@@ -283,6 +296,7 @@ class Worker:
             self.prefetch,
         )
         failures = 0  # loop turns in a row that failed
+        failing_since = 0.0  # when the first of them failed (time.monotonic())
         # One thread renews the leases of what this worker holds and gives back what waits
         # behind a long task.
         keeper = LeaseKeeper(self)
@@ -305,7 +319,18 @@ class Worker:
                     # What it holds stays held (the keeper renews it) and is finished or
                     # run on the next turn.
                     wait = RECONNECT_BACKOFF.compute(failures)
+                    failing_since = failing_since if failures else time.monotonic()
                     failures += 1
+                    outage = time.monotonic() - failing_since
+                    if (
+                        isinstance(exc, REDIS_ERRORS)
+                        and self.max_outage is not None
+                        and outage + wait > self.max_outage
+                    ):
+                        raise RedisUnavailable(
+                            f"worker {self.id}: Redis unusable for {outage:.0f} s "
+                            f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
+                        ) from exc
                     if isinstance(exc, REDIS_ERRORS):
                         logger.error(
                             "worker %s: Redis error (%s: %s); retrying in %.1fs",
@@ -319,6 +344,9 @@ class Worker:
                             "worker %s: unexpected error; retrying in %.1fs", self.id, wait
                         )
                     self.stopping.wait(wait)
+        except RedisUnavailable:
+            self._settle(patience=0)
+            raise
         finally:
             try:
                 self._settle()
@@ -362,7 +390,7 @@ class Worker:
             if not self._batch or finished.outcome.kind != "ack":
                 close_old_connections()
 
-    def _exchange_held(self, take: int) -> None:
+    def _exchange_held(self, take: int, *, patience: float | None = None) -> None:
         """Finish the tasks run and not yet acknowledged, take up to ``take`` more into the
         batch. An exchange that failed is sent again, the same, before any other: it may
         have run with its reply lost, and only the same call (its nonce) is answered as it
@@ -371,20 +399,20 @@ class Worker:
             if self._pending is None:
                 self._pending = (list(self._done), take)
             done, wanted = self._pending
-            jobs = self._exchange(done, wanted)
+            jobs = self._exchange(done, wanted, patience=patience)
             self._pending = None
             finished = {id(item) for item in done}
             self._done = [item for item in self._done if id(item) not in finished]
             self._batch.extend(jobs)
 
-    def _settle(self) -> None:
+    def _settle(self, *, patience: float | None = None) -> None:
         """On the way out: acknowledge what ran, give back what did not start. Never
         raises: what it cannot settle, the leases bring back."""
         with self._holding:
             try:
                 # A failed exchange is sent again too: it may have taken tasks.
                 if self._done or self._pending is not None:
-                    self._exchange_held(0)
+                    self._exchange_held(0, patience=patience)
             except Exception as exc:  # noqa: BLE001
                 logger.warning(
                     "worker %s could not acknowledge %d task(s) (%s); their leases will",
@@ -493,12 +521,15 @@ class Worker:
                 next_due = min(next_due, due_in)
         self._next_check = time.monotonic() + next_due
 
-    def _exchange(self, done: Sequence[Done], take: int) -> list[Job]:
+    def _exchange(
+        self, done: Sequence[Done], take: int, *, patience: float | None = None
+    ) -> list[Job]:
         """One script call: finish the tasks in ``done`` (and log how each ended), take up
         to ``take`` more. Finding nothing, a worker that will wait for a wake-up registers
         idle in the same call: producers push wake-ups only while a worker is registered.
         With tasks to finish, it keeps trying through a Redis outage for up to a lease
-        (until they are recorded, their leases would make them run again). A retried call
+        (until they are recorded, their leases would make them run again), or ``patience``
+        seconds. A retried call
         carries the same nonce, so one whose reply was lost is answered as it ran, not run
         twice."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
@@ -514,7 +545,7 @@ class Worker:
         ]
         for item in done:
             args += item.script_args()
-        deadline = time.monotonic() + self.lease
+        deadline = time.monotonic() + (self.lease if patience is None else patience)
         failures = 0
         while True:
             try:
@@ -634,6 +665,7 @@ class Worker:
                 outcome.delay_ms / 1000,
             )
         elif outcome.kind == "retry":
+            # With the task's exception: its traceback for the log and error trackers.
             logger.warning(
                 "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
                 job.id,
@@ -642,6 +674,7 @@ class Worker:
                 took_ms,
                 outcome.summary,
                 outcome.delay_ms / 1000,
+                exc_info=outcome.exception,
             )
         else:
             logger.error(
@@ -651,9 +684,8 @@ class Worker:
                 attempt,
                 took_ms,
                 outcome.summary,
+                exc_info=outcome.exception,
             )
-        if outcome.error:
-            logger.debug("task %s %s error:\n%s", job.id, name, outcome.error)
 
     def _execute(self, job: Job) -> Outcome:
         """Run the task and say how it ended."""
@@ -690,10 +722,14 @@ class Worker:
             if inspect.isawaitable(value):
                 value = self._await(value)
         except PermanentFailure as exc:
-            return Outcome("dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)))
+            return Outcome(
+                "dead", name, f"PermanentFailure: {exc}", _class_path(type(exc)), exception=exc
+            )
         # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
         except (Exception, SystemExit) as exc:  # noqa: BLE001
-            outcome = Outcome("dead", name, traceback.format_exc(), _class_path(type(exc)))
+            outcome = Outcome(
+                "dead", name, traceback.format_exc(), _class_path(type(exc)), exception=exc
+            )
             if job.failures < max_retries:
                 backoff = min(
                     conf.TASK_RETRY_BACKOFF * 2**job.failures, conf.TASK_RETRY_BACKOFF_MAX
@@ -766,7 +802,15 @@ class Worker:
                         exception_class_path=outcome.error_class, traceback=outcome.error
                     )
                 )
-            _send_robust(framework.task_finished, "task_finished", sender, result)
+            if outcome.exception is None:
+                _send_robust(framework.task_finished, "task_finished", sender, result)
+            else:
+                # Sent while the task's exception is being handled, as Django's own backends
+                # do: the framework's receiver logs it with logger.exception.
+                try:
+                    raise outcome.exception
+                except BaseException:  # noqa: BLE001 - handled: it failed the task
+                    _send_robust(framework.task_finished, "task_finished", sender, result)
         return outcome
 
     def _await(self, awaitable: Any) -> Any:
@@ -907,6 +951,45 @@ class LeaseKeeper(threading.Thread):
                     worker._keeper_wakes_at = time.monotonic() + pause
                     worker._changed.wait(pause)
                     worker._keeper_wakes_at = 0.0
+
+
+def default_queues() -> list[list[str]]:
+    """The queues a worker watches when it is not told which: ``RCOORD["EMAIL_QUEUES"]``,
+    the ``QUEUES`` of the Tasks framework's ``RedisTaskBackend`` backends and every queue a
+    registered ``@task`` uses, in that order, split by queue group (a worker serves one
+    group: one list per group, the default group's first)."""
+    autodiscover_tasks()
+    names = [*conf.EMAIL_QUEUES, *_framework_queues(), *(task.queue for task in registered_tasks())]
+    by_group: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        by_group.setdefault(QueueKeys.of(name).group, []).append(name)
+    return list(by_group.values())
+
+
+def _framework_queues() -> list[str]:
+    try:
+        from django_rcoord import tasks_framework as framework
+        from django_rcoord.task_backend import RedisTaskBackend
+    except ImportError:  # Django 5.2 without the backport: no framework tasks
+        return []
+    names: list[str] = []
+    for backend in framework.task_backends.all():
+        if isinstance(backend, RedisTaskBackend):
+            names += sorted(backend.queues)
+    return names
+
+
+def waiting_elsewhere(watched: Sequence[str], *, client: Any = None) -> dict[str, int]:
+    """Queues not in ``watched`` that hold tasks ready or due later: name -> how many."""
+    waiting = {}
+    for group in known_groups(client=client):
+        for name in known_queues(group, client=client):
+            if name in watched:
+                continue
+            stats = queue_stats(name, client=client)
+            if stats["ready"] + stats["delayed"]:
+                waiting[name] = stats["ready"] + stats["delayed"]
+    return waiting
 
 
 def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:

@@ -4,6 +4,7 @@ import datetime
 import decimal
 import itertools
 import json
+import logging
 import os
 import random
 import signal
@@ -230,8 +231,8 @@ def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
     assert gaps[1] >= 0.095
     assert gaps[1] > gaps[0]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
-    # Each failure is one line with the exception and when the task runs again; the
-    # traceback is at DEBUG.
+    # Each failure is one line with the exception and when the task runs again, and carries
+    # the task's traceback (exc_info: in the log's text and for error trackers).
     lines = [record.getMessage() for record in caplog.records]
     assert any(
         "failed on attempt 1 (ran " in line
@@ -239,7 +240,13 @@ def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
         for line in lines
     ), lines
     assert any("next attempt in 0.1 s" in line for line in lines)
-    assert any("Traceback (most recent call last)" in line for line in lines)
+    failures = [record for record in caplog.records if "failed on attempt" in record.getMessage()]
+    assert len(failures) == 2
+    for record in failures:
+        assert record.exc_info is not None
+        assert isinstance(record.exc_info[1], RuntimeError)
+        assert "in fail_then_succeed" in logging.Formatter().formatException(record.exc_info)
+    assert "Traceback (most recent call last)" in caplog.text
     assert any("succeeded (ran " in line for line in lines)
 
 

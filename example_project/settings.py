@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 from django_rcoord.embedded import embedded_cache
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -118,8 +120,14 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_REDIRECT_URL = "home"
 
-EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
-EMAIL_FILE_PATH = STATE_DIR / "sent-mail"
+# Mail is written to files in the state directory. Django 6.1 replaced EMAIL_BACKEND and
+# EMAIL_FILE_PATH (deprecated there) with MAILERS.
+FILE_MAIL = "django.core.mail.backends.filebased.EmailBackend"
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": FILE_MAIL, "OPTIONS": {"file_path": STATE_DIR / "sent-mail"}}}
+else:
+    EMAIL_BACKEND = FILE_MAIL
+    EMAIL_FILE_PATH = STATE_DIR / "sent-mail"
 
 LOGGING = {
     "version": 1,

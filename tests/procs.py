@@ -4,6 +4,7 @@ and wait for what they do."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +12,8 @@ from collections.abc import Callable, Iterable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
+
+from django_rcoord.embedded import find_executable
 
 
 def _setup_django() -> None:
@@ -70,3 +73,10 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+def server_program() -> bytes:
+    """How the embedded server's processes are named in their command line: after the
+    binary the tests run (``redis-server``, or ``valkey-server`` when RCOORD_REDIS_SERVER
+    names Valkey's)."""
+    return os.fsencode(Path(find_executable()).name)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import django
+
 SECRET_KEY = "tests-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
@@ -22,8 +24,10 @@ INSTALLED_APPS = [
     # The example project's pages are tested too (mounted under /example/).
     "example_project",
     "tests",  # for tests/tasks.py, discovered by workers
-    "django_tasks",  # Django's Tasks framework, backported to Django 5.2
 ]
+if django.VERSION < (6, 0):
+    # Django's Tasks framework: built in from Django 6.0 (django.tasks), backported to 5.2.
+    INSTALLED_APPS.append("django_tasks")
 
 # Django's Tasks framework on django-rcoord's queues (tests/framework_tasks.py).
 TASKS = {
@@ -87,4 +91,9 @@ if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
 
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+LOCMEM_MAIL = "django.core.mail.backends.locmem.EmailBackend"
+if django.VERSION >= (6, 1):
+    # Django 6.1 replaced EMAIL_BACKEND (deprecated there) with MAILERS.
+    MAILERS = {"default": {"BACKEND": LOCMEM_MAIL}}
+else:
+    EMAIL_BACKEND = LOCMEM_MAIL

@@ -17,7 +17,7 @@ import pytest
 
 from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
 from tests import cluster
-from tests.procs import run_python, wait_until
+from tests.procs import run_python, server_program, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,9 +56,10 @@ def wait_for_page(url: str, timeout: float = 60) -> tuple[int, str]:
 
 def processes_of(state_dir: Path) -> set[int]:
     """Pids of the processes started for the example project in ``state_dir``: those whose
-    environment holds its EXAMPLE_STATE_DIR, and the embedded redis-server (whose process
-    title, the path of its socket there, overwrites its environment)."""
+    environment holds its EXAMPLE_STATE_DIR, and the embedded server (whose process title,
+    the path of its socket there, overwrites its environment)."""
     marker = f"EXAMPLE_STATE_DIR={state_dir}".encode()
+    program = server_program()
     found = set()
     for process in Path("/proc").glob("[0-9]*"):
         try:
@@ -66,7 +67,7 @@ def processes_of(state_dir: Path) -> set[int]:
             title = (process / "cmdline").read_bytes()
         except OSError:
             continue  # gone meanwhile
-        if marker in environ or (b"redis-server" in title and os.fsencode(state_dir) in title):
+        if marker in environ or (program in title and os.fsencode(state_dir) in title):
             found.add(int(process.name))
     return found
 

@@ -8,6 +8,8 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import Client, override_settings
 
 from django_rcoord.semaphores import Semaphore
@@ -36,9 +38,24 @@ def _reset_gates():
     views.async_gate = None
 
 
+def close_thread_connections() -> None:
+    """Close the database connections the calling thread opened.
+
+    The test client keeps Django from closing them when its request finishes, and the
+    SQLite backend's close() leaves a connection to an in-memory database open (closing
+    the last one would drop the database; the test's own connection keeps it alive).
+    """
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            BaseDatabaseWrapper.close(connection)
+
+
 def in_thread(path: str, results: list, **headers) -> threading.Thread:
     def run() -> None:
-        results.append(Client(raise_request_exception=False).get(path, **headers))
+        try:
+            results.append(Client(raise_request_exception=False).get(path, **headers))
+        finally:
+            close_thread_connections()
 
     thread = threading.Thread(target=run)
     thread.start()

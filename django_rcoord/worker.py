@@ -556,7 +556,12 @@ class Worker:
             except REDIS_ERRORS as exc:
                 if not done or time.monotonic() > deadline:
                     raise
-                logger.error("finishing %d task(s) failed (%s); retrying", len(done), exc)
+                logger.error(
+                    "finishing %d task(s) failed (%s: %s); retrying",
+                    len(done),
+                    type(exc).__name__,
+                    exc,
+                )
                 time.sleep(RECONNECT_BACKOFF.compute(failures))
                 failures += 1
         self._exchanges += 1

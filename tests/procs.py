@@ -80,3 +80,18 @@ def server_program() -> bytes:
     binary the tests run (``redis-server``, or ``valkey-server`` when RCOORD_REDIS_SERVER
     names Valkey's)."""
     return os.fsencode(Path(find_executable()).name)
+
+
+def close_thread_connections() -> None:
+    """Close the database connections the calling thread opened.
+
+    The test client keeps Django from closing them when its request finishes, and the
+    SQLite backend's close() leaves a connection to an in-memory database open (closing
+    the last one would drop the database; the test's own connection keeps it alive).
+    """
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            BaseDatabaseWrapper.close(connection)

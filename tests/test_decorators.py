@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.asgi import ASGIRequest
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpResponse
 from django.test import Client, override_settings
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -22,6 +23,7 @@ from django_rcoord.locks import Lock
 from django_rcoord.responses import error_response
 from tests import views
 from tests.models import Sale
+from tests.procs import close_thread_connections
 from tests.views import lock_is_held
 
 
@@ -366,7 +368,8 @@ def second_database() -> Iterator[str]:
     try:
         yield "other"
     finally:
-        connections["other"].close()
+        # Closed for real: SQLite's close() keeps an in-memory database's connection open.
+        BaseDatabaseWrapper.close(connections["other"])
         del connections["other"]
         del connections.settings["other"]
 
@@ -529,7 +532,7 @@ def test_two_concurrent_buyers_under_atomic_requests_buy_once(
             response = Client(raise_request_exception=False).post(f"{url}?buyer={buyer}")
             answers.append(b"%d %s" % (response.status_code, response.content[:20]))
         finally:
-            connections.close_all()
+            close_thread_connections()
 
     buyers = [threading.Thread(target=buy, args=(name,)) for name in ("ada", "bob")]
     for thread in buyers:

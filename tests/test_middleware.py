@@ -8,12 +8,11 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.db import connections
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import Client, override_settings
 
 from django_rcoord.semaphores import Semaphore
 from tests import views
+from tests.procs import close_thread_connections
 
 MIDDLEWARE = [*settings.MIDDLEWARE, "django_rcoord.middleware.ConcurrencyLimitMiddleware"]
 
@@ -36,18 +35,6 @@ def _reset_gates():
     yield
     views.gate.set()
     views.async_gate = None
-
-
-def close_thread_connections() -> None:
-    """Close the database connections the calling thread opened.
-
-    The test client keeps Django from closing them when its request finishes, and the
-    SQLite backend's close() leaves a connection to an in-memory database open (closing
-    the last one would drop the database; the test's own connection keeps it alive).
-    """
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is not None:
-            BaseDatabaseWrapper.close(connection)
 
 
 def in_thread(path: str, results: list, **headers) -> threading.Thread:

@@ -11,6 +11,8 @@ class RcoordConfig(AppConfig):
 
     def ready(self) -> None:
         from django_rcoord import connection  # noqa: F401  (connects its setting_changed receiver)
-        from django_rcoord.checks import check_settings
+        from django_rcoord.checks import check_redis_server, check_settings
 
         checks.register(check_settings, "rcoord")
+        # Connects to Redis: only when asked for, by check --deploy.
+        checks.register(check_redis_server, "rcoord", deploy=True)

@@ -255,10 +255,20 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert released["task"]["record"] is None
 
 
-def test_the_admin_index_links_the_dashboard(client, staff) -> None:
+@pytest.mark.parametrize("rcoord_first", [True, False])
+def test_the_admin_index_links_the_dashboard(client, staff, rcoord_first: bool) -> None:
+    # The Quick start appends django_rcoord to INSTALLED_APPS, after the admin.
+    installed = [app for app in settings.INSTALLED_APPS if app != "django_rcoord"]
+    if rcoord_first:
+        installed.insert(0, "django_rcoord")
+    else:
+        installed.append("django_rcoord")
     client.force_login(staff)
-    page = client.get(reverse("admin:index")).content.decode()
-    assert f'href="{reverse("rcoord:dashboard")}"' in page
+    with override_settings(INSTALLED_APPS=installed):
+        page = client.get(reverse("admin:index")).content.decode()
+    assert page.count(f'href="{reverse("rcoord:dashboard")}"') == 1
+    assert 'id="rcoord-admin-link"' in page
+    assert "Site administration" in page  # the admin's own index, extended
 
 
 # -- metrics and stats --------------------------------------------------------------------

@@ -73,11 +73,11 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E016",
             )
         )
-    problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
-    if problem:
+    prefix_problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
+    if prefix_problem:
         errors.append(
             Error(
-                f"settings.RCOORD['KEY_PREFIX'] is not usable: {problem}.",
+                f"settings.RCOORD['KEY_PREFIX'] is not usable: {prefix_problem}.",
                 hint='Use a short identifier such as "rcoord" or "myproject:rcoord".',
                 id="rcoord.E006",
             )
@@ -103,7 +103,12 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
             )
         )
     errors.extend(_check_task_settings(user))
-    errors.extend(_check_periodic(user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"])))
+    errors.extend(
+        _check_periodic(
+            user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]),
+            look_up_tasks=not prefix_problem,
+        )
+    )
     errors.extend(_check_autocomplete(user))
     errors.extend(_check_operations(user))
     errors.extend(_check_lock_replicas(user))
@@ -190,7 +195,10 @@ def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
     return errors
 
 
-def _check_periodic(raw: object) -> list[CheckMessage]:
+def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMessage]:
+    """The schedules' shape and timing, then whether each names a task. Looking a task up
+    imports every app's ``tasks`` module, whose ``@task`` builds keys: with an unusable
+    KEY_PREFIX (``look_up_tasks`` False; rcoord.E006 says why) that is not tried."""
     from django_rcoord import periodic
 
     hint = (
@@ -202,7 +210,22 @@ def _check_periodic(raw: object) -> list[CheckMessage]:
         Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)
         for check_id, text in periodic.problems(raw)
     ]
-    for task in periodic.unknown_tasks(raw):
+    if errors or not look_up_tasks:
+        return errors
+    try:
+        unknown = periodic.unknown_tasks(raw)
+    # The project's own modules may raise anything on import: a check reports, never crashes.
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Error(
+                "settings.RCOORD['PERIODIC_TASKS'] could not be checked: looking its tasks up "
+                f"(importing each app's tasks module) raised {type(exc).__name__}: {exc}",
+                hint="Fix the error (python -c 'import myapp.tasks' shows its traceback); "
+                "the worker and poll_delayed import the same modules at start.",
+                id="rcoord.E029",
+            )
+        ]
+    for task in unknown:
         errors.append(
             Error(
                 f"settings.RCOORD['PERIODIC_TASKS'] names the task {task!r}, which is neither "
@@ -245,19 +268,18 @@ def _check_callable(
 ) -> list[CheckMessage]:
     """An error unless ``RCOORD[name]`` is the dotted path of an importable callable."""
     path = user.get(name, DEFAULTS[name])
+    problem = "is not an importable callable"
     try:
         found = import_string(path) if isinstance(path, str) else None
     except ImportError:
         found = None
+    # Importing the project's module may raise anything: a check reports, never crashes.
+    except Exception as exc:  # noqa: BLE001
+        found = None
+        problem = f"cannot be imported: {type(exc).__name__}: {exc}"
     if callable(found):
         return []
-    return [
-        Error(
-            f"settings.RCOORD[{name!r}] {path!r} is not an importable callable.",
-            hint=hint,
-            id=check_id,
-        )
-    ]
+    return [Error(f"settings.RCOORD[{name!r}] {path!r} {problem}.", hint=hint, id=check_id)]
 
 
 #: Shortest METRICS_TOKEN accepted (a bearer token guessed is the whole defence).
@@ -394,7 +416,7 @@ def _check_connection(alias: object) -> list[CheckMessage]:
     try:
         backend = import_string(backend_path)
         client_class = import_string(client_path)
-    except ImportError as exc:
+    except Exception as exc:  # noqa: BLE001  (as _check_callable: report, never crash)
         return [Error(f"CACHES[{alias!r}] cannot be imported: {exc}.", hint=hint, id="rcoord.E004")]
     if not (isinstance(backend, type) and issubclass(backend, RedisCache)):
         return [
@@ -445,10 +467,12 @@ def _check_client_factory(
         ]
     try:
         factory = import_string(path)
-    except ImportError as exc:
+    # Importing the project's module may raise anything: a check reports, never crashes.
+    except Exception as exc:  # noqa: BLE001
         return [
             Error(
-                f"settings.RCOORD[{setting!r}] {path!r} cannot be imported: {exc}",
+                f"settings.RCOORD[{setting!r}] {path!r} cannot be imported: "
+                f"{type(exc).__name__}: {exc}",
                 hint=hint,
                 id=check_id,
             )
@@ -462,3 +486,123 @@ def _check_client_factory(
             )
         ]
     return []
+
+
+# -- the server itself (``check --deploy``) ------------------------------------------------
+#: The oldest Redis django-rcoord runs on (ZRANGE ... BYLEX LIMIT, ZMSCORE: Redis 6.2).
+MIN_REDIS_VERSION = (6, 2)
+
+#: maxmemory-policy values that may evict a key without a TTL: a queued task, a dead letter.
+EVICTS_ANY_KEY = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+
+
+def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
+    """Deploy check (``manage.py check --deploy``): connect to the configured Redis once
+    (one ``INFO``) and report a server out of reach, older than 6.2, or one that may evict
+    the keys django-rcoord needs. Settings that give no client are check_settings' to
+    report."""
+    from redis.exceptions import NoPermissionError
+
+    from django_rcoord.connection import REDIS_ERRORS, get_client
+
+    where = _where_redis_is()
+    try:
+        client = get_client()
+    # No client from these settings (check_settings reports why): nothing to connect to.
+    except Exception:  # noqa: BLE001
+        return []
+    try:
+        reply = client.info()
+    except NoPermissionError:  # an ACL user without INFO: the server cannot be inspected
+        return []
+    except REDIS_ERRORS as exc:
+        return [
+            Error(
+                f"Redis cannot be reached through {where}: {type(exc).__name__}: {exc}",
+                hint="Start Redis, or point the setting at a running server (its URL, "
+                "password and TLS); redis-cli -u <url> ping must answer PONG from this host.",
+                id="rcoord.E030",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for node, info in _server_infos(reply):
+        messages.extend(server_problems(info, f"The Redis server at {node or where}"))
+    return messages
+
+
+def server_problems(info: Mapping[str, Any], server: str) -> list[CheckMessage]:
+    """What is wrong with a Redis server for django-rcoord, from its ``INFO`` reply."""
+    messages: list[CheckMessage] = []
+    version = str(info.get("redis_version", ""))
+    numbers = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if len(numbers) == 2 and numbers < MIN_REDIS_VERSION:
+        messages.append(
+            Error(
+                f"{server} runs Redis {version}; django-rcoord needs 6.2 or later.",
+                hint="It uses commands Redis 6.2 added (ZRANGE ... BYLEX LIMIT for "
+                "autocomplete, ZMSCORE in the queues' scripts); upgrade the server (Redis 6.2 "
+                "or later, or Valkey).",
+                id="rcoord.E031",
+            )
+        )
+    policy = str(info.get("maxmemory_policy", "noeviction"))
+    if policy in EVICTS_ANY_KEY:
+        messages.append(
+            Error(
+                f"{server} has maxmemory-policy {policy}: when it is full it evicts any key, "
+                "queued tasks and dead letters included, which are lost without a trace.",
+                hint="Set maxmemory-policy noeviction (a full server then refuses writes, and "
+                "producers and workers see the error), or give django-rcoord a Redis of its "
+                "own apart from a cache that must evict.",
+                id="rcoord.E032",
+            )
+        )
+    elif policy.startswith("volatile-"):
+        messages.append(
+            Warning(
+                f"{server} has maxmemory-policy {policy}: when it is full it evicts keys with "
+                "a TTL early. Queued tasks (no TTL) survive, but locks, semaphore permits, "
+                "rate-limit windows, task results and periodic claims carry TTLs: a lock "
+                "evicted before its time is a lock two processes hold.",
+                hint="Prefer maxmemory-policy noeviction for the Redis django-rcoord uses (a "
+                "full server then refuses writes instead of dropping keys), or keep enough "
+                "maxmemory headroom that nothing is ever evicted.",
+                id="rcoord.W030",
+            )
+        )
+    return messages
+
+
+def _server_infos(reply: Any) -> list[tuple[str | None, Mapping[str, Any]]]:
+    """(node, INFO) pairs: a Redis client answers one INFO, a cluster client one per node."""
+    if not isinstance(reply, Mapping):
+        return []
+    if "redis_version" in reply:
+        return [(None, reply)]
+    return [(str(node), info) for node, info in reply.items() if isinstance(info, Mapping)]
+
+
+def _where_redis_is() -> str:
+    """The setting that names the Redis django-rcoord uses, for messages."""
+    user = getattr(settings, "RCOORD", {})
+    user = user if isinstance(user, Mapping) else {}
+    factory = user.get("CLIENT_FACTORY", DEFAULTS["CLIENT_FACTORY"])
+    if factory is not None:
+        return f"RCOORD['CLIENT_FACTORY'] ({factory!r})"
+    alias = user.get("CONNECTION", DEFAULTS["CONNECTION"])
+    cache = getattr(settings, "CACHES", {}).get(alias, {})
+    location = cache.get("LOCATION") if isinstance(cache, Mapping) else None
+    if isinstance(location, str):
+        return f"CACHES[{alias!r}] ({_without_password(location)})"
+    return f"CACHES[{alias!r}]"
+
+
+def _without_password(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (check output ends up in CI logs)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

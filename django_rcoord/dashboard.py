@@ -111,13 +111,24 @@ def _queue(name: str) -> QueueKeys:
 
 
 def _chart(per_minute: list[int]) -> dict[str, Any]:
-    """Bars of an inline SVG: one per minute of the last hour, scaled to the busiest."""
-    top = max(per_minute) or 1
+    """Bars of an inline SVG: one per minute of the last hour (oldest first, now at the
+    right), their heights in proportion to the busiest minute's, which fills the chart. A
+    track behind them and a baseline show the whole hour, however few minutes had work."""
+    top = max(per_minute, default=0) or 1
+    step = CHART_WIDTH // max(1, len(per_minute))
     bars = []
     for index, count in enumerate(per_minute):
-        height = 0 if not count else max(1, math.ceil(count / top * CHART_HEIGHT))
-        bars.append({"x": index * 3, "y": CHART_HEIGHT - height, "height": height, "n": count})
-    return {"bars": bars, "top": top, "width": CHART_WIDTH, "height": CHART_HEIGHT}
+        # In proportion, but a minute with work is never drawn as none.
+        height = 0 if not count else max(1, round(count / top * CHART_HEIGHT))
+        bars.append({"x": index * step, "y": CHART_HEIGHT - height, "height": height, "n": count})
+    return {
+        "bars": bars,
+        "top": top,
+        "bar_width": max(1, step - 1),
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "minutes": len(per_minute),
+    }
 
 
 @require_GET

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import inspect
 import logging
+import math
 import re
 import string
 from collections.abc import Callable, Iterator
@@ -236,12 +237,17 @@ class _LockedView:
     def busy(self, request: HttpRequest, lock: Lock) -> HttpResponse:
         if self.on_busy is not None:
             return self.on_busy(request)
+        # The holder's remaining TTL is what the lock knows: an upper bound (the holder
+        # releases it when its view ends, usually sooner; an auto-renewing one may extend).
+        retry_after = lock.holder_ttl if lock.holder_ttl is not None else self.timeout
+        seconds = max(1, math.ceil(retry_after))
         return error_response(
             request,
             409,
             "locked",
-            "This resource is busy; try again shortly.",
-            retry_after=lock.holder_ttl if lock.holder_ttl is not None else self.timeout,
+            f"This resource is busy: its current holder's lock runs out within {seconds} s "
+            "at the latest, and is usually released sooner.",
+            retry_after=retry_after,
         )
 
     def release_failed(self, lock: Lock, exc: Exception) -> None:

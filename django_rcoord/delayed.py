@@ -62,6 +62,9 @@ class DueTaskPromoter:
         self.stopping = stop_event or threading.Event()
         self.promoted = 0
         self.fired = 0
+        #: The server's clock at this promoter's first pass: ticks due before it are
+        #: catch-up fires, not lateness.
+        self.started_ms: int | None = None
         # Read once: a changed schedule is picked up when the poller starts again.
         self._schedules = schedules()
         self._queues: list[QueueKeys] = []
@@ -149,8 +152,11 @@ class DueTaskPromoter:
         self.promoted += promoted_now
         if self._schedules:
             seconds, micros = self.client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            if self.started_ms is None:
+                self.started_ms = now_ms
             fired, next_tick = fire_due(
-                self.client, seconds * 1000 + micros // 1000, self._schedules
+                self.client, now_ms, self._schedules, started_ms=self.started_ms
             )
             if fired:
                 logger.info("fired %d periodic task(s)", fired)

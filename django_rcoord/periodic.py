@@ -34,6 +34,12 @@ queue keeps no record of ids it ran, and two releases would queue it in two grou
 
 A tick found more than ``MISSED_AFTER`` seconds late was missed (no poller ran):
 ``catch_up: "skip"`` (the default) drops it, ``"once"`` runs the latest missed tick once.
+
+Lateness (tick -> queued, server clock) is what operators watch, so only fires a running
+poller made count: a *catch-up* fire, of a tick that fell due before the firing poller's
+first pass (the latest tick under ``MISSED_AFTER`` old when a poller starts, or a missed
+one run by ``catch_up: "once"``), is counted apart (the claim's ``catch_ups``), and its
+delay is not a lateness sample.
 The message carries the tick (``"periodic": {"name", "tick"}``) and goes through the queue
 like any task.
 """
@@ -250,14 +256,23 @@ def _target(task: str) -> Target | None:
     return resolve_target(task)
 
 
-def fire_due(client: Any, now_ms: int, found: list[Schedule] | None = None) -> tuple[int, float]:
+def fire_due(
+    client: Any,
+    now_ms: int,
+    found: list[Schedule] | None = None,
+    *,
+    started_ms: int | None = None,
+) -> tuple[int, float]:
     """Fire every schedule's due tick (once, whoever else tries). Returns (tasks queued,
-    seconds from ``now_ms`` (the server's clock) until the next tick of any schedule)."""
+    seconds from ``now_ms`` (the server's clock) until the next tick of any schedule).
+
+    ``started_ms``: when the calling poller made its first pass (server clock); a tick due
+    before it is a catch-up fire, not counted as lateness."""
     fired = 0
     next_ms: int | None = None
     for schedule in schedules() if found is None else found:
         target = _target(schedule.task)
-        fired += _fire(client, schedule, target, now_ms)
+        fired += _fire(client, schedule, target, now_ms, started_ms)
         if target is None:  # reported by check rcoord.E025
             continue
         following = schedule.next_tick(max(now_ms, schedule.latest_tick(now_ms)))
@@ -307,7 +322,9 @@ def _read_claim(client: Any, name: str) -> tuple[int | None, PendingTick | None]
     return (found.tick if last_tick is None else last_tick), found
 
 
-def _fire(client: Any, schedule: Schedule, target: Target | None, now_ms: int) -> int:
+def _fire(
+    client: Any, schedule: Schedule, target: Target | None, now_ms: int, started_ms: int | None
+) -> int:
     """Queue the schedule's pending tick, if any, then claim and queue its latest tick if
     it is due and not claimed yet. Returns how many tasks this call queued."""
     fired = 0
@@ -324,7 +341,12 @@ def _fire(client: Any, schedule: Schedule, target: Target | None, now_ms: int) -
         if latest <= last:
             return fired
         missed = now_ms - latest > MISSED_AFTER * 1000
-        mode = "skip" if missed and schedule.catch_up == "skip" else "fire"
+        if missed and schedule.catch_up == "skip":
+            mode = "skip"
+        elif missed or (started_ms is not None and latest < started_ms):
+            mode = "catch-up"  # no poller ran when it fell due: its delay is no lateness
+        else:
+            mode = "fire"
         claimed = _pending_tick(schedule, target, latest)
         outcome = int(
             run_script(
@@ -398,8 +420,10 @@ def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
 
 
 def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
-    """Each schedule's last claimed tick, its lateness, the lateness of its recent fires
-    (median, p99, max over the last ``LATENESS_SAMPLES``) and its next tick."""
+    """Each schedule's last claimed tick, its lateness (None after a catch-up fire, which
+    ``last_fire`` names), the lateness of its recent on-time fires (median, p99, max over
+    the last ``LATENESS_SAMPLES``, and how many samples that is), how many catch-up fires
+    there were, and its next tick."""
     rows = []
     for schedule in schedules():
         target = _target(schedule.task)
@@ -407,8 +431,11 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
         if target is None:
             rows.append({**row, "error": "unknown task"})
             continue
-        last, late, at = client.hmget(claim_key(schedule.name), ["tick", "late", "at"])
+        last, late, at, kind, catch_ups = client.hmget(
+            claim_key(schedule.name), ["tick", "late", "at", "kind", "catch_ups"]
+        )
         samples = sorted(int(ms) for ms in client.lrange(lateness_key(schedule.name), 0, -1))
+        last_fire = _LAST_FIRE.get(kind, "on time") if last is not None else None
         rows.append(
             {
                 **row,
@@ -416,8 +443,11 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
                 "cron": schedule.cron,
                 "last_tick": _iso(last),
                 "last_fired": _iso(at),
-                "lateness_ms": int(late) if late is not None else None,
-                "fires": len(samples),
+                "last_fire": last_fire,
+                "lateness_ms": int(late) if late is not None and last_fire == "on time" else None,
+                "fires": len(samples),  # the on-time fires the statistics rest on
+                "lateness_samples": len(samples),
+                "catch_up_fires": int(catch_ups or 0),
                 "lateness_p50_ms": _at_fraction(samples, 0.5),
                 "lateness_p99_ms": _at_fraction(samples, 0.99),
                 "lateness_max_ms": samples[-1] if samples else None,
@@ -427,8 +457,16 @@ def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
     return rows
 
 
+# How the last claimed tick was handled (the claim's kind), for schedule_status.
+_LAST_FIRE = {b"catch-up": "catch-up", b"skip": "skipped (missed)"}
+
+
 def _at_fraction(ordered: list[int], fraction: float) -> int | None:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else None
+    """The nearest-rank percentile: the smallest sample with ``fraction`` of them at or
+    below it (of two samples, the median is the lower)."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
 
 
 def _iso(ms: bytes | None) -> str | None:

@@ -108,3 +108,22 @@ class _Collector:
                 ):
                     periodic.add_metric([row["name"], quantile], row[key] / 1000)
         yield periodic
+
+        # What the quantiles rest on: a p99 of three samples is the worst of three.
+        samples = GaugeMetricFamily(
+            "rcoord_periodic_lateness_samples",
+            "How many on-time fires of a periodic task its lateness quantiles rest on.",
+            labels=["schedule"],
+        )
+        catch_ups = GaugeMetricFamily(
+            "rcoord_periodic_catch_up_fires",
+            "Fires of a periodic task's ticks that fell due before their poller started "
+            "(not counted as lateness).",
+            labels=["schedule"],
+        )
+        for row in state["periodic"]:
+            if "error" not in row:
+                samples.add_metric([row["name"]], row["lateness_samples"])
+                catch_ups.add_metric([row["name"]], row["catch_up_fires"])
+        yield samples
+        yield catch_ups

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import KeySpace, encode_name
 
 DEFAULT_GROUP = "main"
 #: Lifetime of unconsumed wake-up tokens (workers' and pollers' lists), ms.
@@ -109,6 +109,15 @@ def split_queue_name(name: object) -> tuple[str, str]:
     if not queue or (slash and not group):
         raise InvalidName(f"{name!r} is not a queue name ('queue' or 'group/queue')")
     return group or DEFAULT_GROUP, queue
+
+
+def check_queue_name(name: object) -> None:
+    """InvalidName unless ``name`` can name a queue, whatever ``KEY_PREFIX`` is: it builds
+    no key, so ``@task`` can check its queue at import while an unusable prefix is left to
+    check rcoord.E006 (an import that raised would crash ``manage.py check`` itself)."""
+    group, queue = split_queue_name(name)
+    encode_name(group)
+    encode_name(f"in-flight:{queue}")  # the longest of the queue's key parts (see _build)
 
 
 def one_group(names: Sequence[str]) -> str:

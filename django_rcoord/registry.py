@@ -14,7 +14,7 @@ from django.apps import apps
 from django_rcoord.connection import resolve_client
 from django_rcoord.messages import encode_message
 from django_rcoord.producer import _aenqueue, _enqueue, _when, check_priority
-from django_rcoord.queue_keys import QueueKeys
+from django_rcoord.queue_keys import check_queue_name
 
 __all__ = [
     "PermanentFailure",
@@ -133,7 +133,7 @@ def task(
         raise TypeError("use @task() or @task(name=...), with parentheses")
     if not isinstance(max_retries, int) or max_retries < 0:
         raise ValueError("max_retries must be an int >= 0")
-    QueueKeys.of(queue)  # an unusable queue name fails at import time
+    check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
 
     def register(function: Callable[..., Any]) -> Task:

@@ -46,11 +46,8 @@ class PurchaseResult:
 class Market:
     def __init__(self, name: str = "main", *, client: Any = None) -> None:
         self.name = name
-        self.space = KeySpace("market", name)
+        KeySpace("market", name, prefix="rcoord")  # a bad market name fails here, now
         self._client = client
-        self.market_key = self.space.key("market")
-        self.fences_key = self.space.key("fences")
-        self.ids_key = self.space.key("next-item-id")
         # The seller's e-mail goes to a queue of the queue group named like the market: the
         # group's keys share the market's hash tag, so the purchase script can queue it
         # (one Redis Cluster slot). For the market "main" this is the queue "email".
@@ -59,6 +56,24 @@ class Market:
     @property
     def client(self) -> Any:
         return resolve_client(self._client)
+
+    # Keys are built when used, with the KEY_PREFIX of that moment: the module-level market
+    # of market_views builds none at import (a bad prefix is check rcoord.E006's to report).
+    @property
+    def space(self) -> KeySpace:
+        return KeySpace("market", self.name)
+
+    @property
+    def market_key(self) -> str:
+        return self.space.key("market")
+
+    @property
+    def fences_key(self) -> str:
+        return self.space.key("fences")
+
+    @property
+    def ids_key(self) -> str:
+        return self.space.key("next-item-id")
 
     def user_key(self, user: str) -> str:
         return self.space.key(f"users:{user}")

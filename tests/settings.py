@@ -13,7 +13,7 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 
 INSTALLED_APPS = [
-    # Before the admin, so that its admin/index.html (a link to the dashboard) is found first.
+    # Its place does not matter (the admin index links the dashboard either way).
     "django_rcoord",
     "django.contrib.admin",
     "django.contrib.auth",

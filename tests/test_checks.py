@@ -1,16 +1,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_rcoord.checks import check_settings
+from django_rcoord.checks import check_redis_server, check_settings, server_problems
 from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.exceptions import ConnectionNotConfigured
+from tests.procs import run_python
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARDED = {
     "BACKEND": "django_redis.cache.RedisCache",
@@ -215,3 +222,139 @@ def test_a_metrics_token_without_prometheus_client_is_a_warning(monkeypatch) -> 
         lambda name, *args: None if name == "prometheus_client" else find_spec(name, *args),
     )
     assert ids(RCOORD={"METRICS_TOKEN": "a-long-enough-token-1234"}) == ["rcoord.W004"]
+
+
+# -- a check never crashes ----------------------------------------------------------------
+def test_a_bad_prefix_with_periodic_tasks_is_e006_not_a_crash() -> None:
+    # Looking the schedule's task up imports the apps' tasks modules, whose @task builds
+    # keys with the prefix: that raised ImproperlyConfigured out of the check.
+    bad = {**settings.RCOORD, "KEY_PREFIX": "my app", "PERIODIC_TASKS": [BEAT]}
+    assert ids(RCOORD=bad) == ["rcoord.E006"]
+    with override_settings(RCOORD=bad), pytest.raises(SystemCheckError, match=r"rcoord\.E006"):
+        call_command("check")
+
+
+def test_manage_py_check_with_a_bad_prefix_exits_1_without_a_traceback(tmp_path) -> None:
+    # A fresh process, as a newcomer runs it: tests.tasks is imported by the check itself.
+    (tmp_path / "bad_prefix_settings.py").write_text(
+        "from tests.settings import *  # noqa: F403\n\n"
+        "RCOORD = {**RCOORD, 'KEY_PREFIX': 'my app', 'PERIODIC_TASKS': "
+        f"[{BEAT!r}]}}  # noqa: F405\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "bad_prefix_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    result = run_python("-m", "django", "check", cwd=ROOT, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "rcoord.E006" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "ImproperlyConfigured" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "check_id"),
+    [
+        ({"PERIODIC_TASKS": [{**BEAT, "task": "tests.broken.job"}]}, "rcoord.E029"),
+        ({"DASHBOARD_PERMISSION": "tests.broken.allowed"}, "rcoord.E026"),
+        ({"AUTOCOMPLETE_PERMISSION": "tests.broken.allowed"}, "rcoord.E013"),
+        ({"CLIENT_FACTORY": "tests.broken.make_client", **ASYNC}, "rcoord.E005"),
+    ],
+)
+def test_a_module_that_raises_on_import_is_reported_with_the_setting_id(
+    setting: dict, check_id: str
+) -> None:
+    with override_settings(RCOORD={**settings.RCOORD, **setting}):
+        (message,) = check_settings()
+    assert message.id == check_id
+    assert "RuntimeError: tests.broken raises on import" in message.msg
+    assert message.hint
+
+
+# -- the server (check --deploy) ----------------------------------------------------------
+def test_deploy_check_passes_against_the_suite_redis() -> None:
+    assert check_redis_server() == []
+    call_command("check", "--deploy", tags=["rcoord"])
+
+
+def test_deploy_check_reports_a_dead_redis(redis_down: str) -> None:
+    (message,) = check_redis_server()
+    assert message.id == "rcoord.E030"
+    assert "CACHES['elsewhere']" in message.msg
+    assert message.hint
+    with pytest.raises(SystemCheckError, match=r"rcoord\.E030"):
+        call_command("check", "--deploy", tags=["rcoord"])
+    call_command("check", tags=["rcoord"])  # connects only under --deploy
+
+
+def test_deploy_check_reports_a_dead_redis_named_by_caches() -> None:
+    # As a project writes it: CACHES at a dead address with a short socket timeout.
+    caches = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://:hunter2-secret@127.0.0.1:1/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.5, "SOCKET_TIMEOUT": 0.5},
+        }
+    }
+    rcoord = {"CONNECTION": "default"}
+    with override_settings(CACHES=caches, RCOORD=rcoord):
+        with pytest.raises(SystemCheckError, match=r"rcoord\.E030") as excinfo:
+            call_command("check", "--deploy", tags=["rcoord"])
+        assert "hunter2" not in str(excinfo.value)  # check output ends up in CI logs
+        assert "redis://:***@127.0.0.1:1/0" in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("noeviction", []),
+        ("allkeys-lru", ["rcoord.E032"]),
+        ("allkeys-random", ["rcoord.E032"]),
+        ("volatile-lru", ["rcoord.W030"]),
+        ("volatile-ttl", ["rcoord.W030"]),
+    ],
+)
+def test_deploy_check_reports_an_evicting_server(redis_to_stop, policy, expected) -> None:
+    client = redis.Redis.from_url(redis_to_stop.url)
+    client.config_set("maxmemory", "100mb")
+    client.config_set("maxmemory-policy", policy)
+    client.close()
+    messages = check_redis_server()
+    assert [message.id for message in messages] == expected
+    assert all(policy in message.msg and message.hint for message in messages)
+
+
+def test_a_server_older_than_6_2_is_an_error(redis_client) -> None:
+    # The server's own INFO, as an older one would answer it (only its version differs).
+    info = {**redis_client.info(), "redis_version": "6.0.16"}
+    (message,) = server_problems(info, "The Redis server")
+    assert message.id == "rcoord.E031"
+    assert "6.0.16" in message.msg
+    assert server_problems({**info, "redis_version": "6.2.0"}, "The Redis server") == []
+    assert server_problems({**info, "redis_version": "7.4.1"}, "The Redis server") == []
+
+
+def test_the_readme_lists_every_check_id() -> None:
+    readme = (ROOT / "README.md").read_text()
+    source = "".join(
+        (ROOT / "django_rcoord" / name).read_text() for name in ("checks.py", "task_backend.py")
+    )
+    for check_id in sorted(set(re.findall(r'id="(rcoord\.[EW]\d{3})"', source))):
+        assert f"| `{check_id}` |" in readme, check_id
+
+
+def test_task_checks_its_queue_name_at_import_but_builds_no_key() -> None:
+    from django_rcoord import registry
+    from django_rcoord.exceptions import InvalidName
+    from django_rcoord.queues import task
+
+    try:
+        with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "my app"}):
+            # A project's tasks module imports: the bad prefix is rcoord.E006's to report.
+            registered = task("tests.checks.prefix_probe", queue="main/reports")(print)
+            assert registered.queue == "main/reports"
+            with pytest.raises(InvalidName):
+                task("tests.checks.bad_queue_probe", queue="reports/")(print)
+    finally:
+        registry._registry.pop("tests.checks.prefix_probe", None)

@@ -255,10 +255,20 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert released["task"]["record"] is None
 
 
-def test_the_admin_index_links_the_dashboard(client, staff) -> None:
+@pytest.mark.parametrize("rcoord_first", [True, False])
+def test_the_admin_index_links_the_dashboard(client, staff, rcoord_first: bool) -> None:
+    # The Quick start appends django_rcoord to INSTALLED_APPS, after the admin.
+    installed = [app for app in settings.INSTALLED_APPS if app != "django_rcoord"]
+    if rcoord_first:
+        installed.insert(0, "django_rcoord")
+    else:
+        installed.append("django_rcoord")
     client.force_login(staff)
-    page = client.get(reverse("admin:index")).content.decode()
-    assert f'href="{reverse("rcoord:dashboard")}"' in page
+    with override_settings(INSTALLED_APPS=installed):
+        page = client.get(reverse("admin:index")).content.decode()
+    assert page.count(f'href="{reverse("rcoord:dashboard")}"') == 1
+    assert 'id="rcoord-admin-link"' in page
+    assert "Site administration" in page  # the admin's own index, extended
 
 
 # -- metrics and stats --------------------------------------------------------------------
@@ -437,3 +447,18 @@ def test_metrics_without_prometheus_client_is_a_501_not_a_500(client, monkeypatc
         assert "django-rcoord[metrics]" in response.json()["detail"]
         stats = client.get(reverse("rcoord:stats"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
         assert stats.status_code == 200
+
+
+def test_the_per_minute_chart_is_drawn_to_scale() -> None:
+    from django_rcoord.dashboard import CHART_HEIGHT, CHART_WIDTH, _chart
+
+    chart = _chart([0] * 56 + [1, 0, 2, 8])
+    heights = [bar["height"] for bar in chart["bars"]]
+    assert heights == [0] * 56 + [round(CHART_HEIGHT / 8), 0, round(CHART_HEIGHT / 4), CHART_HEIGHT]
+    assert chart["top"] == 8
+    assert all(bar["y"] + bar["height"] == CHART_HEIGHT for bar in chart["bars"])
+    # The hour spans the chart: the oldest minute at the left edge, now at the right.
+    assert chart["bars"][0]["x"] == 0
+    assert chart["bars"][-1]["x"] + chart["bar_width"] <= CHART_WIDTH
+    assert chart["bars"][-1]["x"] + chart["bar_width"] >= CHART_WIDTH - 3
+    assert _chart([0] * 60)["top"] == 1  # nothing done: no bar, no division by zero

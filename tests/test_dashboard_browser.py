@@ -78,7 +78,20 @@ def test_staff_sign_in_read_a_traceback_and_requeue_it(
             cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
             assert cells[1:5] == ["1", "0", "1", "1"]  # ready, in flight, delayed, dead
             assert cells[7] == "13"  # finished in the last hour
-            assert row.find_elements(By.CSS_SELECTOR, "svg.chart rect")
+            # The per-minute chart sits under its header and is drawn to scale: a track
+            # for the whole hour, the busiest minute (all 13 tasks) filling its height.
+            chart = row.find_element(By.CSS_SELECTOR, "svg.chart")
+            header = table.find_element(By.XPATH, ".//thead//th[9]")
+            assert header.text.lower() == "per minute"
+            assert abs(chart.location["x"] - header.location["x"]) <= 12
+            assert chart.location["x"] + chart.size["width"] <= (
+                header.location["x"] + header.size["width"] + 12
+            )
+            track = chart.find_element(By.CSS_SELECTOR, "rect.track")
+            assert track.size["width"] == chart.size["width"] == 180
+            (bar,) = chart.find_elements(By.CSS_SELECTOR, "rect.bar")
+            assert bar.size["height"] == chart.size["height"]
+            assert "top 13/min" in row.find_element(By.CLASS_NAME, "chart-scale").text
             workers = browser.find_element(By.ID, "rcoord-workers").text
             assert worker.id in workers
             assert "idle" in workers

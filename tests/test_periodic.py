@@ -181,8 +181,12 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     assert len([tick for tick in ticks if tick * 1000 > stopped]) <= 1, (stopped, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
+    # One record per fire: a lateness sample, or a catch-up (a tick due before the poller
+    # that fired it made its first pass: at most one per poller start).
     lateness = [int(ms) for ms in get_client().lrange(lateness_key("beat"), 0, -1)]
-    assert len(lateness) == len(ticks)
+    catch_ups = int(get_client().hget(claim_key("beat"), "catch_ups") or 0)
+    assert len(lateness) + catch_ups == len(ticks)
+    assert catch_ups <= 3
 
 
 @pytest.mark.slow
@@ -383,3 +387,62 @@ def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tic
     assert ticks == list(range(ticks[0], ticks[0] + 1000 * len(ticks), 1000)), by_group
     window = [tick for tick in ticks if started <= tick <= stopped]
     assert len(window) in (6, 7), (started, stopped, by_group)
+
+
+# -- lateness: catch-up fires apart, statistics with their sample count ---------------------
+def test_the_catch_up_fire_at_a_pollers_start_is_not_lateness() -> None:
+    # A poller starts 52 s after the tick of an hourly schedule that ran before: it fires
+    # that tick (under MISSED_AFTER old), as a catch-up, not as 52 s of lateness.
+    hourly = {"name": "hourly", "task": "tests.tasks.record", "every": 3600}
+    schedule = Schedule("hourly", "tests.tasks.record", every=3600)
+    tick = schedule.latest_tick(server_ms())
+    get_client().hset(claim_key("hourly"), "tick", tick - 3_600_000)
+    started = tick + 52_000
+    assert fire_due(get_client(), started, [schedule], started_ms=started)[0] == 1
+    assert get_client().llen(lateness_key("hourly")) == 0
+    with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [hourly]}):
+        (row,) = periodic.schedule_status(get_client(), server_ms())
+        assert row["last_fire"] == "catch-up"
+        assert row["lateness_ms"] is None  # the 52 s are not shown as lateness
+        assert (row["catch_up_fires"], row["lateness_samples"]) == (1, 0)
+        assert row["lateness_p50_ms"] is None
+        # The same tick fired by a poller that was running when it fell due: lateness.
+        get_client().hset(claim_key("hourly"), "tick", tick - 3_600_000)
+        get_client().delete(QueueKeys.of("default").periodic)  # the group's record of it
+        assert fire_due(get_client(), started, [schedule], started_ms=tick - 1)[0] == 1
+        (row,) = periodic.schedule_status(get_client(), server_ms())
+    assert row["last_fire"] == "on time"
+    assert (row["catch_up_fires"], row["lateness_samples"]) == (1, 1)
+    assert row["lateness_ms"] is not None
+    assert row["lateness_p50_ms"] == row["lateness_p99_ms"] == row["lateness_max_ms"]
+
+
+def test_a_poller_labels_its_first_fire_a_catch_up_and_counts_the_next() -> None:
+    from django_rcoord.delayed import DueTaskPromoter
+
+    with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
+        promoter = DueTaskPromoter()
+        promoter.run_once()  # its first pass: the latest tick fell due before it
+        assert promoter.started_ms is not None
+        next_tick = Schedule("beat", "t", every=1).next_tick(promoter.started_ms)
+        while server_ms() < next_tick:
+            time.sleep(0.02)
+        promoter.run_once()
+        (row,) = periodic.schedule_status(get_client(), server_ms())
+    assert row["catch_up_fires"] == 1
+    assert row["lateness_samples"] == 1
+
+
+def test_lateness_statistics_say_how_many_samples_they_rest_on(capsys) -> None:
+    from django.core.management import call_command
+
+    get_client().lpush(lateness_key("beat"), 52_486, 1)  # two fires: 1 ms and 52 s late
+    get_client().hset(claim_key("beat"), mapping={"tick": 1000, "late": 1, "at": 1001})
+    with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
+        (row,) = periodic.schedule_status(get_client(), server_ms())
+        call_command("rcoord_status")
+    assert row["lateness_samples"] == 2
+    # Nearest rank: of two samples the median is the lower (was the upper: 52,486 ms).
+    assert (row["lateness_p50_ms"], row["lateness_max_ms"]) == (1, 52_486)
+    out = capsys.readouterr().out
+    assert "1/52486/52486 ms (of 2)" in out

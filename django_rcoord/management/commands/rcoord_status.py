@@ -75,23 +75,26 @@ class Command(BaseCommand):
         if state.get("periodic"):
             lines.append("")
             lines.append(
-                f"{'periodic task':<24} {'last tick':<26} {'late':>8} "
-                f"{'fires':>6} {'p50/p99/max late':>18}  next tick"
+                f"{'periodic task':<24} {'last tick':<26} {'late':>9} "
+                f"{'catch-up':>8} {'p50/p99/max late (of n fires)':>32}  next tick"
             )
             for row in state["periodic"]:
                 if "error" in row:
                     lines.append(f"{row['name']:<24} {row['error']} ({row['task']})")
                     continue
                 late = row["lateness_ms"]
+                samples = row["lateness_samples"]
                 recent = (
-                    f"{row['lateness_p50_ms']}/{row['lateness_p99_ms']}/{row['lateness_max_ms']} ms"
-                    if row["fires"]
-                    else "-"
+                    f"{row['lateness_p50_ms']}/{row['lateness_p99_ms']}/"
+                    f"{row['lateness_max_ms']} ms (of {samples})"
+                    if samples
+                    else "- (of 0)"
                 )
+                # A catch-up or skipped tick's delay is no lateness: its kind is shown.
+                last = f"{late} ms" if late is not None else row["last_fire"] or "-"
                 lines.append(
-                    f"{row['name']:<24} {row['last_tick'] or '-':<26} "
-                    f"{'-' if late is None else f'{late} ms':>8} {row['fires']:>6} "
-                    f"{recent:>18}  {row['next_tick']}"
+                    f"{row['name']:<24} {row['last_tick'] or '-':<26} {last:>9} "
+                    f"{row['catch_up_fires']:>8} {recent:>32}  {row['next_tick']}"
                 )
         lines.append("")
         lines.append(f"workers: {len(state['workers'])}")

@@ -120,6 +120,14 @@ def redis_version(client: redis.Redis) -> str:
     return client.info("server")["redis_version"]
 
 
+def server_name(client: redis.Redis) -> str:
+    """ "Redis 8.0.2" or "Valkey 8.1.1" (Valkey also reports a Redis-compatible version)."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return f"Valkey {info['valkey_version']}"
+    return f"Redis {info['redis_version']}"
+
+
 def machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
@@ -136,7 +144,7 @@ def machine() -> dict[str, Any]:
 def describe_machine(client: redis.Redis) -> str:
     about = machine()
     return (
-        f"Redis {redis_version(client)} on loopback TCP, Python {about['python']}, "
+        f"{server_name(client)} on loopback TCP, Python {about['python']}, "
         f"redis-py {about['redis_py']} ({about['reply_parser']} parser), "
         f"{about['cpu_count']} CPUs, {about['platform']}"
     )

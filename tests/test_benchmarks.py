@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from django_rcoord.embedded import _process_alive
+from django_rcoord.embedded.server import find_executable
 from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,3 +40,36 @@ def test_a_terminated_benchmark_run_stops_its_redis_server(tmp_path: Path) -> No
             run.kill()
     assert run.returncode == 128 + signal.SIGTERM, errors
     wait_until(lambda: not _process_alive(server_pid), timeout=15)
+
+
+def test_the_server_binary_is_chosen_and_named(tmp_path: Path) -> None:
+    binary = find_executable()  # the one this suite runs on, named explicitly
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    found = re.match(r"(\w+) server v=([\d.]+)", version.stdout)
+    assert found is not None, version.stdout
+    kind, number = found.groups()
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    env.pop("RCOORD_REDIS_SERVER", None)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--only",
+            "floor",
+            "--no-save",
+            "--server",
+            binary,
+        ],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.splitlines()[0]
+    assert f"{kind} {number} on loopback TCP" in first, first

@@ -75,8 +75,8 @@ IDLE_CHECK = 1.0
 IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
 RECOVER_BATCH = 500
 #: A worker takes as many tasks at once as it expects to run in this many ms (by the
-#: recent average run time), at most its ``prefetch``; a task running longer than this
-#: is acknowledged at once and the tasks taken with it go back for any worker.
+#: recent average run time), at most its ``prefetch``; once a task has run longer than
+#: this, the tasks taken with it go back for any worker while it runs.
 PREFETCH_BUDGET_MS = 50.0
 #: A finished task is acknowledged with the next take, or by the keeper thread once it
 #: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
@@ -123,6 +123,12 @@ def _signature(function: Any) -> inspect.Signature:
     return inspect.signature(function)
 
 
+def _retry_delay_ms(earlier: int) -> int:
+    """The wait before the next try of a task tried ``earlier`` times before:
+    ``TASK_RETRY_BACKOFF * 2**earlier`` seconds, at most ``TASK_RETRY_BACKOFF_MAX``."""
+    return int(min(conf.TASK_RETRY_BACKOFF * 2**earlier, conf.TASK_RETRY_BACKOFF_MAX) * 1000)
+
+
 def _class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
@@ -135,12 +141,6 @@ class Job:
     failures: int  # failed attempts before this one
     state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
     queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
-
-    @property
-    def deliveries(self) -> int:
-        """How many times it was taken, this time included (its record's worker ids)."""
-        workers = self.state.split("|")[4] if self.state.count("|") >= 4 else ""
-        return max(1, len([worker for worker in workers.split(",") if worker]))
 
     @property
     def record(self) -> TaskRecord | None:
@@ -297,6 +297,7 @@ class Worker:
         )
         failures = 0  # loop turns in a row that failed
         failing_since = 0.0  # when the first of them failed (time.monotonic())
+        patience: float | None = None  # how long the last acknowledgement may retry
         # One thread renews the leases of what this worker holds and gives back what waits
         # behind a long task.
         keeper = LeaseKeeper(self)
@@ -345,11 +346,11 @@ class Worker:
                         )
                     self.stopping.wait(wait)
         except RedisUnavailable:
-            self._settle(patience=0)
+            patience = 0  # Redis was given its time already
             raise
         finally:
             try:
-                self._settle()
+                self._settle(patience=patience)
             finally:
                 keeper.stop()
                 self._sign_off()
@@ -456,8 +457,9 @@ class Worker:
         ):
             self._give_back_held()
         if now >= self._next_renewal:
+            lost = self._renew(self._held())  # raising, it stays due
             self._next_renewal = now + self.lease / 3
-            for job in self._renew(self._held()):
+            for job in lost:
                 logger.warning("task %s: lease lost while held (it will run again)", job.id)
 
     def _held(self) -> list[Job]:
@@ -529,9 +531,8 @@ class Worker:
         idle in the same call: producers push wake-ups only while a worker is registered.
         With tasks to finish, it keeps trying through a Redis outage for up to a lease
         (until they are recorded, their leases would make them run again), or ``patience``
-        seconds. A retried call
-        carries the same nonce, so one whose reply was lost is answered as it ran, not run
-        twice."""
+        seconds. A retried call carries the same nonce, so one whose reply was lost is
+        answered as it ran, not run twice."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
         args: list[Any] = [
             self.id,
@@ -632,25 +633,25 @@ class Worker:
         backend is not configured): back to its queue with a delay, for a worker that knows
         it (a rolling deploy's newer release), until ``TASK_MAX_DELIVERIES`` deliveries;
         then a dead letter. A deferral is not a failed attempt."""
-        deliveries = job.deliveries
+        record = job.record  # its worker ids: one per delivery, this one included
+        deliveries = max(1, record.attempts) if record is not None else 1
         if deliveries >= conf.TASK_MAX_DELIVERIES:
             return not_runnable(
                 name, f"{reason}; no worker could run it in {deliveries} deliveries"
             )
-        delay = min(conf.TASK_RETRY_BACKOFF * 2 ** (deliveries - 1), conf.TASK_RETRY_BACKOFF_MAX)
         return Outcome(
             "defer",
             name,
             f"{reason} (worker {self.id}, django-rcoord {__version__}; delivery {deliveries} "
             f"of {conf.TASK_MAX_DELIVERIES})",
             _class_path(TaskNotRunnable),
-            int(delay * 1000),
+            _retry_delay_ms(deliveries - 1),
         )
 
     @staticmethod
     def _log(job: Job, outcome: Outcome, finished: bool, took_ms: float) -> None:
-        """One line per task: how it ended, why it failed, how long it ran (traceback at
-        DEBUG)."""
+        """One line per task: how it ended, why it failed, how long it ran (a failure's line
+        carries the task's exception, with its traceback)."""
         name, attempt = outcome.task_name, job.failures + 1
         if not finished:
             logger.warning(
@@ -736,10 +737,7 @@ class Worker:
                 "dead", name, traceback.format_exc(), _class_path(type(exc)), exception=exc
             )
             if job.failures < max_retries:
-                backoff = min(
-                    conf.TASK_RETRY_BACKOFF * 2**job.failures, conf.TASK_RETRY_BACKOFF_MAX
-                )
-                outcome.kind, outcome.delay_ms = "retry", int(backoff * 1000)
+                outcome.kind, outcome.delay_ms = "retry", _retry_delay_ms(job.failures)
             return outcome
         try:
             return Outcome("ack", name, value_json=to_json(value))
@@ -932,10 +930,10 @@ class LeaseKeeper(threading.Thread):
             self.join()
 
     def run(self) -> None:
-        worker, failures = self.worker, 0
+        worker, failures, retry_at = self.worker, 0, 0.0
         with worker._changed:
             while not self._stopped:
-                due = worker._keeper_due()
+                due = max(worker._keeper_due(), retry_at)
                 wait = due - time.monotonic()
                 if wait > 0:
                     worker._keeper_wakes_at = due
@@ -944,7 +942,7 @@ class LeaseKeeper(threading.Thread):
                     continue
                 try:
                     worker._keep()
-                    failures = 0
+                    failures, retry_at = 0, 0.0
                 # What it could not do stays due; the worker's loop meets the same error.
                 except Exception as exc:  # noqa: BLE001
                     pause = RECONNECT_BACKOFF.compute(failures)
@@ -952,10 +950,7 @@ class LeaseKeeper(threading.Thread):
                     logger.warning(
                         "worker %s: lease keeper failed (%s); again in %.1fs", worker.id, exc, pause
                     )
-                    worker._next_renewal = min(worker._next_renewal, time.monotonic() + pause)
-                    worker._keeper_wakes_at = time.monotonic() + pause
-                    worker._changed.wait(pause)
-                    worker._keeper_wakes_at = 0.0
+                    retry_at = time.monotonic() + pause
 
 
 def default_queues() -> list[list[str]]:

@@ -14,7 +14,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +28,8 @@ from django_rcoord.queues import dead_letters, enqueue_many, execute_later, queu
 from django_rcoord.worker import PREFETCH_BUDGET_MS
 from tests import cluster, tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, start_logged, start_worker
+from tests.test_periodic import start_poller
+from tests.test_queues import output_of, start_worker
 
 pytestmark = pytest.mark.slow
 single_server = pytest.mark.skipif(cluster.ENABLED, reason="a single server's fault")
@@ -66,10 +66,7 @@ class Run:
         self.workers = [start_worker(env=env) for _ in range(workers)]
         # A delayed-task poller beside them, which must outlive the faults too.
         self.workers.append(
-            start_logged(
-                [sys.executable, "manage.py", "poll_delayed"],
-                {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-            )
+            start_poller({**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env})
         )
 
     def runs(self) -> collections.Counter[str]:

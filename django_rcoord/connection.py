@@ -48,6 +48,16 @@ REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
 #: backoff: unavailability, and replies such as READONLY (a failover), OOM, LOADING or BUSY.
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, *REDIS_UNAVAILABLE)
 
+
+def log_waited_out(log: logging.Logger, who: str, exc: Exception, wait: float) -> None:
+    """The one line a long-running loop (a worker, a poller) logs for an error it waits out
+    for ``wait`` seconds: a Redis error in brief, anything else with its traceback."""
+    if isinstance(exc, REDIS_ERRORS):
+        log.error("%s: Redis error (%s: %s); retrying in %.1fs", who, type(exc).__name__, exc, wait)
+    else:
+        log.error("%s: unexpected error; retrying in %.1fs", who, wait, exc_info=exc)
+
+
 #: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
 #: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
 #: ``@rate_limited``) decides whether the request is served anyway.

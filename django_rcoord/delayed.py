@@ -23,7 +23,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
+from django_rcoord.connection import RECONNECT_BACKOFF, log_waited_out, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.periodic import fire_due, schedules
 from django_rcoord.queue_admin import known_groups, known_queues, recover_and_promote
@@ -190,18 +190,10 @@ class DueTaskPromoter:
             # A poller stops only when told: Redis errors of every kind (READONLY during a
             # failover, OOM, NOREPLICAS) and the project's own (a schedule's settings) are
             # logged and waited out.
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - logged by log_waited_out
                 wait = RECONNECT_BACKOFF.compute(failures)
                 failures += 1
-                if isinstance(exc, REDIS_ERRORS):
-                    logger.error(
-                        "poller: Redis error (%s: %s); retrying in %.1fs",
-                        type(exc).__name__,
-                        exc,
-                        wait,
-                    )
-                else:
-                    logger.exception("poller: unexpected error; retrying in %.1fs", wait)
+                log_waited_out(logger, "poller", exc, wait)
                 self.stopping.wait(wait)
         for thread in self._watched.values():
             thread.join(WATCH_BLOCK + 1)

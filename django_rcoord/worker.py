@@ -34,7 +34,12 @@ from django.db import close_old_connections
 
 from django_rcoord import __version__
 from django_rcoord.conf import conf
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
+from django_rcoord.connection import (
+    RECONNECT_BACKOFF,
+    REDIS_ERRORS,
+    log_waited_out,
+    resolve_client,
+)
 from django_rcoord.exceptions import RedisUnavailable, TaskNotRunnable
 from django_rcoord.keys import KeySpace
 from django_rcoord.messages import decode_message, to_json
@@ -332,18 +337,7 @@ class Worker:
                             f"worker {self.id}: Redis unusable for {outage:.0f} s "
                             f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
                         ) from exc
-                    if isinstance(exc, REDIS_ERRORS):
-                        logger.error(
-                            "worker %s: Redis error (%s: %s); retrying in %.1fs",
-                            self.id,
-                            type(exc).__name__,
-                            exc,
-                            wait,
-                        )
-                    else:
-                        logger.exception(
-                            "worker %s: unexpected error; retrying in %.1fs", self.id, wait
-                        )
+                    log_waited_out(logger, f"worker {self.id}", exc, wait)
                     self.stopping.wait(wait)
         except RedisUnavailable:
             patience = 0  # Redis was given its time already

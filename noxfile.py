@@ -243,7 +243,7 @@ def mypy_django52(session: nox.Session) -> None:
     """mypy on Django 5.2: the Tasks framework from the django-tasks backport."""
     install_project(session, ("embedded", "metrics", "tasks"), "Django~=5.2.0")
     session.install("--group", "typecheck")
-    # BUILTIN_TASKS (tasks_framework.py) is false on Django 5.2: check that branch.
+    # BUILTIN_TASKS (queues/framework.py) is false on Django 5.2: check that branch.
     session.run("mypy", "--always-false", "BUILTIN_TASKS", *mypy_cache(session), *session.posargs)
 
 

@@ -53,7 +53,7 @@ def drain(queue: str, ready, start, finished) -> None:
     """One worker process: connect, wait for the start signal, drain ``queue``, report."""
     configure()
     from django_rcoord.connection import get_client
-    from django_rcoord.worker import Worker
+    from django_rcoord.queues.worker import Worker
 
     get_client().ping()
     worker = Worker([queue], burst=True)

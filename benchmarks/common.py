@@ -65,7 +65,7 @@ def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
         if not builtin_tasks:
             apps.append("django_tasks")
         tasks["default"] = {
-            "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
+            "BACKEND": "django_rcoord.queues.backend.RedisTaskBackend",
             "QUEUES": ["bench"],
         }
     if _installed("django_tasks_rq"):

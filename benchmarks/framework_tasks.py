@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from benchmarks import queue_tasks
-from django_rcoord.tasks_framework import task
+from django_rcoord.queues.framework import task
 
 
 @task(queue_name="bench")

@@ -40,8 +40,8 @@ SCHEDULE = {"name": "beat", "task": "bench.noop", "every": 1}
 def run(bench: Bench) -> ScenarioResult:
     import json
 
-    from django_rcoord.periodic import lateness_key
     from django_rcoord.queues import QueueKeys
+    from django_rcoord.queues.periodic import lateness_key
 
     client = bench.client
     seconds = bench.pick(quick=10, full=60)
@@ -121,8 +121,8 @@ def poller(url: str) -> None:
 
     configure_django(url, rcoord={"PERIODIC_TASKS": [SCHEDULE]})
     from benchmarks import queue_tasks
-    from django_rcoord.delayed import DueTaskPromoter
     from django_rcoord.queues import task
+    from django_rcoord.queues.delayed import DueTaskPromoter
 
     task(name="bench.noop", queue="bench")(queue_tasks.noop)
     promoter = DueTaskPromoter()

@@ -107,7 +107,7 @@ def drainer(system: str, url: str, floor_count: int):
 
         configure_django(url)
         from django_rcoord.queues import task
-        from django_rcoord.worker import Worker
+        from django_rcoord.queues.worker import Worker
 
         task(name="bench.noop", queue="bench")(queue_tasks.noop)
         return (lambda: Worker(["bench"], burst=True).run()), idle

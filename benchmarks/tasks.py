@@ -89,7 +89,7 @@ def _drain(system: str):
             worker.work(burst=True, logging_level="ERROR")
 
         return work
-    from django_rcoord.worker import Worker
+    from django_rcoord.queues.worker import Worker
 
     if system == "rcoord-task":
         from django_rcoord.queues import task

@@ -14,7 +14,7 @@ from django.utils.module_loading import import_string
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import validate_prefix
-from django_rcoord.queue_keys import one_group
+from django_rcoord.queues.keys import one_group
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
 
@@ -199,7 +199,7 @@ def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMes
     """The schedules' shape and timing, then whether each names a task. Looking a task up
     imports every app's ``tasks`` module, whose ``@task`` builds keys: with an unusable
     KEY_PREFIX (``look_up_tasks`` False; rcoord.E006 says why) that is not tried."""
-    from django_rcoord import periodic
+    from django_rcoord.queues import periodic
 
     hint = (
         'Each entry: {"name": "digest", "task": "myapp.tasks.send_digest", "cron": '
@@ -346,7 +346,7 @@ AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 
 
 def _check_concurrency_limits(raw: object) -> list[CheckMessage]:
-    from django_rcoord.concurrency_rules import rule_problems
+    from django_rcoord.semaphores.rules import rule_problems
 
     hints = {
         "rcoord.E008": "CONCURRENCY_LIMITS is a list of dicts, each with a unique 'name'; "

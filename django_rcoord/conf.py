@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = {
     # letter: it is probably what kills its workers.
     "TASK_MAX_DELIVERIES": 5,
     # Most tasks a worker takes in one call (it runs them in order and acknowledges them
-    # with its next take); fewer when tasks run long (see django_rcoord.worker).
+    # with its next take); fewer when tasks run long (see django_rcoord.queues.worker).
     "TASK_PREFETCH": 32,
     # Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
     # TASK_RETRY_BACKOFF_MAX.
@@ -52,7 +52,7 @@ DEFAULTS: dict[str, Any] = {
     # Queues `manage.py run_email_worker` watches by default, highest priority first.
     "EMAIL_QUEUES": ["email"],
     # Periodic tasks fired by poll_delayed: dicts of name, task, cron or every, args,
-    # kwargs, catch_up (see django_rcoord.periodic).
+    # kwargs, catch_up (see django_rcoord.queues.periodic).
     "PERIODIC_TASKS": [],
     # Guild-member autocomplete: suggestions per query, and who may search a guild
     # (dotted path to a callable (request, guild) -> bool).

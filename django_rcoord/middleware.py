@@ -19,12 +19,12 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefuncti
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
-from django_rcoord.concurrency_rules import ConcurrencyRule, load_rules
 from django_rcoord.conf import conf
 from django_rcoord.connection import NO_REDIS
 from django_rcoord.identity import aget_user, get_user
 from django_rcoord.responses import error_response, unavailable
 from django_rcoord.semaphores import PermitKeeper, Semaphore
+from django_rcoord.semaphores.rules import ConcurrencyRule, load_rules
 from django_rcoord.waiting import spawn
 
 logger = logging.getLogger(__name__)

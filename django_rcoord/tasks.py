@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.template.loader import render_to_string
 
-from django_rcoord.registry import PermanentFailure, task
+from django_rcoord.queues.registry import PermanentFailure, task
 
 
 @task(name="rcoord.send_sold_email", queue="email", max_retries=5)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from django_rcoord import dashboard, views
+from django_rcoord import views
+from django_rcoord.ops import dashboard
+from django_rcoord.ops import views as ops_views
 
 app_name = "rcoord"
 
@@ -17,6 +19,6 @@ urlpatterns = [
         "dashboard/dead/<path:queue>/action/", dashboard.dead_action, name="dashboard-dead-action"
     ),
     path("dashboard/dead/<path:queue>/", dashboard.dead, name="dashboard-dead"),
-    path("metrics/", views.metrics, name="metrics"),
-    path("stats/", views.stats, name="stats"),
+    path("metrics/", ops_views.metrics, name="metrics"),
+    path("stats/", ops_views.stats, name="stats"),
 ]

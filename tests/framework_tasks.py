@@ -7,7 +7,7 @@ import os
 import time
 
 from django_rcoord.connection import get_client
-from django_rcoord.tasks_framework import TaskContext, task, task_finished, task_started
+from django_rcoord.queues.framework import TaskContext, task, task_finished, task_started
 
 RAN = "test:framework-ran"
 

@@ -32,7 +32,7 @@ if django.VERSION < (6, 0):
 # Django's Tasks framework on django-rcoord's queues (tests/framework_tasks.py).
 TASKS = {
     "default": {
-        "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
+        "BACKEND": "django_rcoord.queues.backend.RedisTaskBackend",
         "QUEUES": ["default", "email", "slow"],
     }
 }

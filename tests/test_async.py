@@ -36,9 +36,9 @@ from django_rcoord.connection import get_client, loop_clients
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
 from django_rcoord.queues import aexecute_later, queue_stats
+from django_rcoord.queues.worker import Worker
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.waiting import SignalHub, signal_hub
-from django_rcoord.worker import Worker
 from tests import cluster, tasks, views
 from tests.test_queues import output_of, ran, start_worker
 

@@ -345,9 +345,8 @@ def test_the_readme_lists_every_check_id() -> None:
 
 
 def test_task_checks_its_queue_name_at_import_but_builds_no_key() -> None:
-    from django_rcoord import registry
     from django_rcoord.exceptions import InvalidName
-    from django_rcoord.queues import task
+    from django_rcoord.queues import registry, task
 
     try:
         with override_settings(RCOORD={**settings.RCOORD, "KEY_PREFIX": "my app"}):

@@ -14,10 +14,10 @@ from django.urls import reverse
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
+from django_rcoord.ops.status import overview
 from django_rcoord.queues import QueueKeys, dead_letters, execute_later, queue_stats
+from django_rcoord.queues.worker import Worker
 from django_rcoord.semaphores import Semaphore
-from django_rcoord.status import overview
-from django_rcoord.worker import Worker
 from tests import cluster, tasks
 from tests.test_queues import output_of, result_of, start_worker, take
 
@@ -164,7 +164,7 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
     ids = make_dead_letters(5)
     client.force_login(staff)
     action = reverse("rcoord:dashboard-dead-action", args=["default"])
-    with caplog.at_level(logging.INFO, logger="django_rcoord.dashboard"):
+    with caplog.at_level(logging.INFO, logger="django_rcoord.ops.dashboard"):
         client.post(action, {"action": "requeue", "task_id": ids[2]})
         assert queue_stats("default")["ready"] == 1
         assert ids[2] not in [letter["id"] for letter in dead_letters("default")]
@@ -175,7 +175,9 @@ def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, c
         client.post(action, {"action": "delete", "confirm": "yes"})
         assert queue_stats("default")["dead"] == 0
     assert [
-        record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "django_rcoord.ops.dashboard"
     ] == [
         f"olga: requeued 1 dead letter(s) of default ({ids[2]})",
         f"olga: deleted 1 dead letter(s) of default ({ids[0]})",
@@ -193,7 +195,7 @@ def test_delete_all_asks_for_confirmation_first(client, staff, caplog) -> None:
     action = reverse("rcoord:dashboard-dead-action", args=["default"])
     dead_page = client.get(reverse("rcoord:dashboard-dead", args=["default"])).content.decode()
     assert 'value="Delete all 3&hellip;"' in dead_page
-    with caplog.at_level(logging.INFO, logger="django_rcoord.dashboard"):
+    with caplog.at_level(logging.INFO, logger="django_rcoord.ops.dashboard"):
         # The first POST only asks: a confirmation page, nothing deleted.
         asked = client.post(action, {"action": "delete"})
         assert asked.status_code == 200
@@ -212,7 +214,9 @@ def test_delete_all_asks_for_confirmation_first(client, staff, caplog) -> None:
     assert done["Location"] == reverse("rcoord:dashboard-dead", args=["default"])
     assert queue_stats("default")["dead"] == 0
     assert [
-        record.getMessage() for record in caplog.records if record.name == "django_rcoord.dashboard"
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "django_rcoord.ops.dashboard"
     ] == ["olga: deleted 3 dead letter(s) of default"]
 
 
@@ -450,7 +454,7 @@ def test_metrics_without_prometheus_client_is_a_501_not_a_500(client, monkeypatc
 
 
 def test_the_per_minute_chart_is_drawn_to_scale() -> None:
-    from django_rcoord.dashboard import CHART_HEIGHT, CHART_WIDTH, _chart
+    from django_rcoord.ops.dashboard import CHART_HEIGHT, CHART_WIDTH, _chart
 
     chart = _chart([0] * 56 + [1, 0, 2, 8])
     heights = [bar["height"] for bar in chart["bars"]]

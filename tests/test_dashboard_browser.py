@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from django_rcoord.locks import Lock
 from django_rcoord.queues import queue_stats
-from django_rcoord.worker import Worker
+from django_rcoord.queues.worker import Worker
 from tests import tasks
 from tests.test_browser import CHROMEDRIVER, CHROMIUM, browser  # noqa: F401 (the fixture)
 

@@ -14,7 +14,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_rcoord.connection import get_client
-from django_rcoord.delayed import DelayQueue, DueTaskPromoter, poll_queue
 from django_rcoord.queues import (
     QueueKeys,
     enqueue_many,
@@ -22,6 +21,7 @@ from django_rcoord.queues import (
     queue_stats,
     recover_and_promote,
 )
+from django_rcoord.queues.delayed import DelayQueue, DueTaskPromoter, poll_queue
 from tests import tasks
 from tests.procs import run_in_processes, wait_until
 from tests.test_queues import output_of, ran, start_logged, start_worker

@@ -190,8 +190,8 @@ def test_commands_share_helpers_not_each_other() -> None:
 def test_the_checks_read_rules_without_the_middleware() -> None:
     graph = import_graph(module_files(ROOT, PACKAGES))
     assert "django_rcoord.middleware" not in graph["django_rcoord.checks"]
-    assert "django_rcoord.concurrency_rules" in graph["django_rcoord.checks"]
-    assert "django_rcoord.concurrency_rules" in graph["django_rcoord.middleware"]
+    assert "django_rcoord.semaphores.rules" in graph["django_rcoord.checks"]
+    assert "django_rcoord.semaphores.rules" in graph["django_rcoord.middleware"]
 
 
 #: How each package sets Django up before its modules are imported: the test settings, and

@@ -88,7 +88,7 @@ def email_tasks(queue: str) -> list[dict]:
 def test_a_purchase_queues_the_sellers_email_in_the_same_script(
     market: Market, django_user_model, mailoutbox
 ) -> None:
-    from django_rcoord.worker import Worker
+    from django_rcoord.queues.worker import Worker
 
     django_user_model.objects.create_user("seller", "seller@example.com", "pw")
     item = listed_item(market)
@@ -264,9 +264,9 @@ def test_market_bench_command_prints_the_table(tmp_path: Path, redis_url: str) -
 def test_list_later_schedules_the_relisting_through_execute_later(
     client, django_user_model
 ) -> None:
-    from django_rcoord.delayed import poll_queue
     from django_rcoord.queues import queue_stats
-    from django_rcoord.worker import Worker
+    from django_rcoord.queues.delayed import poll_queue
+    from django_rcoord.queues.worker import Worker
 
     alice = django_user_model.objects.create_user("alice", password="pw")
     client.force_login(alice)

@@ -16,9 +16,9 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord import periodic
 from django_rcoord.connection import get_client
-from django_rcoord.periodic import (
+from django_rcoord.queues import QueueKeys, periodic, queue_stats
+from django_rcoord.queues.periodic import (
     MISSED_AFTER,
     Schedule,
     claim_key,
@@ -26,9 +26,8 @@ from django_rcoord.periodic import (
     lateness_key,
     schedules,
 )
-from django_rcoord.queues import QueueKeys, queue_stats
+from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
-from django_rcoord.worker import Worker
 from tests import tasks
 from tests.test_queues import output_of, ran, result_of, start_logged
 
@@ -418,7 +417,7 @@ def test_the_catch_up_fire_at_a_pollers_start_is_not_lateness() -> None:
 
 
 def test_a_poller_labels_its_first_fire_a_catch_up_and_counts_the_next() -> None:
-    from django_rcoord.delayed import DueTaskPromoter
+    from django_rcoord.queues.delayed import DueTaskPromoter
 
     with override_settings(RCOORD={**settings.RCOORD, "PERIODIC_TASKS": [EVERY_SECOND]}):
         promoter = DueTaskPromoter()

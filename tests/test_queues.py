@@ -21,7 +21,6 @@ from django.core import mail
 from django.db import transaction
 
 from django_rcoord.connection import get_client, slot_pipeline
-from django_rcoord.queue_admin import REQUEUE_BATCH
 from django_rcoord.queues import (
     QueueKeys,
     Task,
@@ -36,8 +35,9 @@ from django_rcoord.queues import (
     send_sold_email_via_queue,
     task,
 )
+from django_rcoord.queues.records import REQUEUE_BATCH
+from django_rcoord.queues.worker import Job, Outcome, Worker
 from django_rcoord.scripts import run_script
-from django_rcoord.worker import Job, Outcome, Worker
 from tests import tasks
 from tests.procs import wait_until
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import enqueue_many, execute_later, get_result, queue_stats, requeue_dead
-from django_rcoord.worker import Worker
+from django_rcoord.queues.worker import Worker
 from tests import tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
@@ -195,7 +195,7 @@ def test_finished_records_expire(redis_client) -> None:
 
 
 def results_key() -> str:
-    from django_rcoord.queue_keys import QueueKeys
+    from django_rcoord.queues.keys import QueueKeys
 
     return QueueKeys.of("default").results
 

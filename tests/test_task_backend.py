@@ -13,8 +13,8 @@ from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import QueueKeys, queue_stats
-from django_rcoord.task_backend import RedisTaskBackend
-from django_rcoord.tasks_framework import (
+from django_rcoord.queues.backend import RedisTaskBackend
+from django_rcoord.queues.framework import (
     InvalidTaskError,
     TaskResultDoesNotExist,
     TaskResultStatus,
@@ -23,7 +23,7 @@ from django_rcoord.tasks_framework import (
     task_finished,
     task_started,
 )
-from django_rcoord.worker import Worker
+from django_rcoord.queues.worker import Worker
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, result_of, start_worker

@@ -18,7 +18,6 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord import worker as worker_module
 from django_rcoord.connection import get_client
 from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import (
@@ -30,7 +29,8 @@ from django_rcoord.queues import (
     recover_and_promote,
     task,
 )
-from django_rcoord.worker import Worker
+from django_rcoord.queues import worker as worker_module
+from django_rcoord.queues.worker import Worker
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
@@ -155,7 +155,7 @@ def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
     markers = [f"r{n}" for n in range(30)]
     enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
     worker = Worker(["default"], burst=True)
-    with caplog.at_level(logging.WARNING, logger="django_rcoord.worker"):
+    with caplog.at_level(logging.WARNING, logger="django_rcoord.queues.worker"):
         assert worker.run() == 30
     assert lost, "no reply was lost"
     assert lost[0][1], "the lost call took no task"

@@ -1,6 +1,6 @@
 -- Queue a task message: included by task_enqueue, and by a project's own scripts that queue
 -- a task in the same atomic step as their writes (they include django_rcoord:_enqueue;
--- django_rcoord.producer.enqueue_in_script gives them its keys and arguments, in order).
+-- django_rcoord.queues.producer.enqueue_in_script gives them its keys and arguments, in order).
 --! include _ready
 
 -- Store message `body` of task `id` and queue it now, or schedule it for later, by the

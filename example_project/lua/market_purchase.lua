@@ -5,7 +5,7 @@
 -- KEYS[3]  buyer HASH (funds)
 -- KEYS[4]  seller HASH (funds)
 -- KEYS[5]  buyer inventory SET
--- KEYS[6..12]  optional: the e-mail task's queue keys (django_rcoord.producer.enqueue_in_script)
+-- KEYS[6..12]  optional: the e-mail task's queue keys (django_rcoord.queues.producer.enqueue_in_script)
 -- ARGV[1]  lock name   ARGV[2] fencing token   ARGV[3] market member   ARGV[4] item id
 -- ARGV[5]  price the buyer saw
 -- ARGV[6..13]  with KEYS[6..12]: the e-mail task's arguments (enqueue_in_script)

@@ -7,8 +7,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rcoord.delayed import DueTaskPromoter
 from django_rcoord.management.base import configure_logging, stop_on_signals
+from django_rcoord.queues.delayed import DueTaskPromoter
 
 
 class Command(BaseCommand):

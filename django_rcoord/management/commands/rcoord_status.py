@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rcoord.status import overview
+from django_rcoord.ops.status import overview
 
 
 class Command(BaseCommand):

@@ -11,9 +11,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_rcoord.connection import REDIS_ERRORS
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.management.base import configure_logging, stop_on_signals
-from django_rcoord.worker import Worker, default_queues, waiting_elsewhere
+from django_rcoord.queues.worker import Worker, default_queues, waiting_elsewhere
 
-logger = logging.getLogger("django_rcoord.worker")
+logger = logging.getLogger("django_rcoord.queues.worker")
 
 #: How long a --burst run waits out an unusable Redis before it fails (seconds).
 BURST_MAX_OUTAGE = 60.0

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.queue_keys import QueueKeys, new_task_id
+from django_rcoord.queues.keys import QueueKeys, new_task_id
 
 #: One encoder for every message and result (it keeps no state between calls).
 _ENCODER = DjangoJSONEncoder(separators=(",", ":"))

@@ -6,12 +6,14 @@ script, from its queue into the queue's in-flight set with a lease; the worker
 renews the lease while the task runs and acknowledges it when done. A task
 whose lease runs out (its worker died) goes back to the front of its queue.
 Failures are retried with exponential backoff, then kept as dead letters. The
-consuming loop is in ``django_rcoord.worker``.
+consuming loop is in ``worker``.
 
-The pieces live in their own modules (``queue_keys``: where queues live;
+The pieces live in this package's modules (``keys``: where queues live;
 ``messages``: encoding; ``registry``: ``@task``; ``producer``: enqueueing;
-``queue_admin``: recovery, counts, dead letters, the overview); this module
-gathers the names users import.
+``records``: task records, recovery, counts, dead letters; ``worker``: the
+consuming loop; ``delayed`` and ``periodic``: the poller's work; ``backend`` and
+``framework``: Django's Tasks framework); this module gathers the names users
+import.
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ from __future__ import annotations
 from typing import Any
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.messages import decode_message, encode_message
-from django_rcoord.producer import (
+from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
+from django_rcoord.queues.messages import decode_message, encode_message
+from django_rcoord.queues.producer import (
     ScriptedEnqueue,
-    _enqueue,
+    enqueue_message,
     aexecute_later,
     enqueue_in_script,
     enqueue_many,
     execute_later,
 )
-from django_rcoord.queue_admin import (
+from django_rcoord.queues.records import (
     LATENESS_SAMPLES,
     TaskRecord,
     dead_letters,
@@ -40,10 +43,7 @@ from django_rcoord.queue_admin import (
     recover_and_promote,
     requeue_dead,
 )
-from django_rcoord.queue_keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
-from django_rcoord.registry import PermanentFailure, Task, autodiscover_tasks, get_task, task
-from django_rcoord.status import overview
-from django_rcoord.tasks import send_sold_email
+from django_rcoord.queues.registry import PermanentFailure, Task, autodiscover_tasks, get_task, task
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -67,7 +67,6 @@ __all__ = [
     "get_task",
     "known_groups",
     "known_queues",
-    "overview",
     "queue_stats",
     "recover_and_promote",
     "requeue_dead",
@@ -82,7 +81,10 @@ def send_sold_email_via_queue(
     seller: str, item: str, price: Any, buyer: str, *, client: Any = None
 ) -> str:
     """Queue the e-mail telling ``seller`` that ``buyer`` bought ``item`` for ``price``."""
-    return _enqueue(
+    # The task is defined in the app's tasks module, which itself imports this package.
+    from django_rcoord.tasks import send_sold_email
+
+    return enqueue_message(
         resolve_client(client),
         send_sold_email.name,
         send_sold_email.queue,

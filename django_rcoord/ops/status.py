@@ -10,11 +10,11 @@ from typing import Any
 
 from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
-from django_rcoord.messages import decode_message
-from django_rcoord.metrics import finished_per_minute, metrics_from_hash
-from django_rcoord.periodic import schedule_status
-from django_rcoord.queue_admin import TASK_COUNTS, count_tasks, known_groups
-from django_rcoord.queue_keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
+from django_rcoord.ops.metrics import finished_per_minute, metrics_from_hash
+from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
+from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.periodic import schedule_status
+from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups
 
 __all__ = ["overview"]
 

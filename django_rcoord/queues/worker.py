@@ -42,9 +42,16 @@ from django_rcoord.connection import (
 )
 from django_rcoord.exceptions import RedisUnavailable, TaskNotRunnable
 from django_rcoord.keys import KeySpace
-from django_rcoord.messages import decode_message, to_json
-from django_rcoord.metrics import duration_bucket, metric_labels
-from django_rcoord.queue_admin import (
+from django_rcoord.ops.metrics import duration_bucket, metric_labels
+from django_rcoord.queues.keys import (
+    GROUP_KEYS_MS,
+    HEARTBEAT_TTL,
+    WAKE_TOKEN_MS,
+    QueueKeys,
+    same_group,
+)
+from django_rcoord.queues.messages import decode_message, to_json
+from django_rcoord.queues.records import (
     TaskRecord,
     forget_gone_workers,
     known_groups,
@@ -54,14 +61,7 @@ from django_rcoord.queue_admin import (
     recover_and_promote,
     result_ttl_ms,
 )
-from django_rcoord.queue_keys import (
-    GROUP_KEYS_MS,
-    HEARTBEAT_TTL,
-    WAKE_TOKEN_MS,
-    QueueKeys,
-    same_group,
-)
-from django_rcoord.registry import (
+from django_rcoord.queues.registry import (
     PermanentFailure,
     autodiscover_tasks,
     get_task,
@@ -746,8 +746,8 @@ class Worker:
 
     def _execute_framework_task(self, job: Job, message: dict[str, Any], name: str) -> Outcome:
         """Run a task of Django's Tasks framework (enqueued by RedisTaskBackend)."""
-        from django_rcoord import tasks_framework as framework
-        from django_rcoord.task_backend import (
+        from django_rcoord.queues import framework
+        from django_rcoord.queues.backend import (
             RedisTaskBackend,
             framework_task,
             result_from_record,
@@ -962,8 +962,8 @@ def default_queues() -> list[list[str]]:
 
 def _framework_queues() -> list[str]:
     try:
-        from django_rcoord import tasks_framework as framework
-        from django_rcoord.task_backend import RedisTaskBackend
+        from django_rcoord.queues import framework
+        from django_rcoord.queues.backend import RedisTaskBackend
     except ImportError:  # Django 5.2 without the backport: no framework tasks
         return []
     names: list[str] = []

@@ -12,8 +12,7 @@ from typing import Any
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
-from django_rcoord.messages import _text, decode_message
-from django_rcoord.queue_keys import (
+from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
@@ -21,6 +20,7 @@ from django_rcoord.queue_keys import (
     group_of_task_id,
     registry_keys,
 )
+from django_rcoord.queues.messages import _text, decode_message
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 

@@ -12,9 +12,9 @@ from typing import Any
 from django.apps import apps
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.messages import encode_message
-from django_rcoord.producer import _aenqueue, _enqueue, _when, check_priority
-from django_rcoord.queue_keys import check_queue_name
+from django_rcoord.queues.keys import check_queue_name
+from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.producer import aenqueue_message, enqueue_message, due_time, check_priority
 
 __all__ = [
     "PermanentFailure",
@@ -67,7 +67,7 @@ class Task:
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip)."""
         self.check_arguments(args, kwargs)
-        return _enqueue(
+        return enqueue_message(
             resolve_client(None), self.name, self.queue, args, kwargs, priority=self.priority
         )
 
@@ -80,20 +80,20 @@ class Task:
     ) -> str:
         """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
         self.check_arguments(args, kwargs)
-        return _enqueue(
+        return enqueue_message(
             resolve_client(None),
             self.name,
             self.queue,
             args,
             kwargs,
-            _when(delay, eta),
+            due_time(delay, eta),
             priority=self.priority,
         )
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
-        return await _aenqueue(None, self.name, self.queue, args, kwargs, priority=self.priority)
+        return await aenqueue_message(None, self.name, self.queue, args, kwargs, priority=self.priority)
 
     async def aschedule(
         self,
@@ -104,8 +104,8 @@ class Task:
     ) -> str:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
-        return await _aenqueue(
-            None, self.name, self.queue, args, kwargs, _when(delay, eta), priority=self.priority
+        return await aenqueue_message(
+            None, self.name, self.queue, args, kwargs, due_time(delay, eta), priority=self.priority
         )
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:

@@ -9,7 +9,7 @@ and any number of worker processes add up):
 - per queue, task and outcome: their total run time (microseconds);
 - per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes.
 
-``django_rcoord.prometheus`` serves them to Prometheus.
+``django_rcoord.ops.prometheus`` serves them to Prometheus.
 
 Outcomes are ``succeeded``, ``retried`` (failed, another attempt is due) and ``failed``
 (a dead letter now).

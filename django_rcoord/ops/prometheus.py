@@ -1,5 +1,5 @@
 """The Prometheus endpoint's exposition: queue sizes, workers, task outcomes and run times
-(from ``django_rcoord.metrics``), lateness, rendered by ``prometheus-client`` (the
+(from ``django_rcoord.ops.metrics``), lateness, rendered by ``prometheus-client`` (the
 ``metrics`` extra, imported only here)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.metrics import DURATION_BUCKETS, read_metrics
-from django_rcoord.queue_keys import QueueKeys
-from django_rcoord.status import overview
+from django_rcoord.ops.metrics import DURATION_BUCKETS, read_metrics
+from django_rcoord.ops.status import overview
+from django_rcoord.queues.keys import QueueKeys
 
 __all__ = ["prometheus_exposition"]
 

@@ -17,7 +17,7 @@ from django.http import HttpRequest
 
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.identity import client_ip, requester
-from django_rcoord.semaphores import Semaphore
+from django_rcoord.semaphores.semaphore import Semaphore
 from django_rcoord.validation import is_number, is_positive_int
 
 RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "fail_open"}

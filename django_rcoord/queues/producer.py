@@ -11,14 +11,14 @@ from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
-from django_rcoord.messages import encode_message
-from django_rcoord.queue_keys import (
+from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
     QueueKeys,
     enqueue_now_keys,
     registry_keys,
 )
+from django_rcoord.queues.messages import encode_message
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
@@ -42,7 +42,7 @@ def _enqueue_call(
     full: bool = False,
 ) -> tuple[str, QueueKeys, list[Any], list[Any]]:
     """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message;
-    ``when`` is (delay ms, due time ms since the epoch or 0), see ``_when``; ``priority``
+    ``when`` is (delay ms, due time ms since the epoch or 0), see ``due_time``; ``priority``
     -100..100 (higher runs first within the queue). A task queued now gets the script's
     short form (fewer arguments to send), unless ``full`` (the shape of ``enqueue_task``,
     for a project's own script)."""
@@ -115,7 +115,7 @@ async def aregister_group(client: Any, group: str, *, force: bool = False) -> No
         _registered[(call[0][0], group)] = time.monotonic()
 
 
-def _enqueue(
+def enqueue_message(
     client: Any,
     task_name: str,
     queue: str,
@@ -125,6 +125,9 @@ def _enqueue(
     extra: dict[str, Any] | None = None,
     priority: int = 0,
 ) -> str:
+    """Queue a run of task ``task_name`` in one script call; returns its id. ``when`` comes
+    from ``due_time``; ``extra`` adds fields to the message (the Tasks framework's backend
+    alias). Every producer (``@task``, ``execute_later``, the framework backend) ends here."""
     task_id, queue_keys, keys, argv = _enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority
     )
@@ -134,7 +137,7 @@ def _enqueue(
     return task_id
 
 
-async def _aenqueue(
+async def aenqueue_message(
     client: Any,
     task_name: str,
     queue: str,
@@ -144,6 +147,7 @@ async def _aenqueue(
     extra: dict[str, Any] | None = None,
     priority: int = 0,
 ) -> str:
+    """``enqueue_message`` on ``redis.asyncio``."""
     task_id, queue_keys, keys, argv = _enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority
     )
@@ -154,7 +158,7 @@ async def _aenqueue(
     return task_id
 
 
-def _when(
+def due_time(
     delay: float | datetime.timedelta | None, eta: datetime.datetime | None = None
 ) -> tuple[int, int]:
     """(delay ms, due time ms since the epoch or 0) for the enqueue script: a delay counts
@@ -178,21 +182,21 @@ def execute_later(
 
     Returns the task id. One round trip.
     """
-    return _enqueue(resolve_client(client), name, queue, args, {}, _when(delay))
+    return enqueue_message(resolve_client(client), name, queue, args, {}, due_time(delay))
 
 
 async def aexecute_later(
     queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
-    return await _aenqueue(client, name, queue, args, {}, _when(delay))
+    return await aenqueue_message(client, name, queue, args, {}, due_time(delay))
 
 
 @dataclass(frozen=True)
 class ScriptedEnqueue:
     """A task for a project's own Lua script to queue in the same atomic step as its writes.
 
-    The script includes the queue's helper (``--! include django_rcoord:_enqueue``), takes
+    The script includes the queue's helper (``--! include django_rcoord:enqueue_message``), takes
     ``keys`` among its KEYS and ``args`` among its ARGV, and calls
     ``enqueue_task(<the 7 keys>, <the 8 args>)`` in that order. After the script, call
     ``registered(client, result)`` with what ``enqueue_task`` returned.
@@ -243,7 +247,7 @@ def enqueue_in_script(
     kwargs = dict(kwargs or {})
     name, queue, priority = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
     task_id, queue_keys, keys, argv = _enqueue_call(
-        name, queue, args, kwargs, _when(delay, eta), None, priority, full=True
+        name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
     )
     register_group(resolve_client(client), queue_keys.group)
     return ScriptedEnqueue(

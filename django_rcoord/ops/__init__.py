@@ -1,0 +1,1 @@
+"""Operations: the staff dashboard, status overview, metrics and Prometheus exposition."""

@@ -1,0 +1,247 @@
+"""The staff dashboard (``rcoord:dashboard``): queues, workers, dead letters, task records,
+schedules, locks and semaphores, in the Django admin's look.
+
+Only active staff for whom ``RCOORD["DASHBOARD_PERMISSION"]`` says yes see it or act on
+it; others are sent to the admin's login (anonymous) or refused (403). Every page reads
+with bounded work: a few reads per queue group, queue and live worker, dead letters a
+page at a time, locks and semaphores looked up by name. Actions are POSTs (CSRF-checked)
+and are logged with the staff user; deleting every dead letter of a queue takes a second
+POST from a confirmation page.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils.module_loading import import_string
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from django_rcoord.conf import conf
+from django_rcoord.connection import REDIS_UNAVAILABLE
+from django_rcoord.exceptions import InvalidName
+from django_rcoord.locks import lock_status
+from django_rcoord.ops.status import overview
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.records import (
+    dead_letters,
+    delete_dead,
+    get_result,
+    queue_stats,
+    requeue_dead,
+)
+from django_rcoord.responses import error_response
+from django_rcoord.semaphores import semaphore_status
+
+logger = logging.getLogger(__name__)
+
+#: Dead letters shown per page.
+DEAD_PER_PAGE = 25
+#: Chart size (px) of the finished-per-minute bars: 60 bars of 2 px with 1 px gaps.
+CHART_WIDTH, CHART_HEIGHT = 180, 28
+
+
+def default_permission(request: HttpRequest) -> bool:
+    """Every active staff member may use the dashboard (replace it to narrow that down,
+    e.g. ``lambda request: request.user.is_superuser``)."""
+    return True
+
+
+def _allowed(request: HttpRequest) -> bool:
+    user = request.user
+    if not (user.is_active and user.is_staff):
+        return False
+    return bool(import_string(conf.DASHBOARD_PERMISSION)(request))
+
+
+def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Anonymous users go to the login page; signed-in users the permission refuses get a
+    403; Redis out of reach is a 503, not a 500."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), _login_url())
+        if not _allowed(request):
+            raise PermissionDenied("The rcoord dashboard is for staff.")
+        try:
+            return view(request, *args, **kwargs)
+        except REDIS_UNAVAILABLE as exc:
+            return error_response(request, 503, "redis_unavailable", f"Redis is unreachable: {exc}")
+
+    return never_cache(wrapped)
+
+
+def _login_url() -> str:
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:
+        return str(settings.LOGIN_URL)
+
+
+def _context(request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+    """The admin's own template context (site header, user links), when the admin is on."""
+    context: dict[str, Any] = {"title": title}
+    try:
+        from django.contrib import admin
+
+        context.update(admin.site.each_context(request))
+    except (ImportError, RuntimeError):  # the admin is not installed
+        pass
+    context.update(extra)
+    return context
+
+
+def _queue(name: str) -> QueueKeys:
+    try:
+        return QueueKeys.of(name)
+    except InvalidName as exc:
+        raise Http404(str(exc)) from exc
+
+
+def _chart(per_minute: list[int]) -> dict[str, Any]:
+    """Bars of an inline SVG: one per minute of the last hour (oldest first, now at the
+    right), their heights in proportion to the busiest minute's, which fills the chart. A
+    track behind them and a baseline show the whole hour, however few minutes had work."""
+    top = max(per_minute, default=0) or 1
+    step = CHART_WIDTH // max(1, len(per_minute))
+    bars = []
+    for index, count in enumerate(per_minute):
+        # In proportion, but a minute with work is never drawn as none.
+        height = 0 if not count else max(1, round(count / top * CHART_HEIGHT))
+        bars.append({"x": index * step, "y": CHART_HEIGHT - height, "height": height, "n": count})
+    return {
+        "bars": bars,
+        "top": top,
+        "bar_width": max(1, step - 1),
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "minutes": len(per_minute),
+    }
+
+
+@require_GET
+@staff_only
+def index(request: HttpRequest) -> HttpResponse:
+    state = overview()
+    for queue in state["queues"]:
+        queue["chart"] = _chart(queue["finished_per_minute"])
+    return TemplateResponse(
+        request,
+        "django_rcoord/dashboard/index.html",
+        _context(request, "Queues, workers and locks", state=state),
+    )
+
+
+@require_GET
+@staff_only
+def dead(request: HttpRequest, queue: str) -> HttpResponse:
+    keys = _queue(queue)
+    total = queue_stats(keys.name)["dead"]
+    pages = max(1, math.ceil(total / DEAD_PER_PAGE))
+    raw_page = request.GET.get("page", "1")
+    page = int(raw_page) if raw_page.isascii() and raw_page.isdigit() else 1
+    page = min(max(page, 1), pages)
+    letters = dead_letters(keys.name, limit=DEAD_PER_PAGE, offset=(page - 1) * DEAD_PER_PAGE)
+    return TemplateResponse(
+        request,
+        "django_rcoord/dashboard/dead.html",
+        _context(
+            request,
+            f"Dead letters of {keys.name}",
+            queue=keys.name,
+            letters=letters,
+            total=total,
+            page=page,
+            pages=pages,
+            previous_page=page - 1 if page > 1 else None,
+            next_page=page + 1 if page < pages else None,
+        ),
+    )
+
+
+@require_POST
+@staff_only
+def dead_action(request: HttpRequest, queue: str) -> HttpResponse:
+    keys = _queue(queue)
+    action = request.POST.get("action")
+    task_id = request.POST.get("task_id") or None
+    if action not in ("requeue", "delete"):
+        return error_response(request, 400, "bad_request", "action must be requeue or delete")
+    if task_id is not None and group_of_task_id(task_id) != keys.group:
+        return error_response(request, 400, "bad_request", f"{task_id!r} is no task of {queue}")
+    if action == "delete" and task_id is None and request.POST.get("confirm") != "yes":
+        # Deleting every dead letter cannot be undone: it takes a second POST that says so.
+        return _confirm_delete_all(request, keys)
+    act = requeue_dead if action == "requeue" else delete_dead
+    count = act(keys.name, task_id)
+    logger.info(
+        "%s: %s %d dead letter(s) of %s%s",
+        request.user.get_username(),
+        "requeued" if action == "requeue" else "deleted",
+        count,
+        keys.name,
+        f" ({task_id})" if task_id else "",
+    )
+    _message(request, f"{'Requeued' if action == 'requeue' else 'Deleted'} {count} dead letter(s).")
+    back = reverse("rcoord:dashboard-dead", args=[keys.name])
+    page = request.POST.get("page", "")
+    if page.isascii() and page.isdigit():
+        back += f"?page={page}"
+    return redirect(back)
+
+
+def _confirm_delete_all(request: HttpRequest, keys: QueueKeys) -> HttpResponse:
+    return TemplateResponse(
+        request,
+        "django_rcoord/dashboard/confirm_delete.html",
+        _context(
+            request,
+            f"Delete every dead letter of {keys.name}?",
+            queue=keys.name,
+            total=queue_stats(keys.name)["dead"],
+        ),
+    )
+
+
+def _message(request: HttpRequest, text: str) -> None:
+    try:
+        from django.contrib import messages
+
+        messages.info(request, text, fail_silently=True)
+    except ImportError:  # the messages app is not installed
+        pass
+
+
+@require_GET
+@staff_only
+def lookup(request: HttpRequest) -> HttpResponse:
+    """A task's record by id, a lock or a semaphore by name."""
+    found: dict[str, Any] = {}
+    task_id = request.GET.get("task", "").strip()
+    if task_id:
+        record = get_result(task_id) if group_of_task_id(task_id) else None
+        found["task"] = {"id": task_id, "record": record}
+    for kind, status in (("lock", lock_status), ("semaphore", semaphore_status)):
+        name = request.GET.get(kind, "").strip()
+        if name:
+            try:
+                found[kind] = status(name)
+            except InvalidName as exc:
+                found[kind] = {"name": name, "error": str(exc)}
+    return TemplateResponse(
+        request,
+        "django_rcoord/dashboard/lookup.html",
+        _context(request, "Look up a task, a lock or a semaphore", found=found, query=request.GET),
+    )

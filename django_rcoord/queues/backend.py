@@ -1,0 +1,188 @@
+"""A backend for Django's Tasks framework on django-rcoord's queues.
+
+    TASKS = {
+        "default": {
+            "BACKEND": "django_rcoord.queues.backend.RedisTaskBackend",
+            "QUEUES": ["default", "email"],
+            "OPTIONS": {"MAX_RETRIES": 0},
+        }
+    }
+
+Framework tasks share everything with the project's own ``@task``: messages,
+queues (a ``queue_name`` is a django-rcoord queue name, ``group/queue``
+allowed), leases, the delayed set, retries, dead letters, result records and
+``manage.py run_email_worker``. ``enqueue`` is one round trip; ``aenqueue`` and
+``aget_result`` are native async.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+from typing import Any
+
+from django.core import checks
+from django.utils.module_loading import import_string
+
+from django_rcoord.connection import resolve_client
+from django_rcoord.exceptions import InvalidName
+from django_rcoord.queues.framework import (
+    BaseTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    task_enqueued,
+)
+from django_rcoord.queues.keys import split_queue_name
+from django_rcoord.queues.producer import aenqueue_message, enqueue_message, due_time
+from django_rcoord.queues.records import TaskRecord, aget_result, get_result
+from django_rcoord.validation import is_number
+
+__all__ = ["RedisTaskBackend", "framework_task"]
+
+OPTION_KEYS = {"MAX_RETRIES"}
+
+
+class RedisTaskBackend(BaseTaskBackend):
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    @property
+    def max_retries(self) -> int:
+        """Retries after a failed first attempt (OPTIONS["MAX_RETRIES"], default 0: the
+        framework's tasks fail at once)."""
+        return int(self.options.get("MAX_RETRIES", 0))
+
+    # -- producing ---------------------------------------------------------------
+    def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
+        """The producer's arguments (after the client) for a run of ``task``, validated."""
+        self.validate_task(task)
+        # run_after is read on the Redis server's clock, like every due time.
+        when = due_time(None, task.run_after) if task.run_after is not None else (0, 0)
+        extra = {"backend": self.alias}
+        return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority)
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        task_id = enqueue_message(resolve_client(None), *self._message(task, args, kwargs))
+        return self._enqueued(task, task_id, args, kwargs)
+
+    async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        task_id = await aenqueue_message(None, *self._message(task, args, kwargs))
+        return self._enqueued(task, task_id, args, kwargs)
+
+    def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:
+        result: TaskResult = TaskResult(
+            task=task,
+            id=task_id,
+            # django-stubs types the members of TaskResultStatus as EllipsisType (its stub
+            # declares them `READY = ...`); at run time this is TaskResultStatus.READY.
+            status=TaskResultStatus.READY,  # type: ignore[arg-type]
+            enqueued_at=datetime.datetime.now(datetime.timezone.utc),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=list(args),
+            kwargs=dict(kwargs),
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results -----------------------------------------------------------------
+    def get_result(self, result_id: str) -> TaskResult:
+        return self._result(result_id, get_result(result_id))
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        return self._result(result_id, await aget_result(result_id))
+
+    def _result(self, result_id: str, record: TaskRecord | None) -> TaskResult:
+        task = framework_task(record.task) if record is not None else None
+        if record is None or task is None or record.backend != self.alias:
+            raise TaskResultDoesNotExist(result_id)
+        return result_from_record(task, record)
+
+    # -- checks ------------------------------------------------------------------
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        # A list, as the base class returns (and django-stubs declares).
+        return [*super().check(**kwargs), *self._option_messages()]
+
+    def _option_messages(self) -> Iterator[checks.CheckMessage]:
+        where = f"TASKS[{self.alias!r}]"
+        unknown = sorted(set(self.options) - OPTION_KEYS)
+        if unknown:
+            yield checks.Error(
+                f"{where}['OPTIONS'] has unknown keys {unknown}.",
+                hint=f"Known: {', '.join(sorted(OPTION_KEYS))}.",
+                id="rcoord.E018",
+            )
+        retries = self.options.get("MAX_RETRIES", 0)
+        if not is_number(retries) or retries < 0 or int(retries) != retries:
+            yield checks.Error(
+                f"{where}['OPTIONS']['MAX_RETRIES'] must be an int of 0 or more, not {retries!r}.",
+                hint="0 (the default) fails a task at its first error, as Django's own "
+                "backends do.",
+                id="rcoord.E018",
+            )
+        groups = set()
+        for name in sorted(self.queues):
+            try:
+                groups.add(split_queue_name(name)[0])
+            except InvalidName as exc:
+                yield checks.Error(
+                    f"{where}['QUEUES'] has {name!r}, which is not a queue name: {exc}.",
+                    hint="A queue name is 'queue' or 'group/queue'.",
+                    id="rcoord.E019",
+                )
+        if len(groups) > 1:
+            yield checks.Warning(
+                f"{where}['QUEUES'] spans the queue groups {sorted(groups)}: one worker "
+                "serves queues of one group only.",
+                hint="Run a worker per group (run_email_worker --queues group/a group/b), "
+                "or keep the queues in one group.",
+                id="rcoord.W003",
+            )
+
+
+def framework_task(path: str | None) -> Task | None:
+    """The framework ``Task`` at dotted ``path`` (a task's ``module_path``), or None."""
+    if not path:
+        return None
+    try:
+        found = import_string(path)
+    except ImportError:
+        return None
+    return found if isinstance(found, Task) else None
+
+
+def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
+    """The framework's ``TaskResult`` of a django-rcoord result record."""
+    if (task.queue_name, task.priority) != (record.queue, record.priority):
+        task = task.using(queue_name=record.queue, priority=record.priority)
+    result: TaskResult = TaskResult(
+        task=task,
+        id=record.id,
+        status=TaskResultStatus(record.status),
+        enqueued_at=record.enqueued_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        last_attempted_at=record.last_attempted_at,
+        args=record.args,
+        kwargs=record.kwargs,
+        backend=record.backend or "default",
+        errors=[
+            TaskError(
+                exception_class_path=error.get("exception_class_path", ""),
+                traceback=error.get("traceback", ""),
+            )
+            for error in record.errors
+        ],
+        worker_ids=list(record.worker_ids),
+    )
+    object.__setattr__(result, "_return_value", record.return_value)
+    return result

@@ -1,0 +1,473 @@
+"""Periodic tasks: ``RCOORD["PERIODIC_TASKS"]``, fired by every ``poll_delayed``.
+
+    RCOORD = {
+        "PERIODIC_TASKS": [
+            {"name": "digest", "task": "myapp.tasks.send_digest", "cron": "0 7 * * *"},
+            {"name": "sweep", "task": "myapp.tasks.sweep", "every": 30, "catch_up": "once"},
+        ],
+    }
+
+``task`` is the registered name of a project ``@task`` or the dotted path of a Tasks
+framework task (on a ``RedisTaskBackend``). ``cron`` is read in ``settings.TIME_ZONE``;
+``every`` (seconds, 1 or more, fractions allowed) ticks at whole multiples of itself since
+the Unix epoch, so every poller computes the same ticks.
+
+Each tick is queued **exactly once** however many pollers run, and whatever queue group
+each of them maps the task to (a rolling deploy that moves the task to another group runs
+old and new pollers side by side). Three steps, each one script:
+
+1. ``periodic_claim.lua`` claims the tick in the schedule's own hash slot
+   (``rcoord:periodic:{<name>}:claim``): it must be due on the Redis server's clock and
+   later than the last tick claimed. A tick claimed to fire stores its task's message and
+   queue there, *pending*.
+2. ``periodic_queue.lua`` queues that message in that queue's group, which records per
+   schedule the latest tick it queued: queueing the same pending tick again is a no-op.
+3. ``periodic_confirm.lua`` clears the pending message.
+
+The claim and the queue are in different slots on Redis Cluster, so they cannot be one
+script. A poller that dies between 1 and 3 (or whose reply is lost) leaves the tick
+pending; the next pass of any poller queues the *stored* message in the *stored* queue,
+not its own idea of the task's group, so the tick is neither lost nor queued twice, and a
+schedule's next tick is not claimed until the pending one is confirmed (a group's record
+only moves forward). A task id derived from schedule and tick would not do instead: the
+queue keeps no record of ids it ran, and two releases would queue it in two groups.
+
+A tick found more than ``MISSED_AFTER`` seconds late was missed (no poller ran):
+``catch_up: "skip"`` (the default) drops it, ``"once"`` runs the latest missed tick once.
+
+Lateness (tick -> queued, server clock) is what operators watch, so only fires a running
+poller made count: a *catch-up* fire, of a tick that fell due before the firing poller's
+first pass (the latest tick under ``MISSED_AFTER`` old when a poller starts, or a missed
+one run by ``catch_up: "once"``), is counted apart (the claim's ``catch_ups``), and its
+delay is not a lateness sample.
+The message carries the tick (``"periodic": {"name", "tick"}``) and goes through the queue
+like any task.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import logging
+import math
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cronsim import CronSim, CronSimError
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from django_rcoord.conf import conf
+from django_rcoord.keys import instance_keys
+from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.producer import GROUP_CREATED, register_group
+from django_rcoord.scripts import run_script
+
+__all__ = [
+    "LATENESS_SAMPLES",
+    "MISSED_AFTER",
+    "Schedule",
+    "claim_key",
+    "fire_due",
+    "lateness_key",
+    "schedule_status",
+    "schedules",
+]
+
+logger = logging.getLogger(__name__)
+
+#: A tick first seen more than this many seconds after it was due was missed (no poller
+#: ran at that time): ``catch_up`` decides whether it runs.
+MISSED_AFTER = 60.0
+
+#: Lateness samples (ms, tick -> queued, server clock) kept per schedule, for rcoord_status.
+LATENESS_SAMPLES = 1000
+
+KEYS = {"name", "task", "cron", "every", "args", "kwargs", "catch_up"}
+CATCH_UP = ("skip", "once")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One entry of ``RCOORD["PERIODIC_TASKS"]``, checked."""
+
+    name: str
+    task: str
+    cron: str | None = None
+    every: float | None = None
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    catch_up: str = "skip"
+
+    def latest_tick(self, now_ms: int) -> int:
+        """The latest tick at or before ``now_ms`` (ms since the epoch)."""
+        if self.every is not None:
+            period = round(self.every * 1000)
+            return now_ms // period * period
+        moment = _at(now_ms) + datetime.timedelta(microseconds=1)
+        return _ms(next(self._cron_ticks(moment, reverse=True)))
+
+    def next_tick(self, after_ms: int) -> int:
+        """The first tick after ``after_ms``."""
+        if self.every is not None:
+            period = round(self.every * 1000)
+            return (after_ms // period + 1) * period
+        return _ms(next(self._cron_ticks(_at(after_ms))))
+
+    def _cron_ticks(self, start: datetime.datetime, *, reverse: bool = False) -> CronSim:
+        if self.cron is None:  # schedules() refuses such an entry (rcoord.E024)
+            raise ImproperlyConfigured(f"periodic task {self.name!r} has neither cron nor every")
+        return CronSim(self.cron, start, reverse=reverse)
+
+
+def _at(ms: int) -> datetime.datetime:
+    zone = zoneinfo.ZoneInfo(settings.TIME_ZONE or "UTC")
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=zone)
+
+
+def _ms(moment: datetime.datetime) -> int:
+    return math.floor(moment.timestamp() * 1000)
+
+
+# -- reading the settings ---------------------------------------------------------------
+def problems(raw: object) -> list[tuple[str, str]]:
+    """What is wrong with a PERIODIC_TASKS value, as (check id, message) pairs.
+
+    ``rcoord.E023`` for the shape (a list of dicts with known keys, a unique ``name``, a
+    ``task``, JSON ``args`` / ``kwargs``, ``catch_up``), ``rcoord.E024`` for the timing
+    (exactly one of ``cron`` and ``every``, a valid cron, ``every`` of 1 s or more).
+    Whether ``task`` names a task is checked by ``unknown_tasks`` (it imports them).
+    """
+    if not isinstance(raw, (list, tuple)):
+        return [("rcoord.E023", f"must be a list of dicts, not {type(raw).__name__}")]
+    found: list[tuple[str, str]] = []
+    names: set[str] = set()
+    for index, entry in enumerate(raw):
+        where = f"[{index}]"
+        if not isinstance(entry, Mapping):
+            found.append(("rcoord.E023", f"{where} must be a dict, not {type(entry).__name__}"))
+            continue
+        unknown = sorted(set(entry) - KEYS)
+        if unknown:
+            found.append(("rcoord.E023", f"{where} has unknown keys {unknown}"))
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            found.append(("rcoord.E023", f"{where} needs a 'name' (a non-empty str)"))
+        elif name in names:
+            found.append(("rcoord.E023", f"{where} repeats the name {name!r}"))
+        else:
+            names.add(name)
+        if not isinstance(entry.get("task"), str) or not entry.get("task"):
+            found.append(("rcoord.E023", f"{where} needs a 'task' (a task name or dotted path)"))
+        args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, Mapping):
+            found.append(("rcoord.E023", f"{where} 'args' must be a list and 'kwargs' a dict"))
+        else:
+            try:
+                json.dumps([list(args), dict(kwargs)])
+            except (TypeError, ValueError) as exc:
+                found.append(("rcoord.E023", f"{where} args and kwargs must be JSON: {exc}"))
+        if entry.get("catch_up", "skip") not in CATCH_UP:
+            found.append(("rcoord.E023", f"{where} 'catch_up' must be 'skip' or 'once'"))
+        found.extend(("rcoord.E024", f"{where} {problem}") for problem in _timing(entry))
+    return found
+
+
+def _timing(entry: Mapping[str, Any]) -> list[str]:
+    cron, every = entry.get("cron"), entry.get("every")
+    if (cron is None) == (every is None):
+        return ["needs exactly one of 'cron' and 'every'"]
+    if cron is not None:
+        try:
+            CronSim(cron, datetime.datetime(2026, 1, 1))
+        except (CronSimError, TypeError, AttributeError) as exc:
+            return [f"has a bad cron string {cron!r}: {exc or 'unreadable'}"]
+        return []
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not every >= 1:
+        return [f"'every' must be a number of seconds of at least 1, not {every!r}"]
+    return []
+
+
+def schedules() -> list[Schedule]:
+    """The configured schedules (the system checks have reported bad ones: they raise here)."""
+    raw = conf.PERIODIC_TASKS
+    found = problems(raw)
+    if found:
+        raise ImproperlyConfigured(
+            "RCOORD['PERIODIC_TASKS']: " + "; ".join(text for _, text in found)
+        )
+    return [
+        Schedule(
+            name=entry["name"],
+            task=entry["task"],
+            cron=entry.get("cron"),
+            every=entry.get("every"),
+            args=list(entry.get("args", [])),
+            kwargs=dict(entry.get("kwargs", {})),
+            catch_up=entry.get("catch_up", "skip"),
+        )
+        for entry in raw
+    ]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a schedule's task goes: its message's task name, queue, priority and extras."""
+
+    task_name: str
+    queue: str
+    priority: int
+    extra: dict[str, Any]
+
+
+def resolve_target(task: str) -> Target | None:
+    """The project ``@task`` registered as ``task``, else the Tasks framework task at that
+    dotted path on a ``RedisTaskBackend``; None when it is neither."""
+    from django_rcoord.queues.registry import autodiscover_tasks, get_task
+
+    autodiscover_tasks()
+    registered = get_task(task)
+    if registered is not None:
+        return Target(registered.name, registered.queue, registered.priority, {})
+    try:
+        from django_rcoord.queues.backend import RedisTaskBackend, framework_task
+    except ImportError:  # the Tasks framework is not installed
+        return None
+    found = framework_task(task)
+    if found is None or not isinstance(found.get_backend(), RedisTaskBackend):
+        return None
+    return Target(found.module_path, found.queue_name, found.priority, {"backend": found.backend})
+
+
+def unknown_tasks(raw: object) -> list[str]:
+    """The ``task`` values of well-formed entries that name no task (rcoord.E025)."""
+    if problems(raw) or not isinstance(raw, (list, tuple)):  # the check narrows the type
+        return []
+    return [entry["task"] for entry in raw if resolve_target(entry["task"]) is None]
+
+
+# -- firing -------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def _target(task: str) -> Target | None:
+    return resolve_target(task)
+
+
+def fire_due(
+    client: Any,
+    now_ms: int,
+    found: list[Schedule] | None = None,
+    *,
+    started_ms: int | None = None,
+) -> tuple[int, float]:
+    """Fire every schedule's due tick (once, whoever else tries). Returns (tasks queued,
+    seconds from ``now_ms`` (the server's clock) until the next tick of any schedule).
+
+    ``started_ms``: when the calling poller made its first pass (server clock); a tick due
+    before it is a catch-up fire, not counted as lateness."""
+    fired = 0
+    next_ms: int | None = None
+    for schedule in schedules() if found is None else found:
+        target = _target(schedule.task)
+        fired += _fire(client, schedule, target, now_ms, started_ms)
+        if target is None:  # reported by check rcoord.E025
+            continue
+        following = schedule.next_tick(max(now_ms, schedule.latest_tick(now_ms)))
+        next_ms = following if next_ms is None else min(next_ms, following)
+    return fired, (math.inf if next_ms is None else max(0.0, (next_ms - now_ms) / 1000))
+
+
+def claim_key(name: str) -> str:
+    """The HASH that claims the ticks of the schedule ``name``, in its own hash slot (not
+    its task's queue group: which group that is may differ between two releases)."""
+    return instance_keys("periodic", name, _CLAIM_PARTS)[0]
+
+
+def lateness_key(name: str) -> str:
+    """The LIST of the schedule ``name``'s lateness samples (ms, tick -> queued), beside
+    its claim."""
+    return instance_keys("periodic", name, _CLAIM_PARTS)[1]
+
+
+_CLAIM_PARTS = ("claim", "lateness")
+# What a poller reads of a claim each pass: the last claimed tick and any pending one.
+_CLAIM_FIELDS = ("tick", "pending", "queue", "priority", "id", "message")
+
+# periodic_claim's answers.
+_CLAIMED, _SKIPPED, _EARLIER_PENDING = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class PendingTick:
+    """A tick claimed to fire whose task is not yet confirmed queued: the message and the
+    queue the claim stored with it (whoever queues it queues exactly these)."""
+
+    tick: int
+    queue: str
+    priority: int
+    task_id: str
+    message: bytes | str
+
+
+def _read_claim(client: Any, name: str) -> tuple[int | None, PendingTick | None]:
+    """(last claimed tick or None, the pending tick or None) of the schedule ``name``."""
+    last, pending, queue, priority, task_id, message = client.hmget(claim_key(name), _CLAIM_FIELDS)
+    last_tick = None if last is None else int(last)
+    if pending is None or queue is None or task_id is None or message is None:
+        return last_tick, None
+    found = PendingTick(int(pending), queue.decode(), int(priority or 0), task_id.decode(), message)
+    return (found.tick if last_tick is None else last_tick), found
+
+
+def _fire(
+    client: Any, schedule: Schedule, target: Target | None, now_ms: int, started_ms: int | None
+) -> int:
+    """Queue the schedule's pending tick, if any, then claim and queue its latest tick if
+    it is due and not claimed yet. Returns how many tasks this call queued."""
+    fired = 0
+    latest = schedule.latest_tick(now_ms)
+    for _ in range(2):  # again when the claim finds an earlier tick pending meanwhile
+        last, pending = _read_claim(client, schedule.name)
+        if pending is not None:
+            fired += _queue_pending(client, schedule.name, pending)
+        if target is None:
+            return fired
+        if last is None:
+            # First sight: ticks from now on (a past tick of a new schedule is no miss).
+            last = latest if now_ms - latest > MISSED_AFTER * 1000 else latest - 1
+        if latest <= last:
+            return fired
+        missed = now_ms - latest > MISSED_AFTER * 1000
+        if missed and schedule.catch_up == "skip":
+            mode = "skip"
+        elif missed or (started_ms is not None and latest < started_ms):
+            mode = "catch-up"  # no poller ran when it fell due: its delay is no lateness
+        else:
+            mode = "fire"
+        claimed = _pending_tick(schedule, target, latest)
+        outcome = int(
+            run_script(
+                "periodic_claim",
+                client,
+                keys=[claim_key(schedule.name)],
+                args=[
+                    latest,
+                    mode,
+                    claimed.queue,
+                    claimed.priority,
+                    claimed.task_id,
+                    claimed.message,
+                    GROUP_KEYS_MS,
+                ],
+            )
+        )
+        if outcome == _CLAIMED:
+            return fired + _queue_pending(client, schedule.name, claimed)
+        if outcome == _SKIPPED:
+            logger.warning(
+                "periodic %s: tick %s was missed (no poller ran then); skipped",
+                schedule.name,
+                _at(latest).isoformat(),
+            )
+        if outcome != _EARLIER_PENDING:
+            return fired
+    return fired
+
+
+def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
+    """The message of the schedule's task for ``tick``, as its claim stores it."""
+    extra = {**target.extra, "periodic": {"name": schedule.name, "tick": tick / 1000}}
+    if target.priority:
+        extra["priority"] = target.priority
+    task_id, body = encode_message(
+        target.task_name, target.queue, schedule.args, schedule.kwargs, extra
+    )
+    return PendingTick(tick, target.queue, target.priority, task_id, body)
+
+
+def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
+    """Queue a claimed tick's task in the queue its claim names (a no-op when that group
+    holds the tick already), then confirm it. Returns 1 when this call queued it."""
+    keys = QueueKeys.of(pending.queue)
+    register_group(client, keys.group)  # so pollers watch it (once per process and hour)
+    status, queued_at = run_script(
+        "periodic_queue",
+        client,
+        keys=[keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle],
+        args=[
+            name,
+            pending.tick,
+            pending.task_id,
+            pending.message,
+            keys.queue,
+            pending.priority,
+            WAKE_TOKEN_MS,
+            GROUP_KEYS_MS,
+        ],
+    )
+    if status == GROUP_CREATED:
+        register_group(client, keys.group, force=True)
+    run_script(
+        "periodic_confirm",
+        client,
+        keys=[claim_key(name), lateness_key(name)],
+        args=[pending.tick, queued_at, LATENESS_SAMPLES, GROUP_KEYS_MS],
+    )
+    return 1 if status else 0
+
+
+def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:
+    """Each schedule's last claimed tick, its lateness (None after a catch-up fire, which
+    ``last_fire`` names), the lateness of its recent on-time fires (median, p99, max over
+    the last ``LATENESS_SAMPLES``, and how many samples that is), how many catch-up fires
+    there were, and its next tick."""
+    rows = []
+    for schedule in schedules():
+        target = _target(schedule.task)
+        row: dict[str, Any] = {"name": schedule.name, "task": schedule.task}
+        if target is None:
+            rows.append({**row, "error": "unknown task"})
+            continue
+        last, late, at, kind, catch_ups = client.hmget(
+            claim_key(schedule.name), ["tick", "late", "at", "kind", "catch_ups"]
+        )
+        samples = sorted(int(ms) for ms in client.lrange(lateness_key(schedule.name), 0, -1))
+        last_fire = _LAST_FIRE.get(kind, "on time") if last is not None else None
+        rows.append(
+            {
+                **row,
+                "every": schedule.every,
+                "cron": schedule.cron,
+                "last_tick": _iso(last),
+                "last_fired": _iso(at),
+                "last_fire": last_fire,
+                "lateness_ms": int(late) if late is not None and last_fire == "on time" else None,
+                "fires": len(samples),  # the on-time fires the statistics rest on
+                "lateness_samples": len(samples),
+                "catch_up_fires": int(catch_ups or 0),
+                "lateness_p50_ms": _at_fraction(samples, 0.5),
+                "lateness_p99_ms": _at_fraction(samples, 0.99),
+                "lateness_max_ms": samples[-1] if samples else None,
+                "next_tick": _at(schedule.next_tick(now_ms)).isoformat(),
+            }
+        )
+    return rows
+
+
+# How the last claimed tick was handled (the claim's kind), for schedule_status.
+_LAST_FIRE = {b"catch-up": "catch-up", b"skip": "skipped (missed)"}
+
+
+def _at_fraction(ordered: list[int], fraction: float) -> int | None:
+    """The nearest-rank percentile: the smallest sample with ``fraction`` of them at or
+    below it (of two samples, the median is the lower)."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(len(ordered) * fraction) - 1)]
+
+
+def _iso(ms: bytes | None) -> str | None:
+    return _at(int(ms)).isoformat() if ms is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from django.conf import settings
@@ -319,7 +320,7 @@ def test_the_overview_writes_nothing_and_reads_running_tasks_together(redis_clie
         tasks.record.delay(f"ov{index}")
     execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
     worker = Worker(["default"])
-    worker._heartbeat()
+    worker.session.heartbeat(0, time.time())
     for _ in range(3):
         take(worker)  # none finished: all three in flight (with any prefetched beside them)
     owners = redis_client.hgetall(KeySpace("queue", "main").key("owners"))
@@ -346,7 +347,7 @@ def test_the_overview_writes_nothing_and_reads_running_tasks_together(redis_clie
         {"id": task_id.decode(), "task": "tests.tasks.record"} for task_id in sorted(owners)
     ]
     assert state["worker_counts"] == {"main": 1, "reports": 0}
-    worker._sign_off()  # also drops the members of workers gone without signing off
+    worker.session.sign_off()  # also drops the members of workers gone without signing off
     assert redis_client.smembers(workers_key) == set()
     assert overview()["workers"] == []
 

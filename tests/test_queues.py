@@ -36,7 +36,7 @@ from django_rcoord.queues import (
     task,
 )
 from django_rcoord.queues.records import REQUEUE_BATCH
-from django_rcoord.queues.worker import Job, Outcome, Worker
+from django_rcoord.queues.worker import Done, Job, Outcome, Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
 from tests.procs import wait_until
@@ -53,7 +53,7 @@ def ran() -> list[str]:
 
 def take(worker: Worker) -> Job:
     """One task taken by ``worker``, which must find one."""
-    job = worker._take()
+    job = worker.session.take()
     assert job is not None, "no task to take"
     return job
 
@@ -367,12 +367,12 @@ def test_producers_push_a_wake_up_only_while_a_worker_waits_for_one() -> None:
     tasks.record.delay("a")
     assert client.llen(keys.wake) == 0  # no worker waits: no wake-up
     worker = Worker(["default"])
-    assert worker._take() is not None  # busy: not registered idle
-    assert worker._take() is None  # nothing left: registered idle in the same call
+    assert worker.session.take() is not None  # busy: not registered idle
+    assert worker.session.take() is None  # nothing left: registered idle in the same call
     assert client.zscore(keys.idle, worker.id) is not None
     tasks.record.delay("b")
     assert client.llen(keys.wake) == 1
-    assert worker._take() is not None  # taking unregisters it
+    assert worker.session.take() is not None  # taking unregisters it
     assert client.zscore(keys.idle, worker.id) is None
     client.delete(keys.wake)
     tasks.record.delay("c")
@@ -385,13 +385,13 @@ def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     job = take(slow)
     time.sleep(0.3)
     other = Worker(["default"])
-    other._recover_if_due(force=True)
+    other.session.recover_if_due(force=True)
     second = take(other)
     assert second.id == job.id
-    finished = slow._finish(job, Outcome("ack", "tests.tasks.record"))
-    assert finished == 0  # the lease was lost: the other worker owns the task now
-    finished = other._finish(second, Outcome("ack", "tests.tasks.record"))
-    assert finished == 1
+    finished = slow.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 0.0))
+    assert not finished  # the lease was lost: the other worker owns the task now
+    finished = other.session.finish(Done(second, Outcome("ack", "tests.tasks.record"), 0.0))
+    assert finished
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
@@ -475,11 +475,11 @@ def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None
     given_back = tasks.record.delay("given-back")
     keys = QueueKeys.of("default")
     stopping = Worker(["default"], lease=5)
-    stopping._give_back([take(stopping)])
+    stopping.session.give_back([take(stopping)])
     assert get_client().hget(keys.failures, f"{given_back}:lost") is None
     assert get_client().zrange(keys.ready, 0, -1) == [given_back.encode()]
     dying = Worker(["default"], lease=0.05)
-    dying._take()
+    dying.session.take()
     time.sleep(0.1)
     assert recover_and_promote(keys)[0] == 1
     assert get_client().hget(keys.failures, f"{given_back}:lost") == b"1"
@@ -556,7 +556,7 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
         tasks.record.delay(f"st{index}")
     execute_later("reports/pdf", "tests.tasks.record", ["grouped"])
     worker = Worker(["default"])
-    worker._heartbeat()
+    worker.session.heartbeat(0, time.time())
     job = take(worker)
     call_command("rcoord_status", "--json")
     state = json.loads(capsys.readouterr().out)
@@ -574,7 +574,7 @@ def test_rcoord_status_shows_queues_and_workers(capsys) -> None:
     assert "default" in text
     assert "reports/pdf" in text
     assert f"running tests.tasks.record {job.id}" in text
-    worker._sign_off()
+    worker.session.sign_off()
     call_command("rcoord_status", "--json")
     assert json.loads(capsys.readouterr().out)["workers"] == []
 
@@ -620,16 +620,16 @@ def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_cl
 def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
     ids = [tasks.record.delay(f"b{n}") for n in range(10)]
     worker = Worker(["default"], prefetch=4)
-    jobs = worker._exchange([], 4)
+    jobs = worker.session.exchange([], 4)
     assert [job.id for job in jobs] == ids[:4]  # in queue order, all leased to it
     assert queue_stats("default") == {"ready": 6, "in_flight": 4, "delayed": 0, "dead": 0}
     assert {result_of(job.id).status for job in jobs} == {"RUNNING"}
-    done = [worker._run_one(job) for job in jobs]
-    following = worker._exchange(done, 4)  # one call: four finished, four more taken
+    done = [worker.runner.run(job) for job in jobs]
+    following = worker.session.exchange(done, 4)  # one call: four finished, four more taken
     assert [job.id for job in following] == ids[4:8]
     assert [result_of(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
     assert ran() == ["b0", "b1", "b2", "b3"]
-    worker._exchange([worker._run_one(job) for job in following], 0)
+    worker.session.exchange([worker.runner.run(job) for job in following], 0)
     Worker(["default"], burst=True).run()
     assert ran() == [f"b{n}" for n in range(10)]
     assert {result_of(task_id).attempts for task_id in ids} == {1}
@@ -657,12 +657,14 @@ def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
 def test_a_fresh_worker_takes_one_task_until_it_has_measured_one() -> None:
     ids = [tasks.record.delay(f"m{n}") for n in range(40)]
     worker = Worker(["default"], prefetch=32)
-    assert worker._take_count() == 1
+    assert worker.take_count() == 1
     job = take(worker)
     assert job.id == ids[0]
     assert queue_stats("default")["in_flight"] == 1
-    worker._exchange([worker._run_one(job)], worker._take_count())
-    assert queue_stats("default")["in_flight"] == worker._take_count() > 1
+    done = worker.runner.run(job)
+    worker.prefetch.observe(done.took_ms)
+    worker.session.exchange([done], worker.take_count())
+    assert queue_stats("default")["in_flight"] == worker.take_count() > 1
 
 
 def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
@@ -724,7 +726,7 @@ def test_a_task_that_lost_a_worker_is_taken_alone() -> None:
     ids = [tasks.record.delay(f"l{n}") for n in range(5)]
     get_client().hset(keys.failures, f"{ids[2]}:lost", 1)  # its last worker died
     worker = Worker(["default"], prefetch=10)
-    assert [job.id for job in worker._exchange([], 10)] == ids[:2]  # stops before it
+    assert [job.id for job in worker.session.exchange([], 10)] == ids[:2]  # stops before it
     worker = Worker(["default"], prefetch=10)
-    assert [job.id for job in worker._exchange([], 10)] == [ids[2]]  # then it, alone
-    assert [job.id for job in worker._exchange([], 10)] == ids[3:]
+    assert [job.id for job in worker.session.exchange([], 10)] == [ids[2]]  # then it, alone
+    assert [job.id for job in worker.session.exchange([], 10)] == ids[3:]

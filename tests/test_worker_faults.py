@@ -29,8 +29,8 @@ from django_rcoord.queues import (
     recover_and_promote,
     task,
 )
-from django_rcoord.queues import worker as worker_module
 from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker import session as worker_module
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
@@ -115,23 +115,25 @@ def test_a_task_nobody_knows_is_dead_after_max_deliveries() -> None:
     ],
     ids=["reset", "READONLY", "OOM"],
 )
-def test_a_heartbeat_error_mid_batch_loses_and_repeats_nothing(error: Exception) -> None:
-    class FailingOnce(Worker):
-        failed = False
-
-        def _heartbeat(self) -> None:
-            if self.processed >= 3 and not self.failed:
-                self.failed = True
-                raise error
-            super()._heartbeat()
-
+def test_a_heartbeat_error_mid_batch_loses_and_repeats_nothing(
+    error: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
     tasks.record.delay("warm")
     markers = [f"h{n}" for n in range(20)]
     enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
-    worker = FailingOnce(["default"], burst=True)
+    worker = Worker(["default"], burst=True)
+    real_heartbeat, failed = worker.session.heartbeat, []
+
+    def failing_once(processed: int, started_at: float) -> None:
+        if processed >= 3 and not failed:
+            failed.append(processed)
+            raise error
+        real_heartbeat(processed, started_at)
+
+    monkeypatch.setattr(worker.session, "heartbeat", failing_once)
     with override_settings(RCOORD={**settings.RCOORD, "TASK_RETRY_BACKOFF": 0.01}):
         assert worker.run() == 21
-    assert worker.failed
+    assert failed
     assert sorted(ran()) == sorted(["warm", *markers])  # each once
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     assert lost_deliveries() == []
@@ -170,9 +172,9 @@ def test_a_lost_task_ends_the_take_before_lower_priority_queues() -> None:
     low = [execute_later("prio/low", "tests.tasks.record", [f"l{n}"]) for n in range(2)]
     get_client().hset(QueueKeys.of("prio/high").failures, f"{high[1]}:lost", 1)
     worker = Worker(["prio/high", "prio/low"])
-    assert [job.id for job in worker._exchange([], 10)] == [high[0]]
-    assert [job.id for job in worker._exchange([], 10)] == [high[1]]  # alone
-    assert [job.id for job in worker._exchange([], 10)] == [high[2], *low]
+    assert [job.id for job in worker.session.exchange([], 10)] == [high[0]]
+    assert [job.id for job in worker.session.exchange([], 10)] == [high[1]]  # alone
+    assert [job.id for job in worker.session.exchange([], 10)] == [high[2], *low]
 
 
 # -- prefetch and threads ---------------------------------------------------------------------

@@ -25,10 +25,10 @@ from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, s
 from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
-    enqueue_message,
     aexecute_later,
     enqueue_in_script,
     enqueue_many,
+    enqueue_message,
     execute_later,
 )
 from django_rcoord.queues.records import (

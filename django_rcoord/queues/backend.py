@@ -2,7 +2,7 @@
 
     TASKS = {
         "default": {
-            "BACKEND": "django_rcoord.queues.backend.RedisTaskBackend",
+            "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
             "QUEUES": ["default", "email"],
             "OPTIONS": {"MAX_RETRIES": 0},
         }
@@ -17,9 +17,14 @@ allowed), leases, the delayed set, retries, dead letters, result records and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import functools
+import inspect
+import json
+import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.utils.module_loading import import_string
@@ -29,18 +34,27 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues.framework import (
     BaseTaskBackend,
     Task,
+    TaskContext,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task_backends,
     task_enqueued,
+    task_finished,
+    task_started,
 )
 from django_rcoord.queues.keys import split_queue_name
-from django_rcoord.queues.producer import aenqueue_message, enqueue_message, due_time
+from django_rcoord.queues.producer import aenqueue_message, due_time, enqueue_message
 from django_rcoord.queues.records import TaskRecord, aget_result, get_result
 from django_rcoord.validation import is_number
 
-__all__ = ["RedisTaskBackend", "framework_task"]
+if TYPE_CHECKING:
+    from django_rcoord.queues.worker.runner import Job, Outcome, TaskRunner
+
+__all__ = ["RedisTaskBackend", "framework_task", "run_framework_task"]
+
+logger = logging.getLogger(__name__)
 
 OPTION_KEYS = {"MAX_RETRIES"}
 
@@ -184,5 +198,100 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
         ],
         worker_ids=list(record.worker_ids),
     )
-    object.__setattr__(result, "_return_value", record.return_value)
+    return _with_return_value(result, record.return_value)
+
+
+def _with_return_value(result: TaskResult, value: Any) -> TaskResult:
+    """``result`` carrying ``value`` as its return value. ``TaskResult`` is frozen and its
+    return value is not an ``__init__`` field: the framework's own backends set it the same
+    way, and this is the one place django-rcoord does."""
+    object.__setattr__(result, "_return_value", value)
     return result
+
+
+# -- running (called by the worker's TaskRunner) -----------------------------------------
+def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], name: str) -> Outcome:
+    """Run a task of Django's Tasks framework that this backend enqueued: find the task and
+    its backend, send ``task_started``, call it through ``runner.call``, then send
+    ``task_finished`` with its final result. What this release of the project cannot run
+    (a rolling deploy's newer task or settings) goes back through ``runner.not_here``."""
+    # The project's code and settings (the task's module, TASKS) may differ between the
+    # releases of a rolling deploy: what fails here may run on a newer worker.
+    try:
+        task = framework_task(name)
+    except Exception as exc:  # noqa: BLE001
+        return runner.not_here(job, name, f"importing {name!r} failed: {exc!r}")
+    if task is None:
+        return runner.not_here(job, name, f"{name!r} is not a Tasks framework task here")
+    try:
+        backend = task_backends[message["backend"]]
+    # An unknown alias, or a backend whose construction fails for any reason.
+    except Exception as exc:  # noqa: BLE001
+        return runner.not_here(job, name, f"no Tasks backend {message['backend']!r}: {exc}")
+    if not isinstance(backend, RedisTaskBackend):
+        return runner.not_here(job, name, f"backend {backend.alias!r} is not RedisTaskBackend")
+    args, kwargs = message.get("args", []), message.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return runner.refuse(name, "args must be a JSON list and kwargs a JSON object")
+    record = job.record_of(message)
+    assert record is not None  # its body is the message read above
+    try:
+        result = result_from_record(task, record)
+    except Exception as exc:  # noqa: BLE001 - e.g. a queue this release's TASKS lacks
+        return runner.not_here(job, name, f"its result does not validate here: {exc!r}")
+    if task.takes_context:
+        args = [TaskContext(task_result=result), *args]
+    try:
+        _signature(task.func).bind(*args, **kwargs)
+    except TypeError as exc:
+        return runner.refuse(name, f"the task does not accept these arguments: {exc}")
+    sender = type(backend)
+    _send_robust(task_started, "task_started", sender, result)
+    outcome = runner.call(job, name, task.func, args, kwargs, backend.max_retries)
+    if outcome.kind == "retry":
+        return outcome
+    finished = _finished(result, outcome)
+    if outcome.exception is None:
+        _send_robust(task_finished, "task_finished", sender, finished)
+    else:
+        # Sent while the task's exception is being handled, as Django's own backends do:
+        # the framework's receiver logs it with logger.exception.
+        try:
+            raise outcome.exception
+        except BaseException:  # noqa: BLE001 - handled: it failed the task
+            _send_robust(task_finished, "task_finished", sender, finished)
+    return outcome
+
+
+def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:
+    """The final ``TaskResult`` of a run that ended with ``outcome`` ('ack' or 'dead')."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if outcome.kind == "ack":
+        status, errors = TaskResultStatus.SUCCESSFUL, result.errors
+    else:
+        error = TaskError(exception_class_path=outcome.error_class, traceback=outcome.error)
+        status, errors = TaskResultStatus.FAILED, [*result.errors, error]
+    finished = dataclasses.replace(result, status=status, finished_at=now, errors=errors)
+    value = json.loads(outcome.value_json) if outcome.kind == "ack" else None
+    return _with_return_value(finished, value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(function: Any) -> inspect.Signature:
+    """A framework task function's signature, read once (``inspect.signature`` costs more
+    than running a small task)."""
+    return inspect.signature(function)
+
+
+def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:
+    """Send a Tasks framework signal; a receiver that raises is logged (Django logs its
+    traceback too) and neither fails the task nor stops the worker."""
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task %s: a receiver of %s (%s) raised %r; the task goes on",
+                result.id,
+                signal_name,
+                getattr(receiver, "__qualname__", receiver),
+                response,
+            )

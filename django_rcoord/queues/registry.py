@@ -14,7 +14,12 @@ from django.apps import apps
 from django_rcoord.connection import resolve_client
 from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.producer import aenqueue_message, enqueue_message, due_time, check_priority
+from django_rcoord.queues.producer import (
+    aenqueue_message,
+    check_priority,
+    due_time,
+    enqueue_message,
+)
 
 __all__ = [
     "PermanentFailure",
@@ -93,7 +98,9 @@ class Task:
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
-        return await aenqueue_message(None, self.name, self.queue, args, kwargs, priority=self.priority)
+        return await aenqueue_message(
+            None, self.name, self.queue, args, kwargs, priority=self.priority
+        )
 
     async def aschedule(
         self,

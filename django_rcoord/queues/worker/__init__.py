@@ -1,0 +1,37 @@
+"""The consuming side of the task queues: a worker that loses nothing.
+
+A ``Worker`` (``loop``) watches queues of one group in priority order. It takes
+tasks in one script call (moving them into the queue's in-flight set under a
+lease; ``session``), runs each (``runner``) while a keeper thread renews the
+leases, then finishes them and takes the next ones in one more call, as many as
+the ``prefetch`` policy says. Idle, it blocks on the group's wake-up list (no
+polling) and, at most once a second, puts back tasks whose lease ran out and
+promotes due retries. Bad messages become dead letters; the worker itself never
+crashes on one. ``async def`` tasks are awaited on an event loop of the runner's
+own, so async code in them (``get_async_client()``, ``aacquire``) works as in an
+ASGI view.
+"""
+
+from __future__ import annotations
+
+from django_rcoord.queues.worker.loop import ACK_AFTER_MS, LeaseKeeper, Worker
+from django_rcoord.queues.worker.prefetch import PREFETCH_BUDGET_MS, PrefetchPolicy
+from django_rcoord.queues.worker.runner import Done, Job, Outcome, TaskRunner
+from django_rcoord.queues.worker.session import IDLE_CHECK, QueueSession
+from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
+
+__all__ = [
+    "ACK_AFTER_MS",
+    "IDLE_CHECK",
+    "PREFETCH_BUDGET_MS",
+    "Done",
+    "Job",
+    "LeaseKeeper",
+    "Outcome",
+    "PrefetchPolicy",
+    "QueueSession",
+    "TaskRunner",
+    "Worker",
+    "default_queues",
+    "waiting_elsewhere",
+]

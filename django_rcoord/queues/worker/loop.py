@@ -1,0 +1,350 @@
+"""The worker's loop: take a task, run it, hand it back finished; never crash.
+
+``Worker`` holds what it took (a batch not started, the running task, tasks run but
+not yet acknowledged) and moves tasks between those states; the Redis side is its
+``QueueSession``, running a task is its ``TaskRunner``, how many to take is its
+``PrefetchPolicy``. A ``LeaseKeeper`` thread beside the loop renews the leases of
+what it holds, acknowledges finished tasks that wait and gives back the tasks
+queued behind a long one.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import close_old_connections
+
+from django_rcoord.conf import conf
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, log_waited_out
+from django_rcoord.exceptions import RedisUnavailable
+from django_rcoord.queues.keys import same_group
+from django_rcoord.queues.registry import autodiscover_tasks
+from django_rcoord.queues.worker.prefetch import PrefetchPolicy
+from django_rcoord.queues.worker.runner import Done, Job, TaskRunner
+from django_rcoord.queues.worker.session import QueueSession
+from django_rcoord.validation import check_batch
+
+logger = logging.getLogger(__name__)
+
+#: A finished task is acknowledged with the next take, or by the keeper thread once it
+#: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
+#: ms, not a whole batch.
+ACK_AFTER_MS = 5.0
+
+
+class Worker:
+    """Runs tasks from ``queues`` (highest priority first) until ``stop()``.
+
+    ``burst=True`` stops when the queues are empty; ``max_tasks`` stops after
+    that many tasks. ``lease`` defaults to ``RCOORD["TASK_LEASE"]``, ``prefetch`` (the
+    most tasks taken in one call) to ``RCOORD["TASK_PREFETCH"]``.
+
+    Tasks are taken in batches: one script call finishes the tasks run since the last
+    call and takes the next ones (all leased to this worker, renewed while it holds
+    them); ``PrefetchPolicy`` says how many. Once the running task has run past the
+    prefetch budget, the keeper thread acknowledges the tasks finished before it and
+    gives back the ones waiting behind it, for any worker to take.
+
+    The worker stops only when told: an error of the project's code fails a task (or,
+    from a signal receiver, is logged), a Redis error of any kind is waited out with
+    backoff, and the tasks it holds stay held (their leases renewed) meanwhile. With
+    ``max_outage`` (seconds; a burst run's bound), Redis errors that last longer than that
+    end ``run()`` with ``RedisUnavailable``.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        *,
+        lease: float | None = None,
+        burst: bool = False,
+        max_tasks: int | None = None,
+        prefetch: int | None = None,
+        client: Any = None,
+        stop_event: threading.Event | None = None,
+        max_outage: float | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a worker needs at least one queue")
+        self.queues = same_group(list(queues))
+        self.lease = float(conf.TASK_LEASE if lease is None else lease)
+        self.burst = burst
+        self.max_tasks = max_tasks
+        self.max_outage = max_outage
+        self.prefetch = PrefetchPolicy(
+            check_batch(conf.TASK_PREFETCH if prefetch is None else prefetch, "prefetch")
+        )
+        self.stopping = stop_event or threading.Event()
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.session = QueueSession(
+            self.id, self.queues, lease=self.lease, burst=burst, client=client
+        )
+        self.runner = TaskRunner(self.id)
+        self.processed = 0
+        self._started_at = time.time()
+        # What this worker holds, shared with the keeper thread under ``_holding``: tasks
+        # taken and not started, the running one (since when), and those run but not yet
+        # acknowledged. Every script call that changes what it holds runs under the lock
+        # too, so the keeper never renews from a stale view; the condition wakes the keeper
+        # when a task starts or ends.
+        self._holding = threading.RLock()
+        self._changed = threading.Condition(self._holding)
+        self._batch: collections.deque[Job] = collections.deque()
+        self._running: Job | None = None
+        self._running_since = 0.0
+        self._done: list[Done] = []
+        self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
+        self._next_renewal = 0.0
+        self._keeper_wakes_at = 0.0  # when the keeper will look again (time.monotonic())
+
+    @property
+    def client(self) -> Any:
+        return self.session.client
+
+    def stop(self) -> None:
+        """Finish the running task, then return from ``run()``."""
+        self.stopping.set()
+
+    # -- the loop --------------------------------------------------------------
+    def run(self) -> int:
+        """Process tasks until stopped; returns how many were processed."""
+        autodiscover_tasks()
+        logger.info(
+            "worker %s watching %s (lease %ss, prefetch up to %d)",
+            self.id,
+            ", ".join(queue.name for queue in self.queues),
+            self.lease,
+            self.prefetch.prefetch,
+        )
+        failures = 0  # loop turns in a row that failed
+        failing_since = 0.0  # when the first of them failed (time.monotonic())
+        patience: float | None = None  # how long the last acknowledgement may retry
+        keeper = LeaseKeeper(self)
+        keeper.start()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self.session.heartbeat(self.processed, self._started_at)
+                    job = self._next_job()
+                    if job is None:
+                        if self.burst:
+                            break
+                        self.session.wait_for_work()
+                    else:
+                        self._run_job(job)
+                        if self._should_stop():
+                            break
+                    failures = 0
+                except Exception as exc:
+                    # What it holds stays held (the keeper renews it) and is finished or
+                    # run on the next turn.
+                    wait = RECONNECT_BACKOFF.compute(failures)
+                    failing_since = failing_since if failures else time.monotonic()
+                    failures += 1
+                    outage = time.monotonic() - failing_since
+                    if (
+                        isinstance(exc, REDIS_ERRORS)
+                        and self.max_outage is not None
+                        and outage + wait > self.max_outage
+                    ):
+                        raise RedisUnavailable(
+                            f"worker {self.id}: Redis unusable for {outage:.0f} s "
+                            f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
+                        ) from exc
+                    log_waited_out(logger, f"worker {self.id}", exc, wait)
+                    self.stopping.wait(wait)
+        except RedisUnavailable:
+            patience = 0  # Redis was given its time already
+            raise
+        finally:
+            try:
+                self._settle(patience=patience)
+            finally:
+                keeper.stop()
+                self.session.sign_off()
+                self.runner.close()
+        logger.info("worker %s stopped after %d tasks", self.id, self.processed)
+        return self.processed
+
+    def _next_job(self) -> Job | None:
+        """The next task to run: from the batch in hand, or taken (finishing the tasks run
+        since the last take in the same call); None when the queues have none."""
+        with self._holding:
+            if not self._batch:
+                if not self._done:
+                    self.session.recover_if_due()
+                self._exchange_held(self.take_count())
+                if not self._batch and self.burst:
+                    self.session.recover_if_due(force=True)
+                    self._exchange_held(self.take_count())
+            if not self._batch:
+                return None
+            if not self._done:
+                # Database connections are checked around each batch, as Django does
+                # around each request, and after a task that failed.
+                close_old_connections()
+            job = self._batch.popleft()
+            self._running, self._running_since = job, time.monotonic()
+            self._wake_keeper()
+            return job
+
+    def _run_job(self, job: Job) -> None:
+        finished = self.runner.run(job)
+        self.prefetch.observe(finished.took_ms)
+        with self._holding:
+            self._running = None
+            finished.at = time.monotonic()
+            self._done.append(finished)
+            self._wake_keeper()
+            self.processed += 1
+            if not self._batch or finished.outcome.kind != "ack":
+                close_old_connections()
+
+    def take_count(self) -> int:
+        """How many tasks the next take asks for (none once stopping)."""
+        if self.stopping.is_set():
+            return 0
+        left = None if self.max_tasks is None else self.max_tasks - self.processed
+        return self.prefetch.take_count(left)
+
+    def _exchange_held(self, take: int, *, patience: float | None = None) -> None:
+        """Finish the tasks run and not yet acknowledged, take up to ``take`` more into the
+        batch. An exchange that failed is sent again, the same, before any other: it may
+        have run with its reply lost, and only the same call (its nonce) is answered as it
+        ran."""
+        with self._holding:
+            if self._pending is None:
+                self._pending = (list(self._done), take)
+            done, wanted = self._pending
+            jobs = self.session.exchange(done, wanted, patience=patience)
+            self._pending = None
+            finished = {id(item) for item in done}
+            self._done = [item for item in self._done if id(item) not in finished]
+            self._batch.extend(jobs)
+
+    def _settle(self, *, patience: float | None = None) -> None:
+        """On the way out: acknowledge what ran, give back what did not start. Never
+        raises: what it cannot settle, the leases bring back."""
+        with self._holding:
+            try:
+                # A failed exchange is sent again too: it may have taken tasks.
+                if self._done or self._pending is not None:
+                    self._exchange_held(0, patience=patience)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning(
+                    "worker %s could not acknowledge %d task(s) (%s); their leases will",
+                    self.id,
+                    len(self._done),
+                    exc,
+                )
+            if self._batch:
+                self._give_back_held()
+            self._batch.clear()
+            self._done = []
+            self._running = None
+
+    def _should_stop(self) -> bool:
+        if self.stopping.is_set():
+            return True
+        return self.max_tasks is not None and self.processed >= self.max_tasks
+
+    # -- the keeper's side (under ``_holding``) --------------------------------------
+    def _wake_keeper(self) -> None:
+        """Wake the keeper when it has work sooner than it planned to wake (not at every
+        task: that would cost a thread switch per task)."""
+        if self._keeper_due() < self._keeper_wakes_at:
+            self._changed.notify()
+
+    def _keeper_due(self) -> float:
+        """When the keeper has work next (time.monotonic())."""
+        due = self._next_renewal
+        if self._done:
+            due = min(due, self._done[0].at + ACK_AFTER_MS / 1000)
+        if self._running is not None and self._batch:
+            due = min(due, self.prefetch.give_back_at(self._running_since))
+        return due
+
+    def _keep(self) -> None:
+        """The keeper thread's turn: acknowledge the tasks that ended more than
+        ``ACK_AFTER_MS`` ago; once the running task has run past the prefetch budget, give
+        back what waits behind it; every third of a lease, renew the leases of everything
+        held."""
+        now = time.monotonic()
+        if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
+            self._exchange_held(0)
+        if (
+            self._running is not None
+            and self._batch
+            and now >= self.prefetch.give_back_at(self._running_since)
+        ):
+            self._give_back_held()
+        if now >= self._next_renewal:
+            lost = self.session.renew(self._held())  # raising, it stays due
+            self._next_renewal = now + self.lease / 3
+            for job in lost:
+                logger.warning("task %s: lease lost while held (it will run again)", job.id)
+
+    def _held(self) -> list[Job]:
+        """The tasks this worker holds: taken, running, and run but not yet acknowledged."""
+        running = [self._running] if self._running is not None else []
+        return [*self._batch, *running, *(item.job for item in self._done)]
+
+    def _give_back_held(self) -> None:
+        """Give back the batch not started; it stays held when that fails (the next try, or
+        its lease, brings it back)."""
+        jobs = list(self._batch)
+        try:
+            self.session.give_back(jobs)
+        except Exception as exc:  # noqa: BLE001
+            logger.warning("could not give back %d task(s) (%s); trying again", len(jobs), exc)
+            return
+        self._batch.clear()
+
+
+class LeaseKeeper(threading.Thread):
+    """The one thread beside a worker's loop: renews the leases of what it holds,
+    acknowledges finished tasks that wait, gives back the tasks behind a long one. It
+    sleeps until the worker's next due time or until a task starts or ends."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(name=f"lease-keeper:{worker.id}", daemon=True)
+        self.worker = worker
+        self._stopped = False
+
+    def stop(self) -> None:
+        with self.worker._changed:
+            self._stopped = True
+            self.worker._changed.notify()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join()
+
+    def run(self) -> None:
+        worker, failures, retry_at = self.worker, 0, 0.0
+        with worker._changed:
+            while not self._stopped:
+                due = max(worker._keeper_due(), retry_at)
+                wait = due - time.monotonic()
+                if wait > 0:
+                    worker._keeper_wakes_at = due
+                    worker._changed.wait(wait)
+                    worker._keeper_wakes_at = 0.0
+                    continue
+                try:
+                    worker._keep()
+                    failures, retry_at = 0, 0.0
+                # What it could not do stays due; the worker's loop meets the same error.
+                except Exception as exc:  # noqa: BLE001
+                    pause = RECONNECT_BACKOFF.compute(failures)
+                    failures += 1
+                    logger.warning(
+                        "worker %s: lease keeper failed (%s); again in %.1fs", worker.id, exc, pause
+                    )
+                    retry_at = time.monotonic() + pause

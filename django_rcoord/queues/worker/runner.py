@@ -1,0 +1,276 @@
+"""Running one task from its message: no Redis here.
+
+``TaskRunner.run(job)`` decodes the message, finds the task, checks its
+arguments, calls it (awaiting an ``async def`` task on an event loop of the
+runner's own) and says how it ended as an ``Outcome``: acknowledged with a
+value, retried after a delay, deferred for a worker that knows it, or dead.
+Tasks of Django's Tasks framework are run by the backend's
+``run_framework_task`` through ``call`` and ``not_here``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from django_rcoord import __version__
+from django_rcoord.conf import conf
+from django_rcoord.exceptions import TaskNotRunnable
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.messages import decode_message, to_json
+from django_rcoord.queues.records import TaskRecord, record_from
+from django_rcoord.queues.registry import PermanentFailure, get_task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """How a run ended: ``kind`` 'ack', 'retry', 'defer' or 'dead'; for failures the error
+    text (a traceback), the error entry of the result record and the retry delay; for
+    'ack' the return value as JSON."""
+
+    kind: str
+    task_name: str
+    error: str = ""
+    error_class: str = ""
+    delay_ms: int = 0
+    value_json: str = "null"
+    exception: BaseException | None = None  # what the task raised (logged with its traceback)
+
+    @property
+    def summary(self) -> str:
+        """One line for the log: the exception and its message (a traceback's last line)."""
+        lines = self.error.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    @property
+    def error_entry(self) -> str:
+        if not self.error:
+            return ""
+        return json.dumps({"exception_class_path": self.error_class, "traceback": self.error})
+
+
+@dataclass
+class Job:
+    """A task a worker took: its id, message, queue and what its record says."""
+
+    id: str
+    body: bytes
+    queue: QueueKeys
+    failures: int  # failed attempts before this one
+    state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
+    queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
+
+    @property
+    def record(self) -> TaskRecord | None:
+        """Its result record as it is now (RUNNING), from what the take script returned."""
+        return self.record_of(None)
+
+    def record_of(self, message: dict[str, Any] | None) -> TaskRecord | None:
+        """``record``, from its message already decoded (``message``) when given."""
+        body = self.body.encode() if isinstance(self.body, str) else self.body
+        fields = [self.state.encode(), None, None, None]
+        return record_from(self.id, body, fields, None, None, (0, 0), decoded=message)
+
+
+@dataclass
+class Done:
+    """A task that ran, waiting to be acknowledged with its worker's next take."""
+
+    job: Job
+    outcome: Outcome
+    took_ms: float
+    at: float = 0.0  # when it ended (time.monotonic())
+
+
+def not_runnable(task_name: str, reason: str) -> Outcome:
+    """A task that cannot run anywhere (bad message, wrong arguments): dead."""
+    return Outcome("dead", task_name, reason, class_path(TaskNotRunnable))
+
+
+def retry_delay_ms(earlier: int) -> int:
+    """The wait before the next try of a task tried ``earlier`` times before:
+    ``TASK_RETRY_BACKOFF * 2**earlier`` seconds, at most ``TASK_RETRY_BACKOFF_MAX``."""
+    return int(min(conf.TASK_RETRY_BACKOFF * 2**earlier, conf.TASK_RETRY_BACKOFF_MAX) * 1000)
+
+
+def class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+class TaskRunner:
+    """Runs tasks for worker ``worker_id``, one at a time, and says how each ended."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
+
+    def run(self, job: Job) -> Done:
+        """Run ``job``: never raises (what the task raises is its outcome)."""
+        started = time.perf_counter()
+        try:
+            outcome = self.execute(job)
+        # Anything the task's own code raises is caught in call(); this is what reading,
+        # looking up or checking it raised: it cannot run here.
+        except Exception as exc:  # noqa: BLE001
+            outcome = self.not_here(job, "?", f"the worker could not run it: {exc!r}")
+        return Done(job, outcome, (time.perf_counter() - started) * 1000)
+
+    def execute(self, job: Job) -> Outcome:
+        message = decode_message(job.body)
+        if message is None or not isinstance(message.get("task"), str):
+            return not_runnable("?", "undecodable message (not a JSON object with a task name)")
+        name = message["task"]
+        registered = get_task(name)
+        if registered is None and message.get("backend"):
+            # The framework's tasks are run by its backend (which imports the framework).
+            from django_rcoord.queues.backend import run_framework_task
+
+            return run_framework_task(self, job, message, name)
+        if registered is None:
+            return self.not_here(job, name, f"unknown task {name!r} (not registered here)")
+        args, kwargs = message.get("args", []), message.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
+        try:
+            registered.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            return not_runnable(name, f"the task does not accept these arguments: {exc}")
+        return self.call(job, name, registered.function, args, kwargs, registered.max_retries)
+
+    def call(
+        self,
+        job: Job,
+        name: str,
+        function: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        max_retries: int,
+    ) -> Outcome:
+        """Call a task function (awaiting an async one) and say how it ended."""
+        try:
+            value = function(*args, **kwargs)
+            if inspect.isawaitable(value):
+                value = self._await(value)
+        except PermanentFailure as exc:
+            return Outcome(
+                "dead", name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc
+            )
+        # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
+        except (Exception, SystemExit) as exc:  # noqa: BLE001
+            outcome = Outcome(
+                "dead", name, traceback.format_exc(), class_path(type(exc)), exception=exc
+            )
+            if job.failures < max_retries:
+                outcome.kind, outcome.delay_ms = "retry", retry_delay_ms(job.failures)
+            return outcome
+        try:
+            return Outcome("ack", name, value_json=to_json(value))
+        except (TypeError, ValueError) as exc:
+            # Running it again would return the same: dead at once, and the worker goes on.
+            return Outcome(
+                "dead",
+                name,
+                f"the return value of task {name!r} cannot be stored as JSON: {exc}",
+                class_path(type(exc)),
+            )
+
+    @staticmethod
+    def refuse(task_name: str, reason: str) -> Outcome:
+        """A task that cannot run anywhere (``not_runnable``), for callers outside."""
+        return not_runnable(task_name, reason)
+
+    def not_here(self, job: Job, name: str, reason: str) -> Outcome:
+        """A task this worker cannot run (unknown here, its module fails to import, its
+        backend is not configured): back to its queue with a delay, for a worker that knows
+        it (a rolling deploy's newer release), until ``TASK_MAX_DELIVERIES`` deliveries;
+        then a dead letter. A deferral is not a failed attempt."""
+        record = job.record  # its worker ids: one per delivery, this one included
+        deliveries = max(1, record.attempts) if record is not None else 1
+        if deliveries >= conf.TASK_MAX_DELIVERIES:
+            return not_runnable(
+                name, f"{reason}; no worker could run it in {deliveries} deliveries"
+            )
+        return Outcome(
+            "defer",
+            name,
+            f"{reason} (worker {self.worker_id}, django-rcoord {__version__}; delivery "
+            f"{deliveries} of {conf.TASK_MAX_DELIVERIES})",
+            class_path(TaskNotRunnable),
+            retry_delay_ms(deliveries - 1),
+        )
+
+    def _await(self, awaitable: Any) -> Any:
+        """Run an async task to its end on this runner's own event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(_as_coroutine(awaitable))
+
+    def close(self) -> None:
+        """Close the event loop of async tasks (and, with it, their async clients)."""
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            # Closes the loop's async clients (see connection.get_async_client).
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
+def log_outcome(done: Done, held: bool) -> None:
+    """One line per task: how it ended, why it failed, how long it ran (a failure's line
+    carries the task's exception, with its traceback). ``held``: its worker still held it
+    when it was finished."""
+    job, outcome, took_ms = done.job, done.outcome, done.took_ms
+    name, attempt = outcome.task_name, job.failures + 1
+    if not held:
+        logger.warning(
+            "task %s %s: ran %.1f ms, but its lease had run out: it runs again elsewhere",
+            job.id,
+            name,
+            took_ms,
+        )
+    elif outcome.kind == "ack":
+        logger.info("task %s %s succeeded (ran %.1f ms)", job.id, name, took_ms)
+    elif outcome.kind == "defer":
+        logger.warning(
+            "task %s %s cannot run here: %s; back in its queue in %.3g s",
+            job.id,
+            name,
+            outcome.error,
+            outcome.delay_ms / 1000,
+        )
+    elif outcome.kind == "retry":
+        # With the task's exception: its traceback for the log and error trackers.
+        logger.warning(
+            "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
+            job.id,
+            name,
+            attempt,
+            took_ms,
+            outcome.summary,
+            outcome.delay_ms / 1000,
+            exc_info=outcome.exception,
+        )
+    else:
+        logger.error(
+            "task %s %s failed on attempt %d (ran %.1f ms): %s; it is a dead letter now",
+            job.id,
+            name,
+            attempt,
+            took_ms,
+            outcome.summary,
+            exc_info=outcome.exception,
+        )
+
+
+async def _as_coroutine(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,308 @@
+"""A worker's conversation with Redis: every script and command the worker sends.
+
+One ``QueueSession`` per worker. ``exchange`` finishes the tasks run since the last
+call and takes the next ones in one ``task_finish`` script call (idempotent under
+retries: each call carries a nonce, and the script answers a repeated one as it
+ran); ``renew`` and ``give_back`` act on what the worker holds; ``recover_if_due``
+puts back expired leases and promotes due retries; ``heartbeat`` and ``sign_off``
+keep the worker visible to ``rcoord_status``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
+from django_rcoord.keys import KeySpace
+from django_rcoord.ops.metrics import duration_bucket, metric_labels
+from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
+from django_rcoord.queues.worker.runner import Done, Job, log_outcome
+from django_rcoord.scripts import run_script
+from django_rcoord.waiting import wait_for_signal
+
+logger = logging.getLogger(__name__)
+
+#: Longest an idle worker blocks before it looks for expired leases and due retries.
+IDLE_CHECK = 1.0
+#: How long a worker that found nothing stays registered idle (it takes again within
+#: IDLE_CHECK, renewing it), ms.
+IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
+RECOVER_BATCH = 500
+
+
+class QueueSession:
+    """The scripts of worker ``worker_id`` over ``queues`` (one group, priority order)."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        queues: Sequence[QueueKeys],
+        *,
+        lease: float,
+        burst: bool = False,
+        client: Any = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        self.lease = lease
+        self.burst = burst
+        self._client = client
+        first = self.queues[0]
+        space = KeySpace("queue", first.group)
+        self._workers_key = space.key("workers")
+        self._heartbeat_key = space.key(f"worker:{worker_id}")
+        # The finish script's keys: the group's, this worker's last exchange, then four
+        # per queue, in priority order.
+        self._finish_keys = [
+            first.messages,
+            first.owners,
+            first.failures,
+            first.errors,
+            first.results,
+            first.results_expiry,
+            first.idle,
+            first.metrics,
+            space.key(f"exchange:{worker_id}"),
+            *(
+                key
+                for queue in self.queues
+                for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
+            ),
+        ]
+        self._exchanges = 0  # successful exchanges: the next one's nonce
+        self._idle_registered = False  # in the group's idle set (see exchange)
+        self._next_check = 0.0  # when to look for expired leases and due retries
+        self._last_heartbeat = 0.0
+
+    @property
+    def client(self) -> Any:
+        return resolve_client(self._client)
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, int(self.lease * 1000))
+
+    # -- taking and finishing ----------------------------------------------------
+    def exchange(
+        self, done: Sequence[Done], take: int, *, patience: float | None = None
+    ) -> list[Job]:
+        """One script call: finish the tasks in ``done`` (and log how each ended), take up
+        to ``take`` more. Finding nothing, a worker that will wait for a wake-up registers
+        idle in the same call: producers push wake-ups only while a worker is registered.
+        With tasks to finish, it keeps trying through a Redis outage for up to a lease
+        (until they are recorded, their leases would make them run again), or ``patience``
+        seconds. A retried call carries the same nonce, so one whose reply was lost is
+        answered as it ran, not run twice."""
+        idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
+        args: list[Any] = [
+            self.worker_id,
+            self.lease_ms,
+            result_ttl_ms(),
+            idle_ms,
+            "1" if self._idle_registered else "0",
+            take,
+            len(done),
+            f"{self._exchanges}",
+        ]
+        for item in done:
+            args += _finish_args(item)
+        deadline = time.monotonic() + (self.lease if patience is None else patience)
+        failures = 0
+        while True:
+            try:
+                finished, taken = run_script(
+                    "task_finish", self.client, keys=self._finish_keys, args=args
+                )
+                break
+            except REDIS_ERRORS as exc:
+                if not done or time.monotonic() > deadline:
+                    raise
+                logger.error(
+                    "finishing %d task(s) failed (%s: %s); retrying",
+                    len(done),
+                    type(exc).__name__,
+                    exc,
+                )
+                time.sleep(RECONNECT_BACKOFF.compute(failures))
+                failures += 1
+        self._exchanges += 1
+        for item, held in zip(done, finished, strict=True):
+            if item.outcome.kind in ("retry", "defer"):  # look for it when due
+                due = time.monotonic() + item.outcome.delay_ms / 1000
+                self._next_check = min(self._next_check, due)
+            log_outcome(item, bool(held))
+        jobs = [self._job(entry) for entry in taken]
+        if take:
+            self._idle_registered = not jobs and idle_ms > 0
+        return jobs
+
+    def take(self, count: int = 1) -> Job | None:
+        """Take one task (or ``count``, returning the first)."""
+        jobs = self.exchange([], count)
+        return jobs[0] if jobs else None
+
+    def finish(self, done: Done) -> bool:
+        """Finish one task on its own, taking nothing; True when this worker still held it."""
+        (finished,), _ = run_script(
+            "task_finish",
+            self.client,
+            keys=self._finish_keys,
+            args=[
+                self.worker_id,
+                self.lease_ms,
+                result_ttl_ms(),
+                0,
+                "0",
+                0,
+                1,
+                "",
+                *_finish_args(done),
+            ],
+        )
+        return bool(finished)
+
+    def _job(self, entry: Any) -> Job:
+        task_id, body, queue_index, failures, state = entry
+        return Job(
+            task_id.decode(),
+            body,
+            self.queues[int(queue_index) - 1],
+            int(failures),
+            state.decode(),
+            int(queue_index),
+        )
+
+    # -- what the worker holds ---------------------------------------------------
+    def renew(self, jobs: Sequence[Job]) -> list[Job]:
+        """Extend the leases of ``jobs`` (one call per queue); returns those no longer held."""
+        lost: list[Job] = []
+        for queue, queue_jobs in _by_queue(jobs):
+            held = run_script(
+                "task_renew",
+                self.client,
+                keys=[queue.owners, queue.in_flight, queue.results, queue.results_expiry],
+                args=[
+                    self.worker_id,
+                    self.lease_ms,
+                    result_ttl_ms() + self.lease_ms,
+                    *(job.id for job in queue_jobs),
+                ],
+            )
+            lost += [job for job, flag in zip(queue_jobs, held, strict=True) if not flag]
+        return lost
+
+    def give_back(self, jobs: Sequence[Job]) -> None:
+        """Tasks taken but not run (the worker is stopping, or they waited behind a long
+        task): back to the front of their queue at once, for any worker (one call per
+        queue)."""
+        for queue, queue_jobs in _by_queue(jobs):
+            run_script(
+                "task_give_back",
+                self.client,
+                keys=[
+                    queue.owners,
+                    queue.in_flight,
+                    queue.results,
+                    queue.ready,
+                    queue.queues,
+                    queue.messages,
+                    queue.wake,
+                    queue.idle,
+                ],
+                args=[
+                    self.worker_id,
+                    queue.queue,
+                    GROUP_KEYS_MS,
+                    WAKE_TOKEN_MS,
+                    *(job.id for job in queue_jobs),
+                ],
+            )
+
+    # -- idle --------------------------------------------------------------------
+    def wait_for_work(self) -> None:
+        """Block until a producer wakes the group, or the next recovery check is due."""
+        timeout = max(0.01, min(IDLE_CHECK, self._next_check - time.monotonic()))
+        if wait_for_signal(self.client, self.queues[0].wake, timeout):
+            return
+        self.recover_if_due(force=True)
+
+    def recover_if_due(self, *, force: bool = False) -> None:
+        """Put back expired leases and promote due retries, for every watched queue."""
+        if not force and time.monotonic() < self._next_check:
+            return
+        next_due = IDLE_CHECK
+        for queue in self.queues:
+            recovered, _, due_in = recover_and_promote(
+                queue, batch=RECOVER_BATCH, client=self.client
+            )
+            if recovered:
+                logger.warning("put back %d task(s) of %s whose worker died", recovered, queue.name)
+            if due_in is not None:
+                next_due = min(next_due, due_in)
+        self._next_check = time.monotonic() + next_due
+
+    # -- presence (for rcoord_status) ----------------------------------------------
+    def heartbeat(self, processed: int, started_at: float) -> None:
+        """Say this worker is alive (at most every third of the heartbeat's TTL)."""
+        now = time.monotonic()
+        if now - self._last_heartbeat < HEARTBEAT_TTL / 3:
+            return
+        self._last_heartbeat = now
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.sadd(self._workers_key, self.worker_id)
+            pipe.expire(self._workers_key, HEARTBEAT_TTL * 4)  # gone once every worker is
+            pipe.set(
+                self._heartbeat_key,
+                json.dumps(
+                    {
+                        "queues": [queue.name for queue in self.queues],
+                        "done": processed,
+                        "started": started_at,
+                    }
+                ),
+                ex=HEARTBEAT_TTL,
+            )
+            pipe.execute()
+
+    def sign_off(self) -> None:
+        """Leave the group's worker list; never raises (the heartbeat expires anyway)."""
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.srem(self._workers_key, self.worker_id)
+                pipe.delete(self._heartbeat_key)
+                pipe.zrem(self.queues[0].idle, self.worker_id)
+                pipe.execute()
+            # Workers of the group that died without signing off (status pages only read).
+            forget_gone_workers(self.queues[0].group, client=self.client)
+        except REDIS_ERRORS as exc:
+            logger.warning("worker %s could not sign off (%s)", self.worker_id, exc)
+
+
+def _finish_args(done: Done) -> list[Any]:
+    """A finished task's ten values among the finish script's ARGV (see task_finish.lua)."""
+    outcome = done.outcome
+    return [
+        done.job.id,
+        done.job.queue_index,
+        outcome.kind,
+        outcome.error,
+        outcome.delay_ms,
+        outcome.value_json,
+        outcome.error_entry,
+        metric_labels(done.job.queue.name, outcome.task_name),
+        duration_bucket(done.took_ms / 1000),
+        round(done.took_ms * 1000),
+    ]
+
+
+def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:
+    """``jobs`` by queue, each queue's in the order given."""
+    grouped: dict[str, tuple[QueueKeys, list[Job]]] = {}
+    for job in jobs:
+        grouped.setdefault(job.queue.name, (job.queue, []))[1].append(job)
+    return list(grouped.values())

@@ -1,0 +1,106 @@
+"""The worker's task runner knows no Redis: every outcome, with Redis unreachable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from django_rcoord.embedded.server import free_port
+from django_rcoord.queues import task
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.worker import Job, TaskRunner
+from tests.conftest import use_redis_at
+
+pytestmark = pytest.mark.django_db
+
+
+@task(name="tests.runner.double")
+async def double(number: int) -> int:
+    return number * 2
+
+
+@task(name="tests.runner.fail", max_retries=2)
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+@pytest.fixture(autouse=True)
+def _no_redis() -> Iterator[None]:
+    """Every Redis call would fail: nothing may connect while a runner runs a task."""
+    with use_redis_at(f"redis://127.0.0.1:{free_port()}/0"):
+        yield
+
+
+def job(name: str, *args: object, failures: int = 0, raw: bytes | None = None) -> Job:
+    body = raw if raw is not None else encode_message(name, "default", args, {})[1].encode()
+    return Job("t-1", body, QueueKeys.of("default"), failures, "RUNNING|1|1||w-1")
+
+
+def message(name: str, **fields: object) -> bytes:
+    return json.dumps({"task": name, "queue": "default", **fields}).encode()
+
+
+@pytest.fixture
+def runner() -> Iterator[TaskRunner]:
+    runner = TaskRunner("w-1")
+    yield runner
+    runner.close()
+
+
+def test_a_task_that_returns_is_acknowledged_with_its_value_as_json(runner: TaskRunner) -> None:
+    done = runner.run(job("tests.tasks.add_numbers", 2, 3))
+    assert done.outcome.kind == "ack"
+    assert json.loads(done.outcome.value_json) == {"sum": 5, "on": "2026-11-23"}
+    assert done.took_ms >= 0
+
+
+def test_an_async_task_is_awaited_on_the_runners_own_loop(runner: TaskRunner) -> None:
+    assert runner.run(job("tests.runner.double", 21)).outcome.value_json == "42"
+    assert runner.run(job("tests.runner.double", 4)).outcome.value_json == "8"  # same loop
+
+
+def test_a_failure_is_retried_with_backoff_until_its_retries_are_spent(
+    runner: TaskRunner,
+) -> None:
+    first = runner.run(job("tests.runner.fail", "boom")).outcome
+    assert (first.kind, first.error_class) == ("retry", "builtins.ValueError")
+    assert "ValueError: boom" in first.error
+    assert isinstance(first.exception, ValueError)
+    later = runner.run(job("tests.runner.fail", "boom", failures=1)).outcome
+    assert later.kind == "retry"
+    assert later.delay_ms == 2 * first.delay_ms > 0
+    assert runner.run(job("tests.runner.fail", "boom", failures=2)).outcome.kind == "dead"
+
+
+def test_system_exit_fails_the_task_not_the_runner(runner: TaskRunner) -> None:
+    outcome = runner.run(job("tests.tasks.exit_the_process")).outcome
+    assert (outcome.kind, outcome.error_class) == ("dead", "builtins.SystemExit")
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"not json", "undecodable message"),
+        (message("tests.tasks.add_numbers", args=[1]), "does not accept"),
+        (message("tests.tasks.add_numbers", args={}), "JSON list"),
+        (message("tests.tasks.return_unstorable"), "cannot be stored as JSON"),
+    ],
+    ids=["undecodable", "wrong arguments", "args not a list", "unstorable return value"],
+)
+def test_what_cannot_run_anywhere_is_dead_at_once(
+    runner: TaskRunner, body: bytes, reason: str
+) -> None:
+    outcome = runner.run(job("", raw=body)).outcome
+    assert outcome.kind == "dead"
+    assert reason in outcome.error
+
+
+def test_an_unknown_task_is_deferred_for_a_worker_that_knows_it(runner: TaskRunner) -> None:
+    outcome = runner.run(job("tests.runner.not_in_this_release")).outcome
+    assert outcome.kind == "defer"
+    assert "not registered here" in outcome.error
+    assert "worker w-1" in outcome.error
+    assert outcome.delay_ms > 0

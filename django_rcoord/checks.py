@@ -1,4 +1,6 @@
-"""System checks for the ``RCOORD`` settings (``manage.py check``)."""
+"""System checks (``manage.py check``): the ``RCOORD`` dict, its connection and, with
+``--deploy``, the Redis server. Each capability checks its own settings (its ``checks``
+module); ``check_settings`` runs them all. The check IDs are listed in the docs' reference."""
 
 from __future__ import annotations
 
@@ -11,11 +13,14 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
+from django_rcoord.autocomplete.checks import check_autocomplete_settings
 from django_rcoord.conf import DEFAULTS
-from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import validate_prefix
-from django_rcoord.queues.keys import one_group
-from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
+from django_rcoord.locks.checks import check_lock_settings
+from django_rcoord.ops.checks import check_operations_settings
+from django_rcoord.queues.checks import check_queue_settings
+from django_rcoord.semaphores.checks import check_concurrency_limits
+from django_rcoord.validation import is_positive_int
 
 
 def check_settings(**kwargs: Any) -> list[CheckMessage]:
@@ -92,299 +97,15 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E007",
             )
         )
-    result_ttl = user.get("TASK_RESULT_TTL", DEFAULTS["TASK_RESULT_TTL"])
-    if not is_number(result_ttl) or not result_ttl >= 1:
-        errors.append(
-            Error(
-                "settings.RCOORD['TASK_RESULT_TTL'] must be a number of seconds of at least 1, "
-                f"not {result_ttl!r}.",
-                hint="The default keeps finished results for a day (86400).",
-                id="rcoord.E017",
-            )
-        )
-    errors.extend(_check_task_settings(user))
-    errors.extend(
-        _check_periodic(
-            user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]),
-            look_up_tasks=not prefix_problem,
-        )
-    )
-    errors.extend(_check_autocomplete(user))
-    errors.extend(_check_operations(user))
-    errors.extend(_check_lock_replicas(user))
-    errors.extend(
-        _check_concurrency_limits(user.get("CONCURRENCY_LIMITS", DEFAULTS["CONCURRENCY_LIMITS"]))
-    )
-    return errors
-
-
-def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
-    """The queue's settings: lease, retry backoff, deliveries, the e-mail worker's queues."""
-    errors: list[CheckMessage] = []
-
-    def value(name: str) -> Any:
-        return user.get(name, DEFAULTS[name])
-
-    def bad(name: str, wanted: str, hint: str) -> None:
-        errors.append(
-            Error(
-                f"settings.RCOORD[{name!r}] must be {wanted}, not {value(name)!r}.",
-                hint=hint,
-                id="rcoord.E020",
-            )
-        )
-
-    lease = value("TASK_LEASE")
-    if not is_number(lease) or not lease >= 0.1:
-        bad(
-            "TASK_LEASE",
-            "a number of seconds of at least 0.1",
-            "How long a worker holds a task before another may take it (renewed while the "
-            "task runs); the default is 60.",
-        )
-    backoff, backoff_max = value("TASK_RETRY_BACKOFF"), value("TASK_RETRY_BACKOFF_MAX")
-    if not is_number(backoff) or not backoff >= 0:
-        bad("TASK_RETRY_BACKOFF", "a number of seconds of 0 or more", "The default is 1.0.")
-    if not is_number(backoff_max) or not backoff_max >= 0:
-        bad("TASK_RETRY_BACKOFF_MAX", "a number of seconds of 0 or more", "The default is 600.")
-    elif is_number(backoff) and backoff_max < backoff:
-        bad(
-            "TASK_RETRY_BACKOFF_MAX",
-            f"at least TASK_RETRY_BACKOFF ({backoff!r})",
-            "It caps the doubling retry delay.",
-        )
-    if not is_positive_int(value("TASK_MAX_DELIVERIES")):
-        bad(
-            "TASK_MAX_DELIVERIES",
-            "a positive int",
-            "A task whose worker dies while running it this many times becomes a dead letter; "
-            "the default is 5.",
-        )
-    prefetch = value("TASK_PREFETCH")
-    if not is_positive_int(prefetch) or prefetch > MAX_BATCH:
-        bad(
-            "TASK_PREFETCH",
-            f"an int from 1 to {MAX_BATCH}",
-            "The most tasks a worker takes in one call; 1 takes them one by one. The "
-            "default is 32.",
-        )
-    queues = value("EMAIL_QUEUES")
-    hint = (
-        'A non-empty list of queue names of one queue group, e.g. ["email"] or '
-        '["mail/urgent", "mail/bulk"] (one worker watches one group).'
-    )
-    if not isinstance(queues, (list, tuple)) or not queues:
-        errors.append(
-            Error(
-                f"settings.RCOORD['EMAIL_QUEUES'] must be a non-empty list, not {queues!r}.",
-                hint=hint,
-                id="rcoord.E021",
-            )
-        )
-    else:
-        try:
-            one_group(list(queues))
-        except (InvalidName, ValueError) as exc:
-            errors.append(
-                Error(
-                    f"settings.RCOORD['EMAIL_QUEUES'] cannot be watched by one worker: {exc}",
-                    hint=hint,
-                    id="rcoord.E021",
-                )
-            )
-    return errors
-
-
-def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMessage]:
-    """The schedules' shape and timing, then whether each names a task. Looking a task up
-    imports every app's ``tasks`` module, whose ``@task`` builds keys: with an unusable
-    KEY_PREFIX (``look_up_tasks`` False; rcoord.E006 says why) that is not tried."""
-    from django_rcoord.queues import periodic
-
-    hint = (
-        'Each entry: {"name": "digest", "task": "myapp.tasks.send_digest", "cron": '
-        '"0 7 * * *"} or "every": seconds (1 or more), optional "args", "kwargs", '
-        '"catch_up" ("skip" or "once").'
-    )
-    errors: list[CheckMessage] = [
-        Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)
-        for check_id, text in periodic.problems(raw)
-    ]
-    if errors or not look_up_tasks:
-        return errors
-    try:
-        unknown = periodic.unknown_tasks(raw)
-    # The project's own modules may raise anything on import: a check reports, never crashes.
-    except Exception as exc:  # noqa: BLE001
-        return [
-            Error(
-                "settings.RCOORD['PERIODIC_TASKS'] could not be checked: looking its tasks up "
-                f"(importing each app's tasks module) raised {type(exc).__name__}: {exc}",
-                hint="Fix the error (python -c 'import myapp.tasks' shows its traceback); "
-                "the worker and poll_delayed import the same modules at start.",
-                id="rcoord.E029",
-            )
-        ]
-    for task in unknown:
-        errors.append(
-            Error(
-                f"settings.RCOORD['PERIODIC_TASKS'] names the task {task!r}, which is neither "
-                "a registered @task nor a Tasks framework task on a RedisTaskBackend.",
-                hint="Use the @task's name (its module path and function name by default) "
-                "or the dotted path of a django.tasks @task.",
-                id="rcoord.E025",
-            )
-        )
-    return errors
-
-
-def _check_autocomplete(user: Mapping[str, Any]) -> list[CheckMessage]:
-    from django_rcoord.autocomplete import MAX_LIMIT
-
-    errors: list[CheckMessage] = []
-    limit = user.get("AUTOCOMPLETE_LIMIT", DEFAULTS["AUTOCOMPLETE_LIMIT"])
-    if not is_positive_int(limit) or limit > MAX_LIMIT:
-        errors.append(
-            Error(
-                f"settings.RCOORD['AUTOCOMPLETE_LIMIT'] must be an int from 1 to {MAX_LIMIT}, "
-                f"not {limit!r}.",
-                hint="The default is 10.",
-                id="rcoord.E012",
-            )
-        )
-    errors.extend(
-        _check_callable(
-            user,
-            "AUTOCOMPLETE_PERMISSION",
-            "Give the dotted path of a function (request, guild) -> bool.",
-            "rcoord.E013",
-        )
-    )
-    return errors
-
-
-def _check_callable(
-    user: Mapping[str, Any], name: str, hint: str, check_id: str
-) -> list[CheckMessage]:
-    """An error unless ``RCOORD[name]`` is the dotted path of an importable callable."""
-    path = user.get(name, DEFAULTS[name])
-    problem = "is not an importable callable"
-    try:
-        found = import_string(path) if isinstance(path, str) else None
-    except ImportError:
-        found = None
-    # Importing the project's module may raise anything: a check reports, never crashes.
-    except Exception as exc:  # noqa: BLE001
-        found = None
-        problem = f"cannot be imported: {type(exc).__name__}: {exc}"
-    if callable(found):
-        return []
-    return [Error(f"settings.RCOORD[{name!r}] {path!r} {problem}.", hint=hint, id=check_id)]
-
-
-#: Shortest METRICS_TOKEN accepted (a bearer token guessed is the whole defence).
-MIN_TOKEN_LENGTH = 16
-
-
-def _check_operations(user: Mapping[str, Any]) -> list[CheckMessage]:
-    import importlib.util
-
-    errors: list[CheckMessage] = []
-    errors.extend(
-        _check_callable(
-            user,
-            "DASHBOARD_PERMISSION",
-            "Give the dotted path of a function (request) -> bool; it is asked after the "
-            "user was found to be active staff.",
-            "rcoord.E026",
-        )
-    )
-    token = user.get("METRICS_TOKEN", DEFAULTS["METRICS_TOKEN"])
-    if token is not None and (not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH):
-        errors.append(
-            Error(
-                f"settings.RCOORD['METRICS_TOKEN'] must be None or a str of at least "
-                f"{MIN_TOKEN_LENGTH} characters.",
-                hint="Generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
-                "and read it from the environment; None turns the metrics and stats endpoints "
-                "off.",
-                id="rcoord.E027",
-            )
-        )
-    elif token is not None and importlib.util.find_spec("prometheus_client") is None:
-        errors.append(
-            Warning(
-                "settings.RCOORD['METRICS_TOKEN'] is set but prometheus-client is not installed: "
-                "the metrics endpoint answers 501 (the JSON stats work).",
-                hint='pip install "django-rcoord[metrics]"',
-                id="rcoord.W004",
-            )
-        )
-    return errors
-
-
-def _check_lock_replicas(user: Mapping[str, Any]) -> list[CheckMessage]:
-    replicas = user.get("LOCK_REPLICAS", DEFAULTS["LOCK_REPLICAS"])
-    timeout = user.get("LOCK_REPLICA_TIMEOUT", DEFAULTS["LOCK_REPLICA_TIMEOUT"])
-    replicas_ok = isinstance(replicas, int) and not isinstance(replicas, bool) and replicas >= 0
-    if replicas_ok and is_number(timeout) and timeout > 0:
-        return []
-    return [
-        Error(
-            "settings.RCOORD['LOCK_REPLICAS'] must be an int of 0 or more and "
-            "RCOORD['LOCK_REPLICA_TIMEOUT'] a positive number of seconds, not "
-            f"{replicas!r} and {timeout!r}.",
-            hint="For example LOCK_REPLICAS 1 and LOCK_REPLICA_TIMEOUT 0.5; 0 replicas "
-            "(the default) does not wait.",
-            id="rcoord.E014",
-        )
-    ]
-
-
-MIDDLEWARE_PATH = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
-AUTH_MIDDLEWARE_PATH = "django.contrib.auth.middleware.AuthenticationMiddleware"
-
-
-def _check_concurrency_limits(raw: object) -> list[CheckMessage]:
-    from django_rcoord.semaphores.rules import rule_problems
-
-    hints = {
-        "rcoord.E008": "CONCURRENCY_LIMITS is a list of dicts, each with a unique 'name'; "
-        "rule keys: name, path, url_names, limit, timeout, wait, scope, fail_open.",
-        "rcoord.E009": "Give each rule 'path' (a regex searched in request.path_info) "
-        "and/or 'url_names' (a list of URL names, namespaced as 'ns:name').",
-        "rcoord.E010": "For example {'limit': 10, 'timeout': 30, 'wait': 0, 'scope': 'global', "
-        "'fail_open': True}.",
-    }
-    errors: list[CheckMessage] = [
-        Error(f"settings.RCOORD: {message}.", hint=hints[check_id], id=check_id)
-        for check_id, message in rule_problems(raw)
-    ]
-    if errors or not raw or not isinstance(raw, (list, tuple)):  # the check narrows the type
-        return errors
-    middleware = list(getattr(settings, "MIDDLEWARE", []))
-    if MIDDLEWARE_PATH not in middleware:
-        errors.append(
-            Warning(
-                "RCOORD['CONCURRENCY_LIMITS'] has rules, but ConcurrencyLimitMiddleware is not "
-                "in MIDDLEWARE, so none is applied.",
-                hint=f'Add "{MIDDLEWARE_PATH}" to MIDDLEWARE.',
-                id="rcoord.W001",
-            )
-        )
-    elif any(rule.get("scope") == "user" for rule in raw) and (
-        AUTH_MIDDLEWARE_PATH not in middleware
-        or middleware.index(AUTH_MIDDLEWARE_PATH) > middleware.index(MIDDLEWARE_PATH)
+    # Each capability checks its own settings.
+    for check_room in (
+        check_lock_settings,
+        check_concurrency_limits,
+        check_queue_settings,
+        check_autocomplete_settings,
+        check_operations_settings,
     ):
-        errors.append(
-            Error(
-                "A CONCURRENCY_LIMITS rule has scope 'user', but ConcurrencyLimitMiddleware "
-                "comes before AuthenticationMiddleware (or it is missing), so request.user is "
-                "not known to it.",
-                hint="Put ConcurrencyLimitMiddleware after AuthenticationMiddleware.",
-                id="rcoord.E011",
-            )
-        )
+        errors.extend(check_room(user, prefix_ok=not prefix_problem))
     return errors
 
 
@@ -416,7 +137,7 @@ def _check_connection(alias: object) -> list[CheckMessage]:
     try:
         backend = import_string(backend_path)
         client_class = import_string(client_path)
-    except Exception as exc:  # noqa: BLE001  (as _check_callable: report, never crash)
+    except Exception as exc:  # noqa: BLE001  (a check reports, never crashes)
         return [Error(f"CACHES[{alias!r}] cannot be imported: {exc}.", hint=hint, id="rcoord.E004")]
     if not (isinstance(backend, type) and issubclass(backend, RedisCache)):
         return [

@@ -3,72 +3,83 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-#: Every key ``RCOORD`` may hold, with its default. The system check ``rcoord.E002``
-#: reports keys not listed here (usually a typo).
+
+@dataclass(frozen=True)
+class Settings:
+    """Every key ``RCOORD`` may hold, with its type and default: the one list of them.
+    ``DEFAULTS`` and ``conf``'s attributes come from it; the system check ``rcoord.E002``
+    reports keys not listed here (usually a typo)."""
+
+    #: The django-redis alias in CACHES whose client every part uses.
+    CONNECTION: str = "default"
+    #: First segment of every key: "<prefix>:<kind>:{<name>}:<part>".
+    KEY_PREFIX: str = "rcoord"
+    #: Dotted path to a zero-argument callable returning a redis-py client
+    #: (Redis or RedisCluster). When set, it replaces CONNECTION.
+    CLIENT_FACTORY: str | None = None
+    #: Dotted path to a zero-argument callable returning a redis.asyncio client
+    #: (Redis or RedisCluster) for async code; called twice per event loop (one
+    #: client for commands, one for blocking waits). When unset, the async client
+    #: is built from CONNECTION's django-redis settings.
+    ASYNC_CLIENT_FACTORY: str | None = None
+    #: Most connections the waiters of one event loop block on at once (one per
+    #: lock or semaphore being waited for, shared by all its waiters in the loop).
+    ASYNC_WAIT_CONNECTIONS: int = 50
+    #: Data directory of the embedded redis-server used by `manage.py rcoord_redis`
+    #: (development only; None means no embedded server is configured).
+    EMBEDDED_REDIS_DIR: str | os.PathLike[str] | None = None
+    #: Rules of ConcurrencyLimitMiddleware (see README, "Concurrency limits").
+    CONCURRENCY_LIMITS: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds a worker holds a task before it counts as dead (renewed while it runs).
+    TASK_LEASE: float = 60
+    #: A task whose worker dies (or loses Redis) while running it this many times is a dead
+    #: letter: it is probably what kills its workers.
+    TASK_MAX_DELIVERIES: int = 5
+    #: Most tasks a worker takes in one call (it runs them in order and acknowledges them
+    #: with its next take); fewer when tasks run long (see django_rcoord.queues.worker).
+    TASK_PREFETCH: int = 32
+    #: Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
+    #: TASK_RETRY_BACKOFF_MAX.
+    TASK_RETRY_BACKOFF: float = 1.0
+    TASK_RETRY_BACKOFF_MAX: float = 600.0
+    #: Seconds a finished task's result record (status, times, errors, return value)
+    #: is kept.
+    TASK_RESULT_TTL: float = 86400
+    #: Queues `manage.py run_email_worker` watches by default, highest priority first.
+    EMAIL_QUEUES: list[str] = field(default_factory=lambda: ["email"])
+    #: Periodic tasks fired by poll_delayed: dicts of name, task, cron or every, args,
+    #: kwargs, catch_up (see django_rcoord.queues.periodic).
+    PERIODIC_TASKS: list[dict[str, Any]] = field(default_factory=list)
+    #: Guild-member autocomplete: suggestions per query, and who may search a guild
+    #: (dotted path to a callable (request, guild) -> bool).
+    AUTOCOMPLETE_LIMIT: int = 10
+    AUTOCOMPLETE_PERMISSION: str = "django_rcoord.views.default_permission"
+    #: The staff dashboard: who of the active staff may see it and act on it (dotted path to
+    #: a callable (request) -> bool, asked after is_staff).
+    DASHBOARD_PERMISSION: str = "django_rcoord.dashboard.default_permission"
+    #: Bearer token of the Prometheus metrics and JSON stats endpoints; None: both answer 404.
+    METRICS_TOKEN: str | None = None
+    #: Locks on a primary with replicas: after each grant, WAIT until this many
+    #: replicas have it (0: do not wait). A grant they do not acknowledge within
+    #: LOCK_REPLICA_TIMEOUT seconds is given back and acquiring raises
+    #: LockNotReplicated.
+    LOCK_REPLICAS: int = 0
+    LOCK_REPLICA_TIMEOUT: float = 1.0
+
+
+#: Every setting's default, by name.
 DEFAULTS: dict[str, Any] = {
-    # The django-redis alias in CACHES whose client every part uses.
-    "CONNECTION": "default",
-    # First segment of every key: "<prefix>:<kind>:{<name>}:<part>".
-    "KEY_PREFIX": "rcoord",
-    # Dotted path to a zero-argument callable returning a redis-py client
-    # (Redis or RedisCluster). When set, it replaces CONNECTION.
-    "CLIENT_FACTORY": None,
-    # Dotted path to a zero-argument callable returning a redis.asyncio client
-    # (Redis or RedisCluster) for async code; called twice per event loop (one
-    # client for commands, one for blocking waits). When unset, the async client
-    # is built from CONNECTION's django-redis settings.
-    "ASYNC_CLIENT_FACTORY": None,
-    # Most connections the waiters of one event loop block on at once (one per
-    # lock or semaphore being waited for, shared by all its waiters in the loop).
-    "ASYNC_WAIT_CONNECTIONS": 50,
-    # Data directory of the embedded redis-server used by `manage.py rcoord_redis`
-    # (development only; None means no embedded server is configured).
-    "EMBEDDED_REDIS_DIR": None,
-    # Rules of ConcurrencyLimitMiddleware (see README, "Concurrency limits").
-    "CONCURRENCY_LIMITS": [],
-    # Seconds a worker holds a task before it counts as dead (renewed while it runs).
-    "TASK_LEASE": 60,
-    # A task whose worker dies (or loses Redis) while running it this many times is a dead
-    # letter: it is probably what kills its workers.
-    "TASK_MAX_DELIVERIES": 5,
-    # Most tasks a worker takes in one call (it runs them in order and acknowledges them
-    # with its next take); fewer when tasks run long (see django_rcoord.queues.worker).
-    "TASK_PREFETCH": 32,
-    # Retry n (1, 2, ...) waits TASK_RETRY_BACKOFF * 2 ** (n - 1) seconds, at most
-    # TASK_RETRY_BACKOFF_MAX.
-    "TASK_RETRY_BACKOFF": 1.0,
-    "TASK_RETRY_BACKOFF_MAX": 600.0,
-    # Seconds a finished task's result record (status, times, errors, return value)
-    # is kept.
-    "TASK_RESULT_TTL": 86400,
-    # Queues `manage.py run_email_worker` watches by default, highest priority first.
-    "EMAIL_QUEUES": ["email"],
-    # Periodic tasks fired by poll_delayed: dicts of name, task, cron or every, args,
-    # kwargs, catch_up (see django_rcoord.queues.periodic).
-    "PERIODIC_TASKS": [],
-    # Guild-member autocomplete: suggestions per query, and who may search a guild
-    # (dotted path to a callable (request, guild) -> bool).
-    "AUTOCOMPLETE_LIMIT": 10,
-    "AUTOCOMPLETE_PERMISSION": "django_rcoord.views.default_permission",
-    # The staff dashboard: who of the active staff may see it and act on it (dotted path to
-    # a callable (request) -> bool, asked after is_staff).
-    "DASHBOARD_PERMISSION": "django_rcoord.dashboard.default_permission",
-    # Bearer token of the Prometheus metrics and JSON stats endpoints; None: both answer 404.
-    "METRICS_TOKEN": None,
-    # Locks on a primary with replicas: after each grant, WAIT until this many
-    # replicas have it (0: do not wait). A grant they do not acknowledge within
-    # LOCK_REPLICA_TIMEOUT seconds is given back and acquiring raises
-    # LockNotReplicated.
-    "LOCK_REPLICAS": 0,
-    "LOCK_REPLICA_TIMEOUT": 1.0,
+    setting.name: getattr(Settings(), setting.name) for setting in fields(Settings)
 }
 
 
@@ -113,92 +124,15 @@ def get(name: str) -> Any:
 
 
 class RcoordSettings:
-    """Attribute access to the settings; every read goes to ``django.conf.settings``."""
+    """Attribute access to the settings (``conf.TASK_LEASE``): each read returns the
+    project's ``RCOORD`` value, or the default, at the time of the read."""
 
-    @property
-    def CONNECTION(self) -> str:
-        return get("CONNECTION")
-
-    @property
-    def KEY_PREFIX(self) -> str:
-        return get("KEY_PREFIX")
-
-    @property
-    def CLIENT_FACTORY(self) -> str | None:
-        return get("CLIENT_FACTORY")
-
-    @property
-    def ASYNC_CLIENT_FACTORY(self) -> str | None:
-        return get("ASYNC_CLIENT_FACTORY")
-
-    @property
-    def ASYNC_WAIT_CONNECTIONS(self) -> int:
-        return get("ASYNC_WAIT_CONNECTIONS")
-
-    @property
-    def EMBEDDED_REDIS_DIR(self) -> str | None:
-        value = get("EMBEDDED_REDIS_DIR")
-        return None if value is None else str(value)
-
-    @property
-    def CONCURRENCY_LIMITS(self) -> list[dict[str, Any]]:
-        return get("CONCURRENCY_LIMITS")
-
-    @property
-    def TASK_LEASE(self) -> float:
-        return get("TASK_LEASE")
-
-    @property
-    def TASK_MAX_DELIVERIES(self) -> int:
-        return get("TASK_MAX_DELIVERIES")
-
-    @property
-    def TASK_PREFETCH(self) -> int:
-        return get("TASK_PREFETCH")
-
-    @property
-    def TASK_RETRY_BACKOFF(self) -> float:
-        return get("TASK_RETRY_BACKOFF")
-
-    @property
-    def TASK_RETRY_BACKOFF_MAX(self) -> float:
-        return get("TASK_RETRY_BACKOFF_MAX")
-
-    @property
-    def TASK_RESULT_TTL(self) -> float:
-        return get("TASK_RESULT_TTL")
-
-    @property
-    def PERIODIC_TASKS(self) -> list[dict[str, Any]]:
-        return get("PERIODIC_TASKS")
-
-    @property
-    def EMAIL_QUEUES(self) -> list[str]:
-        return get("EMAIL_QUEUES")
-
-    @property
-    def AUTOCOMPLETE_LIMIT(self) -> int:
-        return get("AUTOCOMPLETE_LIMIT")
-
-    @property
-    def AUTOCOMPLETE_PERMISSION(self) -> str:
-        return get("AUTOCOMPLETE_PERMISSION")
-
-    @property
-    def DASHBOARD_PERMISSION(self) -> str:
-        return get("DASHBOARD_PERMISSION")
-
-    @property
-    def METRICS_TOKEN(self) -> str | None:
-        return get("METRICS_TOKEN")
-
-    @property
-    def LOCK_REPLICAS(self) -> int:
-        return get("LOCK_REPLICAS")
-
-    @property
-    def LOCK_REPLICA_TIMEOUT(self) -> float:
-        return get("LOCK_REPLICA_TIMEOUT")
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return get(name)
+        except KeyError:
+            raise AttributeError(f"{name!r} is not an RCOORD setting") from None
 
 
-conf = RcoordSettings()
+#: Typed as ``Settings``: ``conf.TASK_LEASE`` is a float to the type checker.
+conf = cast(Settings, RcoordSettings())

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.checks import CheckMessage, Error
+from django.utils.module_loading import import_string
+
+from django_rcoord.conf import DEFAULTS
+
 
 def is_number(value: object) -> bool:
     """An int or float, not a bool."""
@@ -34,3 +42,26 @@ def check_timeout_and_wait(timeout: float, wait: float) -> None:
         raise ValueError("timeout must be a positive number of seconds")
     if wait < 0:
         raise ValueError("wait must be zero or a positive number of seconds")
+
+
+def callable_problem(path: object) -> str | None:
+    """Why ``path`` is not the dotted path of an importable callable, or None when it is."""
+    try:
+        found = import_string(path) if isinstance(path, str) else None
+    except ImportError:
+        found = None
+    # Importing the project's module may raise anything: a check reports, never crashes.
+    except Exception as exc:  # noqa: BLE001
+        return f"cannot be imported: {type(exc).__name__}: {exc}"
+    return None if callable(found) else "is not an importable callable"
+
+
+def setting_callable_errors(
+    user: Mapping[str, Any], name: str, hint: str, check_id: str
+) -> list[CheckMessage]:
+    """An error unless ``RCOORD[name]`` is the dotted path of an importable callable."""
+    path = user.get(name, DEFAULTS[name])
+    problem = callable_problem(path)
+    if problem is None:
+        return []
+    return [Error(f"settings.RCOORD[{name!r}] {path!r} {problem}.", hint=hint, id=check_id)]

@@ -189,8 +189,8 @@ def test_commands_share_helpers_not_each_other() -> None:
 
 def test_the_checks_read_rules_without_the_middleware() -> None:
     graph = import_graph(module_files(ROOT, PACKAGES))
-    assert "django_rcoord.middleware" not in graph["django_rcoord.checks"]
-    assert "django_rcoord.semaphores.rules" in graph["django_rcoord.checks"]
+    assert "django_rcoord.middleware" not in graph["django_rcoord.semaphores.checks"]
+    assert "django_rcoord.semaphores.rules" in graph["django_rcoord.semaphores.checks"]
     assert "django_rcoord.semaphores.rules" in graph["django_rcoord.middleware"]
 
 
@@ -251,3 +251,15 @@ def test_detector_finds_module_level_and_deferred_cycles(tmp_path: Path) -> None
     found = set(cycles(graph))
     assert found == {frozenset({"pkg.a", "pkg.b"}), frozenset({"pkg.c", "pkg.sub.d"})}
     assert a_path_around(graph, frozenset({"pkg.c", "pkg.sub.d"})) == "pkg.c -> pkg.sub.d -> pkg.c"
+
+
+def test_each_capability_owns_its_checks() -> None:
+    """The core check runs every capability's own checks module and holds none of theirs."""
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    rooms = {"autocomplete", "locks", "ops", "queues", "semaphores"}
+    assert {f"django_rcoord.{room}.checks" for room in rooms} <= graph["django_rcoord.checks"]
+    assert not any(
+        target.startswith(f"django_rcoord.{room}.") and not target.endswith(".checks")
+        for room in rooms
+        for target in graph["django_rcoord.checks"]
+    )

@@ -122,7 +122,8 @@ def test_a_heartbeat_error_mid_batch_loses_and_repeats_nothing(
     markers = [f"h{n}" for n in range(20)]
     enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
     worker = Worker(["default"], burst=True)
-    real_heartbeat, failed = worker.session.heartbeat, []
+    real_heartbeat = worker.session.heartbeat
+    failed: list[int] = []
 
     def failing_once(processed: int, started_at: float) -> None:
         if processed >= 3 and not failed:

@@ -271,7 +271,13 @@ def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:
     else:
         error = TaskError(exception_class_path=outcome.error_class, traceback=outcome.error)
         status, errors = TaskResultStatus.FAILED, [*result.errors, error]
-    finished = dataclasses.replace(result, status=status, finished_at=now, errors=errors)
+    # django-stubs types TaskResultStatus's members oddly (see _enqueued).
+    finished = dataclasses.replace(
+        result,
+        status=status,  # type: ignore[arg-type]
+        finished_at=now,
+        errors=errors,
+    )
     value = json.loads(outcome.value_json) if outcome.kind == "ack" else None
     return _with_return_value(finished, value)
 

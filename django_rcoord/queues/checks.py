@@ -1,0 +1,158 @@
+"""System checks of the task queues' settings and the periodic schedules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.checks import CheckMessage, Error
+
+from django_rcoord.conf import DEFAULTS
+from django_rcoord.exceptions import InvalidName
+from django_rcoord.queues import periodic
+from django_rcoord.queues.keys import one_group
+from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
+
+
+def check_queue_settings(
+    user: Mapping[str, Any], *, prefix_ok: bool = True, **kwargs: Any
+) -> list[CheckMessage]:
+    """The task queues' settings (rcoord.E017, E020, E021) and PERIODIC_TASKS (E025, E029
+    and the schedule checks). Looking the periodic tasks up builds keys: not tried while
+    KEY_PREFIX is unusable (``prefix_ok`` False; rcoord.E006 says why)."""
+    errors: list[CheckMessage] = []
+    result_ttl = user.get("TASK_RESULT_TTL", DEFAULTS["TASK_RESULT_TTL"])
+    if not is_number(result_ttl) or not result_ttl >= 1:
+        errors.append(
+            Error(
+                "settings.RCOORD['TASK_RESULT_TTL'] must be a number of seconds of at least 1, "
+                f"not {result_ttl!r}.",
+                hint="The default keeps finished results for a day (86400).",
+                id="rcoord.E017",
+            )
+        )
+    errors.extend(_check_task_settings(user))
+    errors.extend(
+        _check_periodic(
+            user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]), look_up_tasks=prefix_ok
+        )
+    )
+    return errors
+
+
+def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """The queue's settings: lease, retry backoff, deliveries, the e-mail worker's queues."""
+    errors: list[CheckMessage] = []
+
+    def value(name: str) -> Any:
+        return user.get(name, DEFAULTS[name])
+
+    def bad(name: str, wanted: str, hint: str) -> None:
+        errors.append(
+            Error(
+                f"settings.RCOORD[{name!r}] must be {wanted}, not {value(name)!r}.",
+                hint=hint,
+                id="rcoord.E020",
+            )
+        )
+
+    lease = value("TASK_LEASE")
+    if not is_number(lease) or not lease >= 0.1:
+        bad(
+            "TASK_LEASE",
+            "a number of seconds of at least 0.1",
+            "How long a worker holds a task before another may take it (renewed while the "
+            "task runs); the default is 60.",
+        )
+    backoff, backoff_max = value("TASK_RETRY_BACKOFF"), value("TASK_RETRY_BACKOFF_MAX")
+    if not is_number(backoff) or not backoff >= 0:
+        bad("TASK_RETRY_BACKOFF", "a number of seconds of 0 or more", "The default is 1.0.")
+    if not is_number(backoff_max) or not backoff_max >= 0:
+        bad("TASK_RETRY_BACKOFF_MAX", "a number of seconds of 0 or more", "The default is 600.")
+    elif is_number(backoff) and backoff_max < backoff:
+        bad(
+            "TASK_RETRY_BACKOFF_MAX",
+            f"at least TASK_RETRY_BACKOFF ({backoff!r})",
+            "It caps the doubling retry delay.",
+        )
+    if not is_positive_int(value("TASK_MAX_DELIVERIES")):
+        bad(
+            "TASK_MAX_DELIVERIES",
+            "a positive int",
+            "A task whose worker dies while running it this many times becomes a dead letter; "
+            "the default is 5.",
+        )
+    prefetch = value("TASK_PREFETCH")
+    if not is_positive_int(prefetch) or prefetch > MAX_BATCH:
+        bad(
+            "TASK_PREFETCH",
+            f"an int from 1 to {MAX_BATCH}",
+            "The most tasks a worker takes in one call; 1 takes them one by one. The "
+            "default is 32.",
+        )
+    queues = value("EMAIL_QUEUES")
+    hint = (
+        'A non-empty list of queue names of one queue group, e.g. ["email"] or '
+        '["mail/urgent", "mail/bulk"] (one worker watches one group).'
+    )
+    if not isinstance(queues, (list, tuple)) or not queues:
+        errors.append(
+            Error(
+                f"settings.RCOORD['EMAIL_QUEUES'] must be a non-empty list, not {queues!r}.",
+                hint=hint,
+                id="rcoord.E021",
+            )
+        )
+    else:
+        try:
+            one_group(list(queues))
+        except (InvalidName, ValueError) as exc:
+            errors.append(
+                Error(
+                    f"settings.RCOORD['EMAIL_QUEUES'] cannot be watched by one worker: {exc}",
+                    hint=hint,
+                    id="rcoord.E021",
+                )
+            )
+    return errors
+
+
+def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMessage]:
+    """The schedules' shape and timing, then whether each names a task. Looking a task up
+    imports every app's ``tasks`` module, whose ``@task`` builds keys: with an unusable
+    KEY_PREFIX (``look_up_tasks`` False; rcoord.E006 says why) that is not tried."""
+    hint = (
+        'Each entry: {"name": "digest", "task": "myapp.tasks.send_digest", "cron": '
+        '"0 7 * * *"} or "every": seconds (1 or more), optional "args", "kwargs", '
+        '"catch_up" ("skip" or "once").'
+    )
+    errors: list[CheckMessage] = [
+        Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)
+        for check_id, text in periodic.problems(raw)
+    ]
+    if errors or not look_up_tasks:
+        return errors
+    try:
+        unknown = periodic.unknown_tasks(raw)
+    # The project's own modules may raise anything on import: a check reports, never crashes.
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Error(
+                "settings.RCOORD['PERIODIC_TASKS'] could not be checked: looking its tasks up "
+                f"(importing each app's tasks module) raised {type(exc).__name__}: {exc}",
+                hint="Fix the error (python -c 'import myapp.tasks' shows its traceback); "
+                "the worker and poll_delayed import the same modules at start.",
+                id="rcoord.E029",
+            )
+        ]
+    for task in unknown:
+        errors.append(
+            Error(
+                f"settings.RCOORD['PERIODIC_TASKS'] names the task {task!r}, which is neither "
+                "a registered @task nor a Tasks framework task on a RedisTaskBackend.",
+                hint="Use the @task's name (its module path and function name by default) "
+                "or the dotted path of a django.tasks @task.",
+                id="rcoord.E025",
+            )
+        )
+    return errors

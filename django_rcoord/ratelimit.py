@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
-from django_rcoord.keys import KeySpace
+from django_rcoord.keys import KeySpace, encoded_instance_keys
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import is_positive_int
 
@@ -149,12 +149,13 @@ _ALGORITHMS = {
 
 def _call(
     key: str, limit: int, seconds: float, algorithm: str
-) -> tuple[_Algorithm, list[str], list[int]]:
+) -> tuple[_Algorithm, tuple[bytes, ...], list[int]]:
     """What ``hit`` and ``ahit`` send: the algorithm, its key and the script's arguments."""
     chosen = _ALGORITHMS[check_algorithm(algorithm)]
     if not is_positive_int(limit):
         raise ValueError("limit must be a positive integer")
-    return chosen, [KeySpace("ratelimit", key).key(chosen.part)], chosen.arguments(limit, seconds)
+    keys = encoded_instance_keys("ratelimit", key, (chosen.part,))
+    return chosen, keys, chosen.arguments(limit, seconds)
 
 
 def allow_once(key: str, seconds: float, *, client: Any = None) -> bool:

@@ -400,3 +400,14 @@ async def test_rate_limited_async_view_gives_429_and_retry_after_per_algorithm(
     assert refused.status_code == 429
     assert low <= int(refused["Retry-After"]) <= high
     assert (await view(request, name="bob")).status_code == 200
+
+
+def test_sliding_counter_keeps_two_windows_and_expires_after_them() -> None:
+    key = KeySpace("ratelimit", "two").key("counters")
+    for _ in range(4):  # hits in four windows of 0.1 s
+        assert allow_n("two", 100, 0.1, algorithm="sliding_counter")
+        assert get_client().hlen(key) <= 2
+        assert 0 < get_client().pttl(key) <= 200
+        time.sleep(0.1)
+    time.sleep(0.15)
+    assert not get_client().exists(key)

@@ -21,28 +21,28 @@ local counts = redis.call('HMGET', KEYS[1], last_window, this_window)
 local previous, current = tonumber(counts[1] or 0), tonumber(counts[2] or 0)
 local covered = 1 - (now - started) / window  -- share of the previous window still inside
 
-local function estimate(current_hits)
-    return previous * covered + current_hits
-end
-
-local allowed = estimate(current) + 1 <= limit
+local allowed = previous * covered + current + 1 <= limit
 if allowed then
     current = redis.call('HINCRBY', KEYS[1], this_window, 1)
-    if redis.call('HLEN', KEYS[1]) > 2 then
-        -- Older windows no longer count.
-        for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
-            if field ~= this_window and field ~= last_window then
-                redis.call('HDEL', KEYS[1], field)
+    if current == 1 then
+        -- A window's first hit: older windows no longer count, and the counters are kept
+        -- until this window is over as the previous one (two windows from its start).
+        if redis.call('HLEN', KEYS[1]) > 2 then
+            for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+                if field ~= this_window and field ~= last_window then
+                    redis.call('HDEL', KEYS[1], field)
+                end
             end
         end
+        redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000))
     end
-    redis.call('PEXPIRE', KEYS[1], math.ceil(2 * window / 1000))
 end
 
 -- The wait until estimate + 1 <= limit: in this window, once enough of the previous one
 -- has slid out; or, when this window alone is full, in the next, as this one slides out.
+local estimate = previous * covered + current
 local wait = 0
-if estimate(current) + 1 > limit then
+if estimate + 1 > limit then
     if current + 1 <= limit then
         wait = started + window * (1 - (limit - 1 - current) / previous) - now
     else
@@ -50,7 +50,7 @@ if estimate(current) + 1 > limit then
     end
     wait = math.max(0, math.ceil(wait))
 end
-local hits = math.floor(estimate(current) + 1e-9)
+local hits = math.floor(estimate + 1e-9)
 if not allowed then
     hits = math.max(limit + 1, hits + 1)
 end

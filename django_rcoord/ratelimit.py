@@ -82,7 +82,7 @@ def check_algorithm(algorithm: object) -> str:
             f"unknown rate-limit algorithm {algorithm!r}; choose one of "
             + ", ".join(repr(name) for name in ALGORITHMS)
         )
-    return algorithm  # type: ignore[return-value]  # one of the str names above
+    return algorithm
 
 
 def _window_ms(seconds: float) -> int:

@@ -29,7 +29,6 @@ Each has an async twin on ``redis.asyncio`` (``aallow_once``, ``ahit``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +59,9 @@ ALGORITHMS = ("fixed", "sliding", "sliding_counter", "gcra")
 @dataclass(frozen=True)
 class RateLimitResult:
     allowed: bool
-    #: Hits counted in the window, this one included (refused or not). "sliding" and
-    #: "sliding_counter" count allowed hits only, "sliding_counter" estimates them, and
-    #: "gcra" counts the cells in use; for all of them a refused hit answers at least
-    #: ``limit + 1``.
+    #: Hits in the window, this one included: "fixed" counts every hit, refused ones
+    #: too; "sliding" counts the allowed ones; "sliding_counter" estimates them; "gcra"
+    #: counts the cells (tokens) in use. A refused hit answers at least ``limit + 1``.
     hits: int
     limit: int
     #: Seconds until a hit would be allowed. For "fixed": until the current window ends
@@ -101,49 +99,37 @@ def _once_key(key: str) -> str:
     return KeySpace("ratelimit", key).key("once")
 
 
-def _fixed_result(reply: Any, limit: int) -> RateLimitResult:
-    hits, remaining_ms = reply
-    return RateLimitResult(hits <= limit, int(hits), limit, remaining_ms / 1000)
-
-
-def _timed_result(reply: Any, limit: int) -> RateLimitResult:
-    allowed, hits, wait_us = reply
-    return RateLimitResult(allowed == 1, int(hits), limit, wait_us / 1_000_000)
-
-
 @dataclass(frozen=True)
 class _Algorithm:
-    """How one algorithm is asked: its script, the key part it keeps its state in, the
-    script's arguments and how its reply reads."""
+    """How one algorithm is asked: its script and the key part it keeps its state in.
+
+    The fixed window's script (the first, kept as it was) takes the window in ms and
+    answers ``{hits, ms until the window ends}``; the others take the limit and the
+    window in us and answer ``{allowed, hits, us until a hit would be allowed}``.
+    """
 
     script: str
     part: str
-    arguments: Callable[[int, float], list[int]]
-    result: Callable[[Any, int], RateLimitResult]
+    fixed_window: bool = False
+
+    def arguments(self, limit: int, seconds: float) -> list[int]:
+        if self.fixed_window:
+            return [_window_ms(seconds)]
+        return [limit, _window_us(seconds)]
+
+    def result(self, reply: Any, limit: int) -> RateLimitResult:
+        if self.fixed_window:
+            hits, remaining_ms = reply
+            return RateLimitResult(hits <= limit, int(hits), limit, remaining_ms / 1000)
+        allowed, hits, wait_us = reply
+        return RateLimitResult(allowed == 1, int(hits), limit, wait_us / 1_000_000)
 
 
 _ALGORITHMS = {
-    "fixed": _Algorithm(
-        "ratelimit_hit", "window", lambda limit, seconds: [_window_ms(seconds)], _fixed_result
-    ),
-    "sliding": _Algorithm(
-        "ratelimit_sliding",
-        "log",
-        lambda limit, seconds: [limit, _window_us(seconds)],
-        _timed_result,
-    ),
-    "sliding_counter": _Algorithm(
-        "ratelimit_sliding_counter",
-        "counters",
-        lambda limit, seconds: [limit, _window_us(seconds)],
-        _timed_result,
-    ),
-    "gcra": _Algorithm(
-        "ratelimit_gcra",
-        "tat",
-        lambda limit, seconds: [limit, _window_us(seconds)],
-        _timed_result,
-    ),
+    "fixed": _Algorithm("ratelimit_hit", "window", fixed_window=True),
+    "sliding": _Algorithm("ratelimit_sliding", "log"),
+    "sliding_counter": _Algorithm("ratelimit_sliding_counter", "counters"),
+    "gcra": _Algorithm("ratelimit_gcra", "tat"),
 }
 
 

@@ -417,3 +417,22 @@ def test_sliding_counter_keeps_two_windows_and_expires_after_them() -> None:
         time.sleep(0.1)
     time.sleep(0.15)
     assert not get_client().exists(key)
+
+
+@pytest.mark.parametrize("algorithm", ["sliding", "sliding_counter", "gcra"])
+async def test_rate_limited_fails_open_or_closed_with_every_algorithm(
+    algorithm: str, redis_down: str
+) -> None:
+    @rate_limited("down", limit=1, seconds=60, algorithm=algorithm)
+    def open_view(request):
+        return HttpResponse("ok")
+
+    @rate_limited("down", limit=1, seconds=60, algorithm=algorithm, fail_open=False)
+    async def closed_view(request):
+        return HttpResponse("ok")
+
+    request = AsyncRequestFactory().get("/", HTTP_ACCEPT="application/json")
+    assert [open_view(request).status_code for _ in range(2)] == [200, 200]
+    closed = await closed_view(request)
+    assert closed.status_code == 503
+    assert closed["Retry-After"] == "5"

@@ -4,9 +4,9 @@
 -- Returns  {1 allowed | 0 refused, cells in use including this one,
 --           us until a next hit would be allowed (0: one would be now)}
 -- Hits are spaced window / limit apart (the emission interval); up to limit of them may
--- come at once after a quiet window. The stored time is when the bucket would be empty
--- again; a hit is allowed when that time, pushed one interval on, is at most one window
--- ahead. A refused hit changes nothing.
+-- come at once after a quiet window. The stored time is when every cell would be free
+-- again (the bucket full); a hit is allowed when that time, pushed one interval on, is at
+-- most one window ahead. A refused hit changes nothing.
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local limit, window = tonumber(ARGV[1]), tonumber(ARGV[2])

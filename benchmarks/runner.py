@@ -34,6 +34,7 @@ SCENARIOS = (
     "floor",
     "locks",
     "semaphores",
+    "ratelimit",
     "autocomplete",
     "queues",
     "tasks",

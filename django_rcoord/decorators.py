@@ -21,7 +21,7 @@ from django_rcoord.connection import NO_REDIS
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
 from django_rcoord.identity import aget_user, get_user, is_signed_in, requester
 from django_rcoord.locks import Lock
-from django_rcoord.ratelimit import RateLimitResult, ahit, hit
+from django_rcoord.ratelimit import RateLimitResult, ahit, check_algorithm, hit
 from django_rcoord.responses import error_response, unavailable
 from django_rcoord.validation import is_number, is_positive_int
 
@@ -416,22 +416,36 @@ def locked(
 
 
 def rate_limited(
-    key: KeyTemplate, *, limit: int, seconds: float, fail_open: bool = True
+    key: KeyTemplate,
+    *,
+    limit: int,
+    seconds: float,
+    algorithm: str = "fixed",
+    fail_open: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Allow ``limit`` calls of the view per ``seconds`` for each value of ``key``; then 429.
 
     ``key`` is filled like ``@locked``'s (``"download:{user.pk}"``, where ``user``
-    is ``ip:<address>`` for anonymous clients, or a callable). The window starts at
-    its first call (``ratelimit.allow_n``). Over the limit, the response is 429 with
-    ``Retry-After`` (the seconds until the window ends), JSON for JSON clients. When
-    Redis cannot be reached the view runs unlimited (``fail_open=True``, the default,
-    as in the middleware), or with ``fail_open=False`` the request gets a 503 with
-    ``Retry-After``. Sync, async and class-based views.
+    is ``ip:<address>`` for anonymous clients, or a callable). ``algorithm`` is one
+    of ``ratelimit.ALGORITHMS``: "fixed" (a window that starts at its first call),
+    "sliding" (exact: at most ``limit`` in any ``seconds``), "sliding_counter" (its
+    approximation by two counters) or "gcra" (calls spaced ``seconds / limit`` apart,
+    bursts up to ``limit``); see ``ratelimit.hit``. Over the limit, the response is
+    429 with ``Retry-After`` (the seconds until a call would be allowed), JSON for
+    JSON clients. An unknown ``algorithm`` raises ``ImproperlyConfigured`` when the
+    view is decorated. When Redis cannot be reached the view runs unlimited
+    (``fail_open=True``, the default, as in the middleware), or with
+    ``fail_open=False`` the request gets a 503 with ``Retry-After``. Sync, async and
+    class-based views.
     """
     if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
     if not is_number(seconds) or not seconds > 0:
         raise ImproperlyConfigured("@rate_limited: seconds must be a positive number.")
+    try:
+        check_algorithm(algorithm)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"@rate_limited: {exc}.") from None
     _check_fail_open(fail_open, "@rate_limited")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -459,7 +473,10 @@ def rate_limited(
                 _check_request(request, "rate_limited")
                 try:
                     result = await ahit(
-                        await name_for.async_name(request, args, kwargs), limit, seconds
+                        await name_for.async_name(request, args, kwargs),
+                        limit,
+                        seconds,
+                        algorithm=algorithm,
                     )
                 except InvalidName as exc:
                     return bad_key(request, exc)
@@ -475,7 +492,9 @@ def rate_limited(
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
             _check_request(request, "rate_limited")
             try:
-                result = hit(name_for.sync_name(request, args, kwargs), limit, seconds)
+                result = hit(
+                    name_for.sync_name(request, args, kwargs), limit, seconds, algorithm=algorithm
+                )
             except InvalidName as exc:
                 return bad_key(request, exc)
             except NO_REDIS as exc:

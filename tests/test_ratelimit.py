@@ -1,13 +1,31 @@
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
 import time
+from collections.abc import Callable
 
 import pytest
-from django.test import Client
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpResponse
+from django.test import AsyncRequestFactory, Client, RequestFactory
 
 from django_rcoord.connection import get_client
+from django_rcoord.decorators import rate_limited
+from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace
-from django_rcoord.ratelimit import allow_n, allow_once, hit, reset
+from django_rcoord.ratelimit import (
+    ALGORITHMS,
+    aallow_n,
+    ahit,
+    allow_n,
+    allow_once,
+    areset,
+    hit,
+    reset,
+)
+from tests.procs import run_in_processes
 
 
 def test_allow_once_per_window() -> None:
@@ -141,3 +159,280 @@ def test_verification_code_page_sends_one_code_a_minute(
     assert "One code a minute" in second.content.decode()
     assert len(mailoutbox) == 1
     assert mailoutbox[0].to == ["ada@example.com"]
+
+
+# -- the algorithms: fixed, sliding (exact log), sliding_counter, gcra -------------------------
+
+#: Retry-After of the third call at limit=2 per 60 s, by algorithm (whole seconds, inclusive).
+RETRY_AFTER_AT_2_PER_MINUTE = {
+    "fixed": (59, 60),  # until the window (started by the first call) ends
+    "sliding": (59, 60),  # until the first call leaves the window
+    "sliding_counter": (31, 90),  # into the next clock-aligned window, by where this one is
+    "gcra": (29, 30),  # one emission interval, 60 / 2
+}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_each_algorithm_allows_its_limit_then_refuses(algorithm: str) -> None:
+    results = [hit("api:ada", 5, 60, algorithm=algorithm) for _ in range(7)]
+    assert [r.allowed for r in results] == [True] * 5 + [False] * 2
+    assert [r.hits for r in results[:5]] == [1, 2, 3, 4, 5]
+    assert [r.remaining for r in results] == [4, 3, 2, 1, 0, 0, 0]
+    assert all(r.hits > 5 for r in results[5:])
+    assert all(r.retry_after > 0 for r in results[5:])
+    assert hit("api:bob", 5, 60, algorithm=algorithm).allowed
+    assert allow_n("api:cy", 1, 60, algorithm=algorithm)
+    assert not allow_n("api:cy", 1, 60, algorithm=algorithm)
+
+
+@pytest.mark.parametrize("algorithm", ["sliding", "sliding_counter", "gcra"])
+def test_retry_after_is_zero_while_a_next_hit_would_pass(algorithm: str) -> None:
+    first, second = (hit("r", 2, 60, algorithm=algorithm) for _ in range(2))
+    assert first.allowed
+    assert first.retry_after == 0
+    assert second.allowed
+    assert second.retry_after > 0
+    refused = hit("r", 2, 60, algorithm=algorithm)
+    assert not refused.allowed
+    assert abs(refused.retry_after - second.retry_after) < 0.05
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_retry_after_of_each_algorithm(algorithm: str) -> None:
+    for _ in range(2):
+        hit("r", 2, 60, algorithm=algorithm)
+    refused = hit("r", 2, 60, algorithm=algorithm)
+    low, high = RETRY_AFTER_AT_2_PER_MINUTE[algorithm]
+    assert not refused.allowed
+    assert low <= refused.retry_after <= high
+
+
+def test_sliding_window_lets_hits_leave_one_by_one() -> None:
+    # 3 per 0.6 s, hits at about 0, 0.2 and 0.4 s: the fourth waits for the first to leave.
+    for pause in (0.2, 0.2, 0):
+        assert hit("slide", 3, 0.6, algorithm="sliding").allowed
+        time.sleep(pause)
+    refused = hit("slide", 3, 0.6, algorithm="sliding")
+    assert not refused.allowed
+    assert refused.hits == 4
+    assert 0 < refused.retry_after <= 0.2
+    time.sleep(refused.retry_after + 0.01)
+    assert hit("slide", 3, 0.6, algorithm="sliding").allowed  # the first hit has left
+    again = hit("slide", 3, 0.6, algorithm="sliding")
+    assert not again.allowed  # the second has not: a fixed window would now be empty
+    assert 0 < again.retry_after <= 0.2
+    assert get_client().zcard(KeySpace("ratelimit", "slide").key("log")) == 3
+
+
+def _grants(check: Callable[[], bool], seconds: float) -> list[tuple[float, float]]:
+    """Call ``check`` for ``seconds``; for each True, when the call was sent and answered
+    (the server's decision lies between the two)."""
+    grants = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sent = time.monotonic()
+        if check():
+            grants.append((sent, time.monotonic()))
+    return grants
+
+
+def test_sliding_window_never_passes_more_than_its_limit_in_any_window() -> None:
+    grants = _grants(lambda: allow_n("burst", 3, 0.3, algorithm="sliding"), 0.9)
+    assert len(grants) >= 7
+    for (first_sent, _), (_, fourth_answered) in zip(grants, grants[3:], strict=False):
+        assert fourth_answered - first_sent >= 0.3 - 0.001
+
+
+def test_gcra_allows_a_burst_then_spaces_hits_by_the_emission_interval() -> None:
+    # 5 per second: bursts of 5 after a quiet second, then one hit every 0.2 s.
+    burst = [hit("g", 5, 1, algorithm="gcra") for _ in range(6)]
+    assert [r.allowed for r in burst] == [True] * 5 + [False]
+    assert 0 < burst[-1].retry_after <= 0.2
+    time.sleep(burst[-1].retry_after)
+    assert hit("g", 5, 1, algorithm="gcra").allowed
+    refused = hit("g", 5, 1, algorithm="gcra")
+    assert not refused.allowed
+    assert 0 < refused.retry_after <= 0.2
+
+    grants = _grants(lambda: allow_n("g", 5, 1, algorithm="gcra"), 0.7)
+    assert 3 <= len(grants) <= 4
+    for (sent, _), (_, answered) in itertools.pairwise(grants):
+        assert answered - sent >= 0.2 - 0.001
+
+
+def test_gcra_refills_one_cell_per_interval_while_quiet() -> None:
+    for _ in range(5):
+        assert allow_n("quiet", 5, 1, algorithm="gcra")
+    time.sleep(0.45)  # two intervals of 0.2 s
+    assert [allow_n("quiet", 5, 1, algorithm="gcra") for _ in range(3)] == [True, True, False]
+    key = KeySpace("ratelimit", "quiet").key("tat")
+    assert 0 < get_client().pttl(key) <= 1000  # the bucket is full again when it expires
+
+
+def _sleep_into_a_new_window(window: float, offset: float = 0.01) -> None:
+    """Sleep until ``offset`` after the start of the next window of the server's clock."""
+    seconds, microseconds = get_client().time()
+    now = seconds + microseconds / 1_000_000
+    time.sleep(window - now % window + offset)
+
+
+def test_sliding_counter_weights_the_previous_window() -> None:
+    window = 0.4
+    _sleep_into_a_new_window(window)
+    assert [allow_n("sc", 4, window, algorithm="sliding_counter") for _ in range(4)] == [True] * 4
+    refused = hit("sc", 4, window, algorithm="sliding_counter")
+    # This window is full: the next must be a quarter in before 4 x 3/4 + 1 <= 4.
+    assert not refused.allowed
+    assert 0.1 < refused.retry_after <= 0.5
+    time.sleep(refused.retry_after + 0.01)
+    assert hit("sc", 4, window, algorithm="sliding_counter").allowed
+    again = hit("sc", 4, window, algorithm="sliding_counter")
+    # Now 4 x 0.74 + 1 + 1 > 4, until the previous window weighs 2: half-way in.
+    assert not again.allowed
+    assert 0 < again.retry_after <= 0.1
+
+
+def _hit_at_the_gate(algorithms: list[str], gate: str, processes: int, attempts: int) -> dict:
+    """In each of several processes: wait for all of them, then hit every algorithm's key."""
+    client = get_client()
+    client.incr(gate)
+    deadline = time.monotonic() + 60
+    while int(client.get(gate)) < processes:
+        assert time.monotonic() < deadline, "the other processes did not come"
+        time.sleep(0.001)
+    allowed = dict.fromkeys(algorithms, 0)
+    for _ in range(attempts):
+        for algorithm in algorithms:
+            allowed[algorithm] += allow_n(f"shared:{algorithm}", 50, 3600, algorithm=algorithm)
+    return allowed
+
+
+def test_exact_limit_under_concurrent_hits_from_several_processes() -> None:
+    processes = 4
+    counts = run_in_processes(
+        _hit_at_the_gate, [(list(ALGORITHMS), "test:gate", processes, 40)] * processes
+    )
+    for algorithm in ALGORITHMS:
+        assert sum(count[algorithm] for count in counts) == 50, algorithm
+    assert get_client().zcard(KeySpace("ratelimit", "shared:sliding").key("log")) == 50
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_async_exact_limit_under_hundreds_of_concurrent_tasks(algorithm: str) -> None:
+    results = await asyncio.gather(
+        *(ahit("many", 100, 3600, algorithm=algorithm) for _ in range(300))
+    )
+    allowed = [result for result in results if result.allowed]
+    assert len(allowed) == 100
+    assert sorted(result.hits for result in allowed) == list(range(1, 101))
+    assert await aallow_n("many", 100, 3600, algorithm=algorithm) is False
+    await areset("many")
+    assert await aallow_n("many", 100, 3600, algorithm=algorithm) is True
+
+
+def test_reset_forgets_every_algorithm() -> None:
+    for algorithm in ALGORITHMS:
+        assert allow_n("all", 1, 60, algorithm=algorithm)
+        assert not allow_n("all", 1, 60, algorithm=algorithm)
+    reset("all")
+    assert all(allow_n("all", 1, 60, algorithm=algorithm) for algorithm in ALGORITHMS)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_bad_names_stay_in_their_own_key(algorithm: str) -> None:
+    part = {"fixed": "window", "sliding": "log", "sliding_counter": "counters", "gcra": "tat"}
+    client = get_client()
+    for name in ["a}:log", "a", "{a}", "*", "x y\n", "ratelimit:{a}:tat"]:
+        assert allow_n(name, 1, 60, algorithm=algorithm)
+        (key,) = client.scan_iter(match=KeySpace("ratelimit", name).pattern, count=1000)
+        assert key.decode() == KeySpace("ratelimit", name).key(part[algorithm])
+        assert key.decode().count("{") == key.decode().count("}") == 1
+    # Six names, six keys: none reached another's.
+    assert len(list(client.scan_iter(match="rcoord:ratelimit:*", count=1000))) == 6
+    with pytest.raises(InvalidName):
+        hit("", 1, 60, algorithm=algorithm)
+    with pytest.raises(InvalidName):
+        hit("x" * 201, 1, 60, algorithm=algorithm)
+
+
+def test_unknown_algorithms_and_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown rate-limit algorithm 'leaky'"):
+        hit("x", 1, 60, algorithm="leaky")
+    with pytest.raises(ImproperlyConfigured, match="unknown rate-limit algorithm 'leaky'"):
+        rate_limited("x", limit=1, seconds=60, algorithm="leaky")
+    for algorithm in ALGORITHMS:
+        with pytest.raises(ValueError, match="limit must be a positive integer"):
+            hit("x", 0, 60, algorithm=algorithm)
+        with pytest.raises(ValueError, match="seconds must be a positive number"):
+            hit("x", 1, 0, algorithm=algorithm)
+
+
+def _views(algorithm: str) -> tuple:
+    @rate_limited("algo:{name}", limit=2, seconds=60, algorithm=algorithm)
+    def sync_view(request, name):
+        return HttpResponse("ok")
+
+    @rate_limited("algo:{name}", limit=2, seconds=60, algorithm=algorithm)
+    async def async_view(request, name):
+        return HttpResponse("ok")
+
+    return sync_view, async_view
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_rate_limited_sync_view_gives_429_and_retry_after_per_algorithm(algorithm: str) -> None:
+    view, _ = _views(algorithm)
+    request = RequestFactory().get("/", HTTP_ACCEPT="application/json")
+    assert [view(request, name="ada").status_code for _ in range(2)] == [200, 200]
+    refused = view(request, name="ada")
+    low, high = RETRY_AFTER_AT_2_PER_MINUTE[algorithm]
+    assert refused.status_code == 429
+    assert low <= int(refused["Retry-After"]) <= high
+    assert json.loads(refused.content)["error"] == "rate_limited"
+    assert json.loads(refused.content)["retry_after"] == int(refused["Retry-After"])
+    assert view(request, name="bob").status_code == 200
+    assert view(request, name="x" * 300).status_code == 400  # a name too long for a key
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+async def test_rate_limited_async_view_gives_429_and_retry_after_per_algorithm(
+    algorithm: str,
+) -> None:
+    _, view = _views(algorithm)
+    request = AsyncRequestFactory().get("/", HTTP_ACCEPT="application/json")
+    assert [(await view(request, name="ada")).status_code for _ in range(2)] == [200, 200]
+    refused = await view(request, name="ada")
+    low, high = RETRY_AFTER_AT_2_PER_MINUTE[algorithm]
+    assert refused.status_code == 429
+    assert low <= int(refused["Retry-After"]) <= high
+    assert (await view(request, name="bob")).status_code == 200
+
+
+def test_sliding_counter_keeps_two_windows_and_expires_after_them() -> None:
+    key = KeySpace("ratelimit", "two").key("counters")
+    for _ in range(4):  # hits in four windows of 0.1 s
+        assert allow_n("two", 100, 0.1, algorithm="sliding_counter")
+        assert get_client().hlen(key) <= 2
+        assert 0 < get_client().pttl(key) <= 200
+        time.sleep(0.1)
+    time.sleep(0.15)
+    assert not get_client().exists(key)
+
+
+@pytest.mark.parametrize("algorithm", ["sliding", "sliding_counter", "gcra"])
+async def test_rate_limited_fails_open_or_closed_with_every_algorithm(
+    algorithm: str, redis_down: str
+) -> None:
+    @rate_limited("down", limit=1, seconds=60, algorithm=algorithm)
+    def open_view(request):
+        return HttpResponse("ok")
+
+    @rate_limited("down", limit=1, seconds=60, algorithm=algorithm, fail_open=False)
+    async def closed_view(request):
+        return HttpResponse("ok")
+
+    request = AsyncRequestFactory().get("/", HTTP_ACCEPT="application/json")
+    assert [open_view(request).status_code for _ in range(2)] == [200, 200]
+    closed = await closed_view(request)
+    assert closed.status_code == 503
+    assert closed["Retry-After"] == "5"

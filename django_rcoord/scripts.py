@@ -30,7 +30,7 @@ def _source(name: str, package: str) -> bytes:
     """The script's text, each ``--! include <name>`` line replaced by ``lua/<name>.lua``
     (helpers several scripts share, defined once); ``--! include <package>:<name>``
     includes another package's helper (a project's script including
-    ``django_rcoord:enqueue_message`` queues a task in the same step as its own writes)."""
+    ``django_rcoord:_enqueue`` queues a task in the same step as its own writes)."""
     source = (resources.files(package) / "lua" / f"{name}.lua").read_bytes()
 
     def included(match: re.Match[bytes]) -> bytes:

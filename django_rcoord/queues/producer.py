@@ -196,7 +196,7 @@ async def aexecute_later(
 class ScriptedEnqueue:
     """A task for a project's own Lua script to queue in the same atomic step as its writes.
 
-    The script includes the queue's helper (``--! include django_rcoord:enqueue_message``), takes
+    The script includes the queue's helper (``--! include django_rcoord:_enqueue``), takes
     ``keys`` among its KEYS and ``args`` among its ARGV, and calls
     ``enqueue_task(<the 7 keys>, <the 8 args>)`` in that order. After the script, call
     ``registered(client, result)`` with what ``enqueue_task`` returned.

@@ -1,0 +1,79 @@
+"""The lock scripts' arguments and replies, as pure functions (no I/O).
+
+``lock_acquire.lua`` answers a fencing token (> 0) or minus the holder's remaining
+TTL in ms; a release hands the lock over to a waiter by pushing
+``<token>:<ttl ms>:<identifier>`` on the lock's signal list, or wakes one with
+``1``. See the scripts' headers for their KEYS and ARGV.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout
+
+#: The keys of one lock, in the order its scripts take them.
+KEY_PARTS = ("owner", "fence", "signal", "waiting")
+
+
+def ttl_ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def block_ms(deadline: float, now: float) -> int:
+    """The acquire script's ARGV[3]: how long the caller may block if refused (0: it will
+    not wait, and raises no "someone waits" flag)."""
+    remaining = deadline - now
+    return int(remaining * 1000) + 1 if remaining > 0 else 0
+
+
+def holder_ttl(result: int) -> float | None:
+    """The holder's remaining TTL in seconds from a refused attempt's reply (None: none)."""
+    return -result / 1000 if result < 0 else None
+
+
+def wait_after_refusal(holder_ttl: float | None, deadline: float, now: float) -> float | None:
+    """Seconds to block for a wake-up after a refused attempt, or None when out of time. A
+    waiter never blocks past the holder's TTL: a holder that died is replaced on time."""
+    remaining = deadline - now
+    if remaining <= 0:
+        return None
+    return min(remaining, remaining if holder_ttl is None else holder_ttl)
+
+
+def handover(token: bytes) -> tuple[str, int, int] | None:
+    """(identifier, fencing token, TTL ms) of a lock handed over by a release, or None for a
+    plain wake-up (``b"1"``)."""
+    fields = token.split(b":", 2)
+    if len(fields) != 3:
+        return None
+    return fields[2].decode(), int(fields[0]), int(fields[1])
+
+
+def release_args(identifier: str, lock_ttl_ms: int, replicas: int) -> tuple[str, int, int]:
+    """The release script's ARGV. With replicas to wait for, a grant must be acknowledged by
+    them when it is made (acquire sends WAIT): a release then wakes a waiter rather than
+    handing the lock over."""
+    return identifier, lock_ttl_ms, 0 if replicas else 1
+
+
+def is_identifier(held: Any, identifier: str) -> bool:
+    """Whether the owner key's value ``held`` is ``identifier``."""
+    return held in (identifier, identifier.encode())
+
+
+def lost(name: str) -> LockLost:
+    return LockLost(f"Lock {name!r} expired or was taken by another holder.")
+
+
+def timed_out(name: str, wait: float) -> LockTimeout:
+    return LockTimeout(f"Could not acquire lock {name!r} within {wait}s.")
+
+
+def not_replicated(
+    name: str, acknowledged: int, replicas: int, timeout: float
+) -> LockNotReplicated:
+    return LockNotReplicated(
+        f"Lock {name!r} was granted but only {acknowledged} of {replicas} replicas "
+        f"acknowledged it within {timeout}s; it was given back."
+    )

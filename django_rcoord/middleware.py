@@ -22,30 +22,27 @@ from django.urls import Resolver404, resolve
 from django_rcoord.conf import conf
 from django_rcoord.connection import NO_REDIS
 from django_rcoord.identity import aget_user, get_user
+from django_rcoord.renewal import Renewal
 from django_rcoord.responses import error_response, unavailable
-from django_rcoord.semaphores import PermitKeeper, Semaphore
+from django_rcoord.semaphores import Semaphore
 from django_rcoord.semaphores.rules import ConcurrencyRule, load_rules
 from django_rcoord.waiting import spawn
 
 logger = logging.getLogger(__name__)
 
-_keeper = PermitKeeper()
-
 
 @dataclass
 class _Permit:
-    """A permit held for a request: kept fresh by ``_keeper``'s thread (taken by sync code)
-    or by ``refresher`` on the event loop that took it (async code)."""
+    """A permit held for a request, kept fresh by the process's renewer (``renewal``: on its
+    thread when taken by sync code, on the event loop that took it for async code)."""
 
     semaphore: Semaphore
     identifier: str
-    refresher: _AsyncRefresher | None = None
+    renewal: Renewal
+    is_async: bool = False
 
     def stop_refreshing(self) -> None:
-        if self.refresher is not None:
-            self.refresher.stop()
-        else:
-            _keeper.drop(self.semaphore, self.identifier)
+        self.renewal.cancel()
 
 
 class ConcurrencyLimitMiddleware:
@@ -96,8 +93,7 @@ class ConcurrencyLimitMiddleware:
             )
         if identifier is None:
             return self._too_busy(request)
-        _keeper.keep(semaphore, identifier)
-        return _Permit(semaphore, identifier)
+        return _Permit(semaphore, identifier, semaphore.keep(identifier))
 
     async def _aacquire(
         self, rule: ConcurrencyRule, request: HttpRequest
@@ -113,7 +109,7 @@ class ConcurrencyLimitMiddleware:
             )
         if identifier is None:
             return self._too_busy(request)
-        return _Permit(semaphore, identifier, _AsyncRefresher(semaphore, identifier))
+        return _Permit(semaphore, identifier, semaphore.akeep(identifier), is_async=True)
 
     def _too_busy(self, request: HttpRequest) -> HttpResponse:
         return error_response(
@@ -189,36 +185,6 @@ class ConcurrencyLimitMiddleware:
         return response
 
 
-class _AsyncRefresher:
-    """Refreshes one permit every third of its lease from the event loop, until stopped."""
-
-    def __init__(self, semaphore: Semaphore, identifier: str) -> None:
-        self.semaphore = semaphore
-        self.identifier = identifier
-        self._loop = asyncio.get_running_loop()
-        self._stopped = False
-        self._handle = self._loop.call_later(semaphore.timeout / 3, self._due)
-
-    def _due(self) -> None:
-        spawn(self._refresh())
-
-    async def _refresh(self) -> None:
-        if self._stopped:
-            return
-        try:
-            if not await self.semaphore.arefresh(self.identifier):
-                logger.warning("Permit of semaphore %r lapsed while held", self.semaphore.name)
-                return
-        except Exception:  # a Redis hiccup: the next round tries again
-            logger.exception("Refreshing a permit of semaphore %r failed", self.semaphore.name)
-        if not self._stopped:
-            self._handle = self._loop.call_later(self.semaphore.timeout / 3, self._due)
-
-    def stop(self) -> None:
-        self._stopped = True
-        self._handle.cancel()
-
-
 def _release(permits: list[_Permit]) -> None:
     for permit in permits:
         permit.stop_refreshing()
@@ -260,7 +226,7 @@ def _hold_until_finished(response: Any, permits: list[_Permit]) -> Any:
             try:
                 yield from sync_content
             finally:
-                if any(permit.refresher is not None for permit in permits):
+                if any(permit.is_async for permit in permits):
                     # Permits of the async path, served by a sync iterator: Django runs it
                     # in a thread, without the loop the permits belong to.
                     async_to_sync(_arelease)(permits)

@@ -37,13 +37,15 @@ class Renewal:
         self.retry = retry
         self.at = 0.0  # when it is due next (time.monotonic(), or the loop's time)
         self.cancelled = False
-        self._version = 0  # bumped by each reschedule: older entries in the table are stale
+        self.wake_at: float | None = None  # a wake() that came while it ran
+        self._version = 0  # bumped by each scheduling: older entries in the table are stale
 
     def cancel(self) -> None:
         raise NotImplementedError
 
-    def reschedule(self, at: float) -> None:
-        """Run it at ``at`` (time.monotonic()) instead of when it was due."""
+    def wake(self, at: float) -> None:
+        """Run it no later than ``at`` (its clock's time): sooner than planned when its
+        holder has work for it (a worker's finished task to acknowledge)."""
         raise NotImplementedError
 
 
@@ -62,8 +64,8 @@ class _ThreadRenewal(Renewal):
         no renewal lands after, say, the lock was released)."""
         self._renewer.cancel(self)
 
-    def reschedule(self, at: float) -> None:
-        self._renewer.schedule(self, at)
+    def wake(self, at: float) -> None:
+        self._renewer.wake(self, at)
 
 
 class _Renewer:
@@ -82,19 +84,28 @@ class _Renewer:
 
     def schedule(self, renewal: _ThreadRenewal, at: float) -> None:
         with self._lock:
-            if renewal.cancelled:
-                return
-            renewal._version += 1
-            renewal.at = at
-            heapq.heappush(self._due, (at, next(_order), renewal._version, renewal))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="rcoord-renewer", daemon=True
-                )
-                self._thread.start()
-            elif self._due[0][3] is renewal:  # sooner than the thread planned to wake
-                # notify_all: cancel() waits on the same condition.
-                self._changed.notify_all()
+            self._push(renewal, at)
+
+    def wake(self, renewal: _ThreadRenewal, at: float) -> None:
+        with self._lock:
+            if renewal.running:  # its run ends with the next due time: remember this one
+                renewal.wake_at = at if renewal.wake_at is None else min(at, renewal.wake_at)
+            elif at < renewal.at:
+                self._push(renewal, at)
+
+    def _push(self, renewal: _ThreadRenewal, at: float) -> None:
+        """Put ``renewal`` in the table, due at ``at`` (under the lock)."""
+        if renewal.cancelled:
+            return
+        renewal._version += 1
+        renewal.at = at
+        heapq.heappush(self._due, (at, next(_order), renewal._version, renewal))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="rcoord-renewer", daemon=True)
+            self._thread.start()
+        elif self._due[0][3] is renewal:  # sooner than the thread planned to wake
+            # notify_all: cancel() waits on the same condition.
+            self._changed.notify_all()
 
     def cancel(self, renewal: _ThreadRenewal) -> None:
         with self._lock:
@@ -119,8 +130,10 @@ class _Renewer:
             with self._lock:
                 renewal.running = False
                 self._changed.notify_all()  # a cancel() may wait for this run
-            if delay is not None:
-                self.schedule(renewal, time.monotonic() + delay)
+                wake_at, renewal.wake_at = renewal.wake_at, None
+                if delay is not None:
+                    at = time.monotonic() + delay
+                    self._push(renewal, at if wake_at is None else min(at, wake_at))
 
     def _next_due(self) -> _ThreadRenewal | None:
         """The renewal due now, taken off the table; else waits (under the lock) and
@@ -164,7 +177,7 @@ def schedule(job: Callable[[], float | None], delay: float, name: str, *, retry:
     """Run ``job()`` after ``delay`` seconds on the renewal thread, then again after as many
     seconds as it returns, until it returns None or the renewal is cancelled."""
     renewal = _ThreadRenewal(_renewer, job, name, retry)
-    renewal.reschedule(time.monotonic() + delay)
+    _renewer.schedule(renewal, time.monotonic() + delay)
     return renewal
 
 
@@ -185,18 +198,30 @@ class _LoopRenewal(Renewal):
     def cancel(self) -> None:
         """Stop it; a run in flight is cancelled."""
         self.cancelled = True
-        if self.run is not None:
-            self.run.cancel()
+        run, loop = self.run, self._renewer.loop
+        if run is None:
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            run.cancel()
+        elif not loop.is_closed():  # from another thread (a sync response's iterator)
+            loop.call_soon_threadsafe(run.cancel)
 
-    def reschedule(self, at: float) -> None:
-        self._renewer.schedule(self, at)
+    def wake(self, at: float) -> None:
+        if self.run is not None:
+            self.wake_at = at if self.wake_at is None else min(at, self.wake_at)
+        elif at < self.at:
+            self._renewer.schedule(self, at)
 
 
 class _LoopRenewer:
     """One event loop's renewals: a timer handle for the earliest, a short task per run."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._due: list[tuple[float, int, int, _LoopRenewal]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._runs: set[asyncio.Task[None]] = set()  # strong references until they end
@@ -217,18 +242,18 @@ class _LoopRenewer:
         while self._due:
             _, _, version, renewal = self._due[0]
             if not renewal.cancelled and version == renewal._version:
-                self._timer = self._loop.call_at(self._due[0][0], self._fire)
+                self._timer = self.loop.call_at(self._due[0][0], self._fire)
                 return
             heapq.heappop(self._due)
 
     def _fire(self) -> None:
         self._timer = None
-        now = self._loop.time()
+        now = self.loop.time()
         while self._due and self._due[0][0] <= now:
             _, _, version, renewal = heapq.heappop(self._due)
             if renewal.cancelled or version != renewal._version:
                 continue
-            run = self._loop.create_task(self._run(renewal), name=renewal.name)
+            run = self.loop.create_task(self._run(renewal), name=renewal.name)
             renewal.run = run
             self._runs.add(run)
             run.add_done_callback(self._runs.discard)
@@ -244,8 +269,10 @@ class _LoopRenewer:
             delay = renewal.retry
         finally:
             renewal.run = None
+        wake_at, renewal.wake_at = renewal.wake_at, None
         if delay is not None:
-            self.schedule(renewal, self._loop.time() + delay)
+            at = self.loop.time() + delay
+            self.schedule(renewal, at if wake_at is None else min(at, wake_at))
 
 
 _loop_renewers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRenewer] = (
@@ -265,5 +292,5 @@ def akeep_alive(interval: float, renew: Callable[[], Awaitable[bool]], name: str
     if renewer is None:
         renewer = _loop_renewers[loop] = _LoopRenewer(loop)
     renewal = _LoopRenewal(renewer, job, name, interval)
-    renewal.reschedule(loop.time() + interval)
+    renewer.schedule(renewal, loop.time() + interval)
     return renewal

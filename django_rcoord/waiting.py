@@ -15,7 +15,6 @@ import functools
 import inspect
 import logging
 import math
-import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -366,27 +365,3 @@ def spawn(coroutine: Any) -> asyncio.Task[Any]:
 
     task.add_done_callback(done)
     return task
-
-
-class Repeater(threading.Thread):
-    """Calls ``function()`` every ``interval`` seconds, from a daemon thread, until
-    ``stop()`` or until it returns False. Exceptions are logged and the calls go on."""
-
-    def __init__(self, interval: float, function: Callable[[], bool | None], name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.interval = interval
-        self.function = function
-        self._stopped = threading.Event()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self is not threading.current_thread() and self.is_alive():
-            self.join()
-
-    def run(self) -> None:
-        while not self._stopped.wait(self.interval):
-            try:
-                if self.function() is False:
-                    return
-            except Exception:
-                logger.exception("%s failed; trying again in %ss", self.name, self.interval)

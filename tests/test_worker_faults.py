@@ -48,7 +48,8 @@ def lost_deliveries(queue: str = "default") -> list[bytes]:
 
 
 def keeper_alive(worker: Worker) -> bool:
-    return any(thread.name == f"lease-keeper:{worker.id}" for thread in threading.enumerate())
+    """Whether the worker's keeper is still a job of the process's renewer."""
+    return worker._keeper is not None and not worker._keeper.cancelled
 
 
 # -- errors of the project's code --------------------------------------------------------

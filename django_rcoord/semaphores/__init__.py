@@ -7,7 +7,6 @@ for ``django_rcoord.middleware.ConcurrencyLimitMiddleware``.
 from __future__ import annotations
 
 from django_rcoord.semaphores.semaphore import (
-    PermitKeeper,
     Semaphore,
     SemaphoreTimeout,
     acquire_fair_semaphore,
@@ -20,7 +19,6 @@ from django_rcoord.semaphores.semaphore import (
 )
 
 __all__ = [
-    "PermitKeeper",
     "Semaphore",
     "SemaphoreTimeout",
     "acquire_fair_semaphore",

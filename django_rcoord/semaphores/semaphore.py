@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import threading
 import time
 from types import TracebackType
 from typing import Any
@@ -35,6 +34,7 @@ from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.locks import new_identifier
+from django_rcoord.renewal import Renewal, akeep_alive, keep_alive
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
 from django_rcoord.waiting import Waiting, spawn, wait_for_signal
@@ -185,6 +185,19 @@ class Semaphore:
             )
         )
 
+    def keep(self, identifier: str) -> Renewal:
+        """Refresh a held permit every third of its lease, on the process's renewer, until
+        the returned renewal is cancelled or the permit is found lapsed. For holders that
+        may outlive a lease (the concurrency-limit middleware's requests)."""
+
+        def refresh() -> bool:
+            if self.refresh(identifier):
+                return True
+            logger.warning("Permit of semaphore %r lapsed while held", self.name)
+            return False
+
+        return keep_alive(self.timeout / 3, refresh, f"refreshing a permit of {self.name!r}")
+
     def holders(self) -> int:
         """How many permits are held now (expired leases not counted)."""
         client = self.client
@@ -294,6 +307,17 @@ class Semaphore:
             )
         )
 
+    def akeep(self, identifier: str) -> Renewal:
+        """``keep`` for async code: refreshed on the running event loop."""
+
+        async def refresh() -> bool:
+            if await self.arefresh(identifier):
+                return True
+            logger.warning("Permit of semaphore %r lapsed while held", self.name)
+            return False
+
+        return akeep_alive(self.timeout / 3, refresh, f"refreshing a permit of {self.name!r}")
+
     async def aholders(self) -> int:
         """``holders`` for async code."""
         client = await self._aclient()
@@ -320,57 +344,6 @@ def _after(server_time: tuple[int, int]) -> str:
     """The ZCOUNT lower bound for leases still running at ``server_time`` (TIME's reply)."""
     seconds, micros = server_time
     return f"({int(seconds) * 1000 + int(micros) // 1000}"
-
-
-class PermitKeeper:
-    """Refreshes held permits from one daemon thread until they are handed back.
-
-    ``keep(semaphore, identifier)`` starts refreshing every ``timeout / 3``;
-    ``drop(semaphore, identifier)`` stops. Used for requests that may outlive
-    a permit's lease (the concurrency-limit middleware).
-    """
-
-    def __init__(self) -> None:
-        self._permits: dict[tuple[int, str], tuple[Semaphore, float]] = {}
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-
-    def keep(self, semaphore: Semaphore, identifier: str) -> None:
-        with self._lock:
-            due = time.monotonic() + semaphore.timeout / 3
-            self._permits[(id(semaphore), identifier)] = (semaphore, due)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="rcoord-permit-keeper", daemon=True
-                )
-                self._thread.start()
-            self._changed.notify()
-
-    def drop(self, semaphore: Semaphore, identifier: str) -> None:
-        with self._lock:
-            self._permits.pop((id(semaphore), identifier), None)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                now = time.monotonic()
-                due = [
-                    (key, semaphore) for key, (semaphore, at) in self._permits.items() if at <= now
-                ]
-                for key, semaphore in due:
-                    self._permits[key] = (semaphore, now + semaphore.timeout / 3)
-                if not due:
-                    next_due = min((at for _, at in self._permits.values()), default=now + 60)
-                    self._changed.wait(max(0.0, next_due - now))
-                    continue
-            for (_, identifier), semaphore in due:
-                try:
-                    if not semaphore.refresh(identifier):
-                        logger.warning("Permit of semaphore %r lapsed while held", semaphore.name)
-                        self.drop(semaphore, identifier)
-                except Exception:  # a Redis hiccup: the next round tries again
-                    logger.exception("Refreshing a permit of semaphore %r failed", semaphore.name)
 
 
 # -- the book's functions, without its `conn` argument --------------------------

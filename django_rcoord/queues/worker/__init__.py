@@ -14,7 +14,7 @@ ASGI view.
 
 from __future__ import annotations
 
-from django_rcoord.queues.worker.loop import ACK_AFTER_MS, LeaseKeeper, Worker
+from django_rcoord.queues.worker.loop import ACK_AFTER_MS, Worker
 from django_rcoord.queues.worker.prefetch import PREFETCH_BUDGET_MS, PrefetchPolicy
 from django_rcoord.queues.worker.runner import Done, Job, Outcome, TaskRunner
 from django_rcoord.queues.worker.session import IDLE_CHECK, QueueSession
@@ -26,7 +26,6 @@ __all__ = [
     "PREFETCH_BUDGET_MS",
     "Done",
     "Job",
-    "LeaseKeeper",
     "Outcome",
     "PrefetchPolicy",
     "QueueSession",

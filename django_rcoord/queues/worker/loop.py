@@ -3,9 +3,9 @@
 ``Worker`` holds what it took (a batch not started, the running task, tasks run but
 not yet acknowledged) and moves tasks between those states; the Redis side is its
 ``QueueSession``, running a task is its ``TaskRunner``, how many to take is its
-``PrefetchPolicy``. A ``LeaseKeeper`` thread beside the loop renews the leases of
-what it holds, acknowledges finished tasks that wait and gives back the tasks
-queued behind a long one.
+``PrefetchPolicy``. Its keeper, a job on the process's renewer
+(``django_rcoord.renewal``), renews the leases of what it holds, acknowledges
+finished tasks that wait and gives back the tasks queued behind a long one.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import Done, Job, TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
+from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
 logger = logging.getLogger(__name__)
 
-#: A finished task is acknowledged with the next take, or by the keeper thread once it
+#: A finished task is acknowledged with the next take, or by the keeper once it
 #: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
 #: ms, not a whole batch.
 ACK_AFTER_MS = 5.0
@@ -50,7 +51,7 @@ class Worker:
     Tasks are taken in batches: one script call finishes the tasks run since the last
     call and takes the next ones (all leased to this worker, renewed while it holds
     them); ``PrefetchPolicy`` says how many. Once the running task has run past the
-    prefetch budget, the keeper thread acknowledges the tasks finished before it and
+    prefetch budget, the keeper acknowledges the tasks finished before it and
     gives back the ones waiting behind it, for any worker to take.
 
     The worker stops only when told: an error of the project's code fails a task (or,
@@ -90,20 +91,20 @@ class Worker:
         self.runner = TaskRunner(self.id)
         self.processed = 0
         self._started_at = time.time()
-        # What this worker holds, shared with the keeper thread under ``_holding``: tasks
+        # What this worker holds, shared with the keeper under ``_holding``: tasks
         # taken and not started, the running one (since when), and those run but not yet
         # acknowledged. Every script call that changes what it holds runs under the lock
-        # too, so the keeper never renews from a stale view; the condition wakes the keeper
-        # when a task starts or ends.
+        # too, so the keeper never renews from a stale view.
         self._holding = threading.RLock()
-        self._changed = threading.Condition(self._holding)
         self._batch: collections.deque[Job] = collections.deque()
         self._running: Job | None = None
         self._running_since = 0.0
         self._done: list[Done] = []
         self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
         self._next_renewal = 0.0
-        self._keeper_wakes_at = 0.0  # when the keeper will look again (time.monotonic())
+        self._keeper: Renewal | None = None  # while run() runs
+        self._keeper_failures = 0  # its turns in a row that failed
+        self._keeper_retry_at = 0.0  # after a failed turn, not before (time.monotonic())
 
     @property
     def client(self) -> Any:
@@ -127,8 +128,11 @@ class Worker:
         failures = 0  # loop turns in a row that failed
         failing_since = 0.0  # when the first of them failed (time.monotonic())
         patience: float | None = None  # how long the last acknowledgement may retry
-        keeper = LeaseKeeper(self)
-        keeper.start()
+        # The keeper renews the leases of what this worker holds and gives back what waits
+        # behind a long task, from the process's renewer.
+        self._keeper = schedule(
+            self._keeper_turn, self.lease / 3, f"lease keeper of worker {self.id}", retry=1.0
+        )
         try:
             while not self.stopping.is_set():
                 try:
@@ -168,7 +172,7 @@ class Worker:
             try:
                 self._settle(patience=patience)
             finally:
-                keeper.stop()
+                self._keeper.cancel()
                 self.session.sign_off()
                 self.runner.close()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
@@ -258,10 +262,29 @@ class Worker:
 
     # -- the keeper's side (under ``_holding``) --------------------------------------
     def _wake_keeper(self) -> None:
-        """Wake the keeper when it has work sooner than it planned to wake (not at every
+        """Wake the keeper when it has work sooner than it planned to look (not at every
         task: that would cost a thread switch per task)."""
-        if self._keeper_due() < self._keeper_wakes_at:
-            self._changed.notify()
+        if self._keeper is not None:
+            self._keeper.wake(max(self._keeper_due(), self._keeper_retry_at))
+
+    def _keeper_turn(self) -> float:
+        """The keeper's job on the renewer: do what is due, then say in how many seconds it
+        has work again. An acknowledgement is tried once here (a lost reply is sent again,
+        the same, by the next exchange); what it could not do stays due and is tried again
+        after a backoff, while the worker's loop meets the same error."""
+        with self._holding:
+            try:
+                self._keep()
+                self._keeper_failures, self._keeper_retry_at = 0, 0.0
+            except Exception as exc:  # noqa: BLE001
+                pause = RECONNECT_BACKOFF.compute(self._keeper_failures)
+                self._keeper_failures += 1
+                logger.warning(
+                    "worker %s: lease keeper failed (%s); again in %.1fs", self.id, exc, pause
+                )
+                self._keeper_retry_at = time.monotonic() + pause
+            due = max(self._keeper_due(), self._keeper_retry_at)
+            return max(0.0, due - time.monotonic())
 
     def _keeper_due(self) -> float:
         """When the keeper has work next (time.monotonic())."""
@@ -279,7 +302,7 @@ class Worker:
         held."""
         now = time.monotonic()
         if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
-            self._exchange_held(0)
+            self._exchange_held(0, patience=0)
         if (
             self._running is not None
             and self._batch
@@ -307,44 +330,3 @@ class Worker:
             logger.warning("could not give back %d task(s) (%s); trying again", len(jobs), exc)
             return
         self._batch.clear()
-
-
-class LeaseKeeper(threading.Thread):
-    """The one thread beside a worker's loop: renews the leases of what it holds,
-    acknowledges finished tasks that wait, gives back the tasks behind a long one. It
-    sleeps until the worker's next due time or until a task starts or ends."""
-
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(name=f"lease-keeper:{worker.id}", daemon=True)
-        self.worker = worker
-        self._stopped = False
-
-    def stop(self) -> None:
-        with self.worker._changed:
-            self._stopped = True
-            self.worker._changed.notify()
-        if self.is_alive() and self is not threading.current_thread():
-            self.join()
-
-    def run(self) -> None:
-        worker, failures, retry_at = self.worker, 0, 0.0
-        with worker._changed:
-            while not self._stopped:
-                due = max(worker._keeper_due(), retry_at)
-                wait = due - time.monotonic()
-                if wait > 0:
-                    worker._keeper_wakes_at = due
-                    worker._changed.wait(wait)
-                    worker._keeper_wakes_at = 0.0
-                    continue
-                try:
-                    worker._keep()
-                    failures, retry_at = 0, 0.0
-                # What it could not do stays due; the worker's loop meets the same error.
-                except Exception as exc:  # noqa: BLE001
-                    pause = RECONNECT_BACKOFF.compute(failures)
-                    failures += 1
-                    logger.warning(
-                        "worker %s: lease keeper failed (%s); again in %.1fs", worker.id, exc, pause
-                    )
-                    retry_at = time.monotonic() + pause

@@ -7,6 +7,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -20,10 +21,15 @@ def renewer_threads() -> list[threading.Thread]:
 
 def test_many_leases_share_one_thread_and_each_is_renewed_on_time() -> None:
     calls: dict[int, list[float]] = {n: [] for n in range(50)}
-    renewals = [
-        keep_alive(0.05, lambda n=n: calls[n].append(time.monotonic()) is None, f"job {n}")
-        for n in range(50)
-    ]
+
+    def renew_for(index: int) -> Callable[[], bool]:
+        def renew() -> bool:
+            calls[index].append(time.monotonic())
+            return True
+
+        return renew
+
+    renewals = [keep_alive(0.05, renew_for(n), f"job {n}") for n in range(50)]
     try:
         wait_until(lambda: all(len(times) >= 3 for times in calls.values()), timeout=5)
         assert len(renewer_threads()) == 1
@@ -127,7 +133,12 @@ def test_hundreds_of_async_leases_are_renewed_on_the_loop_without_a_thread() -> 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
 def test_a_forked_child_does_not_renew_its_parents_leases() -> None:
     parent_calls: list[int] = []
-    renewal = keep_alive(0.02, lambda: parent_calls.append(os.getpid()) is None, "parent lease")
+
+    def renew() -> bool:
+        parent_calls.append(os.getpid())
+        return True
+
+    renewal = keep_alive(0.02, renew, "parent lease")
     try:
         wait_until(lambda: parent_calls, timeout=5)
         read, write = os.pipe()

@@ -18,7 +18,7 @@ from django_rcoord.renewal import akeep_alive
 from django_rcoord.scripts import arun_script
 from django_rcoord.waiting import Waiting, spawn
 
-_Held = TypeVar("_Held", bound=LockBase)
+_Held = TypeVar("_Held", bound="AsyncLock")
 
 
 class AsyncLock(LockBase):

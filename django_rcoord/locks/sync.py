@@ -16,7 +16,7 @@ from django_rcoord.renewal import keep_alive
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import pop_signal
 
-_Held = TypeVar("_Held", bound=LockBase)
+_Held = TypeVar("_Held", bound="SyncLock")
 
 
 class SyncLock(LockBase):

@@ -105,7 +105,7 @@ def _read_user_settings() -> Mapping[str, Any]:
 
 class _Found:
     """The ``RCOORD`` mapping found last: hot paths read settings several times per call,
-    and Django's lazy settings object costs about a microsecond per read."""
+    and each read through Django's lazy settings object costs a look-up."""
 
     user_settings: Mapping[str, Any] | None = None
 

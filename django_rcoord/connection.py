@@ -275,7 +275,7 @@ _ASYNC_CLIENT_CLASSES = (
 
 
 #: Answers of ``is_async_client`` per class: isinstance against these classes goes through
-#: ABC and typing hooks (microseconds), and every call of every part asks.
+#: ABC and typing hooks, and every call of every part asks.
 _async_by_class: dict[type, bool] = {}
 
 
@@ -510,8 +510,8 @@ _PORTABLE_KWARGS = frozenset(
 
 @functools.cache
 def _driver_info() -> Any:
-    """redis-py's CLIENT SETINFO data, looked up once (it reads package metadata, which
-    costs about a millisecond per new connection when left to redis-py)."""
+    """redis-py's CLIENT SETINFO data, looked up once (redis-py reads package metadata
+    again for every new connection)."""
     try:
         from redis.driver_info import DriverInfo
         from redis.utils import get_lib_version

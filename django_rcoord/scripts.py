@@ -65,9 +65,9 @@ def run_script(
     client_class: type = type(client)
     if _is_pipeline(client_class):
         return script(keys=keys, args=args, client=client)
-    # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ costs a few
-    # microseconds more per call (an import, tuple copies, the SHA1 encoded again), and a
-    # lock cycle runs two scripts.
+    # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ does more per
+    # call (an import, tuple copies, the SHA1 encoded again), and a lock cycle runs two
+    # scripts.
     sha = _sha_bytes(script)
     try:
         return client.evalsha(sha, len(keys), *keys, *args)
@@ -84,7 +84,7 @@ def _sha_bytes(script: Script) -> bytes:
 @functools.cache
 def _is_pipeline(kind: type) -> bool:
     # Asked per class: isinstance against redis-py's client classes goes through typing's
-    # protocol check, microseconds on every call.
+    # protocol check on every call.
     return issubclass(kind, Pipeline)
 
 

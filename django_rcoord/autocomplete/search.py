@@ -146,8 +146,8 @@ def _page_query(
     guild: str, prefix: str, limit: int, after: str | None, *, with_cursor: bool = True
 ) -> tuple[Any, ...]:
     """The ``ZRANGE key low high BYLEX LIMIT 0 n`` command of a page, sent as it is
-    (``execute_command``: redis-py's ``zrange()`` spends microseconds sorting out options
-    that a lexicographic range never uses). With a cursor, one more than asked tells
+    (``execute_command``: redis-py's ``zrange()`` sorts out options that a lexicographic
+    range never uses). With a cursor, one more than asked tells
     whether there is a next page."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be between 1 and {MAX_LIMIT}")

@@ -145,8 +145,8 @@ def dead_letters(
     return letters
 
 
-#: Dead letters one requeue or delete script call moves (about 1-1.5 ms of Redis time per
-#: call here).
+#: Dead letters one requeue or delete script call moves: small enough that one call does
+#: not hold the server up noticeably, large enough that a big list takes few calls.
 REQUEUE_BATCH = 100
 
 

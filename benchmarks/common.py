@@ -22,7 +22,7 @@ import redis
 from django.conf import settings
 from redis.utils import HIREDIS_AVAILABLE
 
-from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
+from django_rcoord.embedded import EmbeddedRedis, free_port, process_alive
 
 # -- the server ------------------------------------------------------------------------------
 
@@ -47,7 +47,7 @@ def stop_redis(server: EmbeddedRedis) -> None:
     if server.stop():
         return
     pid = server.pid()
-    if pid is not None and _process_alive(pid):
+    if pid is not None and process_alive(pid):
         os.kill(pid, signal.SIGTERM)
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from django_rcoord.embedded import _process_alive
+from django_rcoord.embedded import process_alive
 from django_rcoord.embedded.server import find_executable
 from tests.procs import wait_until
 
@@ -32,14 +32,14 @@ def test_a_terminated_benchmark_run_stops_its_redis_server(tmp_path: Path) -> No
         (pid_file,) = tmp_path.glob("rcoord-bench-*/redis.pid")
         wait_until(lambda: pid_file.read_text().strip().isdigit(), timeout=10)
         server_pid = int(pid_file.read_text())
-        assert _process_alive(server_pid)
+        assert process_alive(server_pid)
         run.send_signal(signal.SIGTERM)
         _, errors = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             run.kill()
     assert run.returncode == 128 + signal.SIGTERM, errors
-    wait_until(lambda: not _process_alive(server_pid), timeout=15)
+    wait_until(lambda: not process_alive(server_pid), timeout=15)
 
 
 def test_the_server_binary_is_chosen_and_named(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from django_rcoord.embedded import EmbeddedRedis, _process_alive, free_port
+from django_rcoord.embedded import EmbeddedRedis, free_port, process_alive
 from tests import cluster
 from tests.procs import run_python, server_program, wait_until
 
@@ -136,7 +136,7 @@ def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> N
         manage("rcoord_redis", "stop", env=env)  # only if the test failed before Ctrl-C
     assert demo.returncode == 0, output
     assert "Stopped redis-server at unix://" in output, output
-    assert not _process_alive(redis_pid)
+    assert not process_alive(redis_pid)
     assert processes_of(tmp_path) == set()  # Ctrl-C stopped everything
     with pytest.raises(urllib.error.URLError):  # connection refused
         urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)

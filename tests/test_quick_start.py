@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from django_rcoord.embedded import EmbeddedRedis, _process_alive
+from django_rcoord.embedded import EmbeddedRedis, process_alive
 from tests.procs import run_python, server_program, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +65,7 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
             if words[2:4] == ["rcoord_redis", "start"]:
                 pid = server.pid()
                 assert pid is not None
-                assert _process_alive(pid)
+                assert process_alive(pid)
                 assert server_program() in Path(f"/proc/{pid}/cmdline").read_bytes()
     finally:
         server.stop()
@@ -76,4 +76,4 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
     assert shell.splitlines()[-1] == "locked: True token 1"
     assert stop == f"redis-server at {server.url} stopped\n"
     assert pid is not None
-    wait_until(lambda: not _process_alive(pid), timeout=10)
+    wait_until(lambda: not process_alive(pid), timeout=10)

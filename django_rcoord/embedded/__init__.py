@@ -19,9 +19,9 @@ from django_rcoord.embedded.server import (
     EmbeddedRedis,
     find_executable,
     free_port,
+    process_alive,
     server_version,
 )
-from django_rcoord.embedded.server import _process_alive as _process_alive  # for the tests
 
 __all__ = [
     "MINIMUM_VERSION",
@@ -30,5 +30,6 @@ __all__ = [
     "embedded_cache",
     "find_executable",
     "free_port",
+    "process_alive",
     "server_version",
 ]

@@ -316,7 +316,7 @@ class EmbeddedRedis:
                         time.sleep(0.05)
             finally:
                 client.close()
-            while self.is_running() or (pid is not None and _process_alive(pid)):
+            while self.is_running() or (pid is not None and process_alive(pid)):
                 if time.monotonic() > deadline:
                     raise EmbeddedRedisError(
                         f"redis-server (pid {pid}) did not stop in {timeout}s."
@@ -349,7 +349,8 @@ def started_port(data_dir: str | os.PathLike[str]) -> int | None:
     return None
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with id ``pid`` exists (ours or not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

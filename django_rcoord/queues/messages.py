@@ -63,7 +63,8 @@ def decode_message(body: bytes | str | None) -> dict[str, Any] | None:
     return message if isinstance(message, dict) else None
 
 
-def _text(value: bytes | str | None) -> str | None:
+def as_text(value: bytes | str | None) -> str | None:
+    """``value`` as text (bytes decoded, invalid UTF-8 replaced); None stays None."""
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return value

@@ -20,7 +20,7 @@ from django_rcoord.queues.keys import (
     group_of_task_id,
     registry_keys,
 )
-from django_rcoord.queues.messages import _text, decode_message
+from django_rcoord.queues.messages import as_text, decode_message
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 
@@ -138,8 +138,8 @@ def dead_letters(
         bodies, errors, failures = pipe.execute()
     letters = []
     for task_id, body, error, failed in zip(ids, bodies, errors, failures, strict=True):
-        letter = decode_message(body) or {"id": task_id.decode(), "raw": _text(body)}
-        letter["error"] = _text(error)
+        letter = decode_message(body) or {"id": task_id.decode(), "raw": as_text(body)}
+        letter["error"] = as_text(error)
         letter["failures"] = int(failed or 0)
         letters.append(letter)
     return letters
@@ -341,7 +341,7 @@ def record_from(
     status = parts[0] or (FAILED if last_error is not None else READY)
     error_list = json.loads(errors) if errors else []
     if errors is None and last_error is not None:
-        error_list = [{"exception_class_path": "", "traceback": _text(last_error)}]
+        error_list = [{"exception_class_path": "", "traceback": as_text(last_error)}]
     return TaskRecord(
         id=task_id,
         task=body.get("task"),

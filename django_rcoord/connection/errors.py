@@ -1,0 +1,50 @@
+"""Which Redis errors mean "out of reach for now", and how long-running loops wait them out."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.backoff
+
+from django_rcoord.exceptions import ConnectionNotConfigured
+
+logger = logging.getLogger(__name__)
+
+#: Errors that mean "Redis is out of reach for now" rather than "this call is wrong":
+#: a lost or timed-out connection, and Redis Cluster's own (the cluster is down,
+#: a slot is moving, no node answers). Workers and pollers wait these out;
+#: fail-open middleware lets the request through.
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.RedisClusterException,
+)
+
+#: Every error from Redis that a long-running process (a worker, a poller) waits out with
+#: backoff: unavailability, and replies such as READONLY (a failover), OOM, LOADING or BUSY.
+REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, *REDIS_UNAVAILABLE)
+
+
+def log_waited_out(log: logging.Logger, who: str, exc: Exception, wait: float) -> None:
+    """The one line a long-running loop (a worker, a poller) logs for an error it waits out
+    for ``wait`` seconds: a Redis error in brief, anything else with its traceback."""
+    if isinstance(exc, REDIS_ERRORS):
+        log.error("%s: Redis error (%s: %s); retrying in %.1fs", who, type(exc).__name__, exc, wait)
+    else:
+        log.error("%s: unexpected error; retrying in %.1fs", who, wait, exc_info=exc)
+
+
+#: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
+#: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
+#: ``@rate_limited``) decides whether the request is served anyway.
+NO_REDIS: tuple[type[Exception], ...] = (*REDIS_UNAVAILABLE, ConnectionNotConfigured)
+
+#: How long a worker or poller that lost Redis waits before its next try, by how many
+#: tries failed in a row: doubling from 0.5 s up to 10 s, each wait a random point in its
+#: upper half, so that the workers of a restarted Redis do not all come back at once.
+RECONNECT_BACKOFF = redis.backoff.EqualJitterBackoff(cap=10.0, base=0.5)

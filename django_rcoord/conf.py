@@ -52,6 +52,15 @@ class Settings:
     #: TASK_RETRY_BACKOFF_MAX.
     TASK_RETRY_BACKOFF: float = 1.0
     TASK_RETRY_BACKOFF_MAX: float = 600.0
+    #: Each retry's wait is shortened by a random share of up to this fraction (0 to 1), so
+    #: that tasks failing together do not all come back together. A task's own
+    #: ``retry_jitter`` wins.
+    TASK_RETRY_JITTER: float = 0.0
+    #: Seconds a task may run before it is stopped and fails (None: no limit); a task's own
+    #: ``timeout`` wins. How it is stopped depends on the worker's --isolation (see the
+    #: docs: async tasks are cancelled; sync tasks get TaskTimeLimitExceeded raised in the
+    #: main thread, or their process is killed).
+    TASK_TIMEOUT: float | None = None
     #: Seconds a finished task's result record (status, times, errors, return value)
     #: is kept.
     TASK_RESULT_TTL: float = 86400

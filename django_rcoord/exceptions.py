@@ -50,3 +50,10 @@ class WorkerLost(RcoordError):
 class RedisUnavailable(RcoordError):
     """Redis stayed out of reach longer than a bounded wait allowed (a burst worker's
     ``max_outage``)."""
+
+
+class TaskTimeLimitExceeded(RcoordError):
+    """A task ran past its time limit (``@task(timeout=...)`` or ``RCOORD["TASK_TIMEOUT"]``):
+    raised inside an async task (cancelled) or a sync one run in the worker's main thread,
+    or recorded for one whose process was killed (``run_email_worker --isolation
+    process``). It fails the attempt like any error: retried, then a dead letter."""

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -12,9 +16,11 @@ from django_rcoord.queues import task
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.worker import Job, TaskRunner
+from tests import tasks as project_tasks
 from tests.conftest import use_redis_at
 
 pytestmark = pytest.mark.django_db
+assert project_tasks.add_numbers.name == "tests.tasks.add_numbers"  # registered by the import
 
 
 @task(name="tests.runner.double")
@@ -104,3 +110,83 @@ def test_an_unknown_task_is_deferred_for_a_worker_that_knows_it(runner: TaskRunn
     assert "not registered here" in outcome.error
     assert "worker w-1" in outcome.error
     assert outcome.delay_ms > 0
+
+
+# -- per-task options: time limits, retry waits ---------------------------------------------
+@task(name="tests.runner.slow_async", timeout=0.2, max_retries=1)
+async def slow_async() -> None:
+    await asyncio.sleep(5)
+
+
+@task(name="tests.runner.slow_sync", timeout=0.2, max_retries=0)
+def slow_sync() -> None:
+    time.sleep(5)
+
+
+@task(name="tests.runner.slow_unlimited", timeout=0)
+def slow_unlimited(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+@task(name="tests.runner.shaped", max_retries=5, retry_backoff=2, retry_backoff_max=5)
+def shaped() -> None:
+    raise ValueError("always")
+
+
+@task(name="tests.runner.jittered", max_retries=5, retry_backoff=10, retry_jitter=0.5)
+def jittered() -> None:
+    raise ValueError("always")
+
+
+def test_an_async_task_is_cancelled_at_its_time_limit_and_retried(runner: TaskRunner) -> None:
+    started = time.monotonic()
+    outcome = runner.run(job("tests.runner.slow_async")).outcome
+    assert time.monotonic() - started < 2
+    assert (outcome.kind, outcome.error_class) == (
+        "retry",
+        "django_rcoord.exceptions.TaskTimeLimitExceeded",
+    )
+    assert "time limit of 0.2 s" in outcome.error
+
+
+def test_a_sync_task_in_the_main_thread_is_stopped_at_its_time_limit(
+    runner: TaskRunner,
+) -> None:
+    started = time.monotonic()
+    outcome = runner.run(job("tests.runner.slow_sync")).outcome
+    assert time.monotonic() - started < 2
+    assert (outcome.kind, outcome.error_class) == (
+        "dead",
+        "django_rcoord.exceptions.TaskTimeLimitExceeded",
+    )
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)  # the timer is disarmed
+
+
+def test_the_default_time_limit_applies_unless_a_task_says_none(
+    runner: TaskRunner, settings: Any
+) -> None:
+    settings.RCOORD = {**settings.RCOORD, "TASK_TIMEOUT": 0.1}
+    limited = runner.run(job("tests.tasks.add_numbers", 1, 2)).outcome
+    assert limited.kind == "ack"  # quick: well within
+    assert runner.run(job("tests.runner.slow_unlimited", 0.3)).outcome.value_json == '"done"'
+
+
+def test_retry_waits_follow_the_tasks_own_backoff(runner: TaskRunner) -> None:
+    delays = [runner.run(job("tests.runner.shaped", failures=n)).outcome.delay_ms for n in range(4)]
+    assert delays == [2000, 4000, 5000, 5000]  # doubling from 2 s, capped at 5 s
+
+
+def test_jitter_shortens_each_wait_by_a_random_share(runner: TaskRunner) -> None:
+    delays = {runner.run(job("tests.runner.jittered")).outcome.delay_ms for _ in range(20)}
+    assert all(5000 <= delay <= 10000 for delay in delays)
+    assert len(delays) > 1
+
+
+def test_bad_options_fail_at_import_time() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        task(name="tests.runner.bad_timeout", timeout=-1)
+    with pytest.raises(ValueError, match="retry_jitter"):
+        task(name="tests.runner.bad_jitter", retry_jitter=2)
+    with pytest.raises(ValueError, match="max_retries"):
+        task(name="tests.runner.bad_retries", max_retries=-1)

@@ -45,6 +45,7 @@ from django_rcoord.queues.framework import (
     task_started,
 )
 from django_rcoord.queues.keys import split_queue_name
+from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import aenqueue_message, due_time, enqueue_message
 from django_rcoord.queues.records import TaskRecord, aget_result, get_result
 from django_rcoord.validation import is_number
@@ -70,6 +71,11 @@ class RedisTaskBackend(BaseTaskBackend):
         """Retries after a failed first attempt (OPTIONS["MAX_RETRIES"], default 0: the
         framework's tasks fail at once)."""
         return int(self.options.get("MAX_RETRIES", 0))
+
+    def run_options(self, task: Task) -> RunOptions:
+        """How the worker runs ``task``: this backend's retries; every other option from
+        the settings."""
+        return RunOptions(max_retries=self.max_retries)
 
     # -- producing ---------------------------------------------------------------
     def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
@@ -247,7 +253,7 @@ def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], na
         return runner.refuse(name, f"the task does not accept these arguments: {exc}")
     sender = type(backend)
     _send_robust(task_started, "task_started", sender, result)
-    outcome = runner.call(job, name, task.func, args, kwargs, backend.max_retries)
+    outcome = runner.call(job, name, task.func, args, kwargs, backend.run_options(task))
     if outcome.kind == "retry":
         return outcome
     finished = _finished(result, outcome)

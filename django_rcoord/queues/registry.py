@@ -14,6 +14,7 @@ from django.apps import apps
 from django_rcoord.connection import resolve_client
 from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
     aenqueue_message,
     check_priority,
@@ -48,15 +49,21 @@ class Task:
         queue: str,
         max_retries: int,
         priority: int = 0,
+        options: RunOptions | None = None,
     ) -> None:
         self.function = function
         self.name = name
         self.queue = queue
-        self.max_retries = max_retries
         self.priority = priority
+        #: How the worker runs it: retries, their waits, its time limit.
+        self.options = options or RunOptions(max_retries=max_retries)
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
+
+    @property
+    def max_retries(self) -> int:
+        return self.options.max_retries
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
@@ -131,15 +138,31 @@ class Task:
 
 
 def task(
-    name: str | None = None, *, queue: str = "default", max_retries: int = 3, priority: int = 0
+    name: str | None = None,
+    *,
+    queue: str = "default",
+    max_retries: int = 3,
+    priority: int = 0,
+    timeout: float | None = None,
+    retry_backoff: float | None = None,
+    retry_backoff_max: float | None = None,
+    retry_jitter: float | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task. ``max_retries`` counts retries after the first attempt;
     ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
-    the order they were queued."""
+    the order they were queued. ``timeout`` (seconds; 0: none) limits a run, and
+    ``retry_backoff``, ``retry_backoff_max`` and ``retry_jitter`` shape the waits between
+    retries; left None, each takes its ``RCOORD`` setting (``TASK_TIMEOUT``,
+    ``TASK_RETRY_BACKOFF``, ...) when the task runs."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
-    if not isinstance(max_retries, int) or max_retries < 0:
-        raise ValueError("max_retries must be an int >= 0")
+    options = RunOptions(  # ValueError now, at import time, for a bad value
+        max_retries=max_retries,
+        timeout=timeout,
+        retry_backoff=retry_backoff,
+        retry_backoff_max=retry_backoff_max,
+        retry_jitter=retry_jitter,
+    )
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
 
@@ -153,7 +176,7 @@ def task(
             )
             if not same_place:  # a module imported twice registers the same function again
                 raise ValueError(f"two tasks are named {task_name!r}")
-        registered = Task(function, task_name, queue, max_retries, priority)
+        registered = Task(function, task_name, queue, max_retries, priority, options)
         _registry[task_name] = registered
         return registered
 

@@ -11,19 +11,24 @@ Tasks of Django's Tasks framework are run by the backend's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
+import signal
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django_rcoord import __version__
 from django_rcoord.conf import conf
-from django_rcoord.exceptions import TaskNotRunnable
+from django_rcoord.exceptions import TaskNotRunnable, TaskTimeLimitExceeded
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
+from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.records import TaskRecord, record_from
 from django_rcoord.queues.registry import PermanentFailure, get_task
 
@@ -95,12 +100,6 @@ def not_runnable(task_name: str, reason: str) -> Outcome:
     return Outcome("dead", task_name, reason, class_path(TaskNotRunnable))
 
 
-def retry_delay_ms(earlier: int) -> int:
-    """The wait before the next try of a task tried ``earlier`` times before:
-    ``TASK_RETRY_BACKOFF * 2**earlier`` seconds, at most ``TASK_RETRY_BACKOFF_MAX``."""
-    return int(min(conf.TASK_RETRY_BACKOFF * 2**earlier, conf.TASK_RETRY_BACKOFF_MAX) * 1000)
-
-
 def class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
@@ -143,7 +142,7 @@ class TaskRunner:
             registered.signature.bind(*args, **kwargs)
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
-        return self.call(job, name, registered.function, args, kwargs, registered.max_retries)
+        return self.call(job, name, registered.function, args, kwargs, registered.options)
 
     def call(
         self,
@@ -152,13 +151,18 @@ class TaskRunner:
         function: Any,
         args: list[Any],
         kwargs: dict[str, Any],
-        max_retries: int,
+        options: RunOptions,
     ) -> Outcome:
-        """Call a task function (awaiting an async one) and say how it ended."""
+        """Call a task function (awaiting an async one) within its time limit and say how
+        it ended."""
+        limit = options.time_limit
         try:
-            value = function(*args, **kwargs)
+            started = time.monotonic()
+            with _alarm(limit):
+                value = function(*args, **kwargs)
             if inspect.isawaitable(value):
-                value = self._await(value)
+                left = None if limit is None else max(0.0, limit - (time.monotonic() - started))
+                value = self._await(value, left, limit)
         except PermanentFailure as exc:
             return Outcome(
                 "dead", name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc
@@ -168,8 +172,8 @@ class TaskRunner:
             outcome = Outcome(
                 "dead", name, traceback.format_exc(), class_path(type(exc)), exception=exc
             )
-            if job.failures < max_retries:
-                outcome.kind, outcome.delay_ms = "retry", retry_delay_ms(job.failures)
+            if job.failures < options.max_retries:
+                outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
             return outcome
         try:
             return Outcome("ack", name, value_json=to_json(value))
@@ -204,14 +208,16 @@ class TaskRunner:
             f"{reason} (worker {self.worker_id}, django-rcoord {__version__}; delivery "
             f"{deliveries} of {conf.TASK_MAX_DELIVERIES})",
             class_path(TaskNotRunnable),
-            retry_delay_ms(deliveries - 1),
+            DEFAULT_OPTIONS.retry_delay_ms(deliveries - 1),
         )
 
-    def _await(self, awaitable: Any) -> Any:
-        """Run an async task to its end on this runner's own event loop."""
+    def _await(self, awaitable: Any, left: float | None, limit: float | None = None) -> Any:
+        """Run an async task to its end on this runner's own event loop; cancelled (and
+        ``TaskTimeLimitExceeded`` raised) after ``left`` seconds, what is left of its time
+        limit of ``limit``."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(_as_coroutine(awaitable))
+        return self._loop.run_until_complete(_within(awaitable, left, limit))
 
     def close(self) -> None:
         """Close the event loop of async tasks (and, with it, their async clients)."""
@@ -272,5 +278,35 @@ def log_outcome(done: Done, held: bool) -> None:
         )
 
 
-async def _as_coroutine(awaitable: Any) -> Any:
-    return await awaitable
+async def _within(awaitable: Any, left: float | None, limit: float | None) -> Any:
+    if left is None:
+        return await awaitable
+    try:
+        return await asyncio.wait_for(awaitable, left)
+    except asyncio.TimeoutError:
+        raise TaskTimeLimitExceeded(f"cancelled after its time limit of {limit:g} s") from None
+
+
+@contextlib.contextmanager
+def _alarm(limit: float | None) -> Iterator[None]:
+    """Raise ``TaskTimeLimitExceeded`` in the code running in this block once it has run
+    ``limit`` seconds: a SIGALRM timer, so only in the main thread (elsewhere the block
+    runs unlimited; ``run_email_worker --isolation process`` limits every task)."""
+    if (
+        limit is None
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def exceeded(signum: int, frame: Any) -> None:
+        raise TaskTimeLimitExceeded(f"stopped after its time limit of {limit:g} s")
+
+    previous = signal.signal(signal.SIGALRM, exceeded)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

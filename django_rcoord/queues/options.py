@@ -1,0 +1,64 @@
+"""How the worker runs a task: its retries, the waits between them, its time limit."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from django_rcoord.conf import conf
+from django_rcoord.validation import is_number
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A task's run options. None takes the setting's value at run time (so
+    ``override_settings`` and a changed ``RCOORD`` apply): ``TASK_TIMEOUT``,
+    ``TASK_RETRY_BACKOFF``, ``TASK_RETRY_BACKOFF_MAX``, ``TASK_RETRY_JITTER``.
+
+    ``max_retries`` counts retries after the first attempt. ``timeout`` is in seconds; 0
+    means no limit even where ``TASK_TIMEOUT`` sets one. Retry n waits ``retry_backoff *
+    2 ** (n - 1)`` seconds, at most ``retry_backoff_max``, shortened by a random share of
+    up to ``retry_jitter`` (0 to 1)."""
+
+    max_retries: int = 3
+    timeout: float | None = None
+    retry_backoff: float | None = None
+    retry_backoff_max: float | None = None
+    retry_jitter: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool):
+            raise ValueError("max_retries must be an int >= 0")
+        if self.max_retries < 0:
+            raise ValueError("max_retries must be an int >= 0")
+        for name in ("timeout", "retry_backoff", "retry_backoff_max"):
+            value = getattr(self, name)
+            if value is not None and (not is_number(value) or value < 0):
+                raise ValueError(f"{name} must be a number of seconds >= 0, or None")
+        jitter = self.retry_jitter
+        if jitter is not None and (not is_number(jitter) or not 0 <= jitter <= 1):
+            raise ValueError("retry_jitter must be a number from 0 to 1, or None")
+
+    @property
+    def time_limit(self) -> float | None:
+        """Seconds the task may run, or None for no limit."""
+        limit = conf.TASK_TIMEOUT if self.timeout is None else self.timeout
+        return float(limit) if limit else None
+
+    def retry_delay_ms(self, earlier: int) -> int:
+        """The wait before the next try of a task tried ``earlier`` times before, in ms."""
+        backoff = conf.TASK_RETRY_BACKOFF if self.retry_backoff is None else self.retry_backoff
+        cap = (
+            conf.TASK_RETRY_BACKOFF_MAX
+            if self.retry_backoff_max is None
+            else self.retry_backoff_max
+        )
+        jitter = conf.TASK_RETRY_JITTER if self.retry_jitter is None else self.retry_jitter
+        delay = min(backoff * 2**earlier, cap)
+        if jitter:
+            delay *= 1 - random.random() * jitter
+        return int(delay * 1000)
+
+
+#: The options of a task that says nothing: every value from the settings.
+DEFAULT_OPTIONS = RunOptions()

@@ -1,0 +1,82 @@
+"""Sphinx configuration of the django-rcoord documentation.
+
+Build it as CI does (warnings are errors, every reference must resolve):
+
+    python -m sphinx -W -n -b html docs docs/_build/html
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import django
+from django.conf import settings
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path[:0] = [str(ROOT), str(DOCS / "_ext")]
+
+# autodoc imports the app's modules, which read Django's settings: a minimal project,
+# which never connects to Redis (nothing is called at import).
+if not settings.configured:
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.admin",
+            "django.contrib.auth",
+            "django.contrib.contenttypes",
+            "django.contrib.sessions",
+            "django.contrib.messages",
+            "django_rcoord",
+        ],
+        CACHES={
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": "redis://127.0.0.1:6379/0",
+            }
+        },
+        USE_TZ=True,
+    )
+    django.setup()
+
+import django_rcoord  # noqa: E402
+
+project = "django-rcoord"
+author = "django-rcoord developers"
+copyright = "django-rcoord developers"  # noqa: A001
+release = django_rcoord.__version__
+version = release
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "rcoord_docs",
+]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "screenshots/*.md", "conftest.py"]
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 4
+
+html_theme = "furo"
+html_title = f"django-rcoord {release}"
+html_static_path: list[str] = []
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_typehints_description_target = "documented_params"
+autodoc_default_options = {"members": False}
+
+# Types of other packages named in signatures and docstrings (no intersphinx: the docs
+# build offline) are not cross-referenced.
+nitpick_ignore_regex = [
+    (r"py:.*", r"(redis|django|django_redis|django_tasks|asgiref|collections|typing|types|"
+     r"datetime|pathlib|os|concurrent|asyncio|threading|decimal|uuid|enum|dataclasses|"
+     r"contextlib|logging|_contextvars|cronsim)(\..*)?"),
+    (r"py:.*", r"(Any|Callable|Awaitable|Iterable|Iterator|Mapping|Sequence|Coroutine|"
+     r"AsyncIterator|TypeVar|ParamSpec|Self|NoneType|Literal|Optional|Union)(\[.*\])?"),
+]
+
+linkcheck_ignore = [r"http://127\.0\.0\.1.*"]
+
+os.environ.setdefault("RCOORD_DOCS_BUILD", "1")

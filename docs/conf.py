@@ -65,7 +65,6 @@ html_static_path: list[str] = []
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_description_target = "documented_params"
-autodoc_default_options = {"members": False}
 
 # Types of other packages named in signatures and docstrings (no intersphinx: the docs
 # build offline) are not cross-referenced.

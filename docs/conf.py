@@ -44,7 +44,7 @@ import django_rcoord  # noqa: E402
 
 project = "django-rcoord"
 author = "django-rcoord developers"
-copyright = "django-rcoord developers"  # noqa: A001
+copyright = "django-rcoord developers"
 release = django_rcoord.__version__
 version = release
 
@@ -68,13 +68,16 @@ autodoc_typehints_description_target = "documented_params"
 
 # Types of other packages named in signatures and docstrings (no intersphinx: the docs
 # build offline) are not cross-referenced.
-nitpick_ignore_regex = [
-    (r"py:.*", r"(redis|django|django_redis|django_tasks|asgiref|collections|typing|types|"
-     r"datetime|pathlib|os|concurrent|asyncio|threading|decimal|uuid|enum|dataclasses|"
-     r"contextlib|logging|_contextvars|cronsim)(\..*)?"),
-    (r"py:.*", r"(Any|Callable|Awaitable|Iterable|Iterator|Mapping|Sequence|Coroutine|"
-     r"AsyncIterator|TypeVar|ParamSpec|Self|NoneType|Literal|Optional|Union)(\[.*\])?"),
-]
+_OTHER_PACKAGES = (
+    r"(redis|django|django_redis|django_tasks|asgiref|collections|typing|types|datetime|"
+    r"pathlib|os|concurrent|asyncio|threading|decimal|uuid|enum|dataclasses|contextlib|"
+    r"logging|_contextvars|cronsim)(\..*)?"
+)
+_TYPING_NAMES = (
+    r"(Any|Callable|Awaitable|Iterable|Iterator|Mapping|Sequence|Coroutine|AsyncIterator|"
+    r"TypeVar|ParamSpec|Self|NoneType|Literal|Optional|Union)(\[.*\])?"
+)
+nitpick_ignore_regex = [(r"py:.*", _OTHER_PACKAGES), (r"py:.*", _TYPING_NAMES)]
 
 linkcheck_ignore = [r"http://127\.0\.0\.1.*"]
 

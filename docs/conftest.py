@@ -8,8 +8,6 @@ Redis is flushed when a page begins.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from sybil import Sybil
 from sybil.parsers.myst import PythonCodeBlockParser, SkipParser
@@ -21,12 +19,11 @@ _pages_begun: set[str] = set()
 
 
 @pytest.fixture
-def _docs_redis(request: pytest.FixtureRequest, _use_test_redis: None) -> Iterator[None]:  # noqa: F811
+def _docs_redis(request: pytest.FixtureRequest, _use_test_redis: None) -> None:  # noqa: F811
     page = str(request.node.path)
     if page not in _pages_begun:
         _pages_begun.add(page)
         get_client().flushdb()
-    yield
 
 
 pytest_collect_file = Sybil(

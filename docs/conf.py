@@ -60,7 +60,8 @@ myst_heading_anchors = 4
 
 html_theme = "furo"
 html_title = f"django-rcoord {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["rcoord.css"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

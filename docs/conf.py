@@ -7,7 +7,6 @@ Build it as CI does (warnings are errors, every reference must resolve):
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -79,7 +78,3 @@ _TYPING_NAMES = (
     r"TypeVar|ParamSpec|Self|NoneType|Literal|Optional|Union)(\[.*\])?"
 )
 nitpick_ignore_regex = [(r"py:.*", _OTHER_PACKAGES), (r"py:.*", _TYPING_NAMES)]
-
-linkcheck_ignore = [r"http://127\.0\.0\.1.*"]
-
-os.environ.setdefault("RCOORD_DOCS_BUILD", "1")

@@ -151,7 +151,7 @@ def test_every_command_option_is_in_the_reference(name: str) -> None:
 
 
 def public_names() -> list[str]:
-    names = set()
+    names: set[str] = set()
     for module_name in PUBLIC_MODULES:
         module = importlib.import_module(f"django_rcoord.{module_name}")
         names.update(f"django_rcoord.{module_name}.{name}" for name in module.__all__)
@@ -209,7 +209,7 @@ def test_every_metric_is_in_the_reference_with_its_type() -> None:
 
 def named_tests() -> list[tuple[str, str]]:
     """Every ``tests/<file>.py::<test>`` the documentation names."""
-    named = set()
+    named: set[tuple[str, str]] = set()
     for document in DOCS.rglob("*.md"):
         if "_build" not in document.parts:
             named.update(re.findall(r"(tests/\w+\.py)::(\w+)", document.read_text()))

@@ -254,3 +254,16 @@ def mypy_django61(session: nox.Session) -> None:
     session.install("--group", "typecheck")
     session.run("pip", "uninstall", "-y", "django-tasks")
     session.run("mypy", "--always-true", "BUILTIN_TASKS", *mypy_cache(session), *session.posargs)
+
+
+@nox.session(python=interpreter("3.11"))
+def docs(session: nox.Session) -> None:
+    """The documentation site: built with warnings as errors and every reference resolved,
+    then every Python example of its pages run against a throwaway Redis (Sybil)."""
+    primary = MATRIX[0]  # its Django and its server: README's test command's combination
+    install_project(session, (*primary.extras, "tasks"), "--group", "docs")
+    session.run(
+        "python", "-m", "sphinx", "-W", "-n", "-q", "-b", "html", "docs", "docs/_build/html"
+    )
+    env = server_environment(session, primary)
+    session.run("python", "-m", "pytest", "docs", *session.posargs, env=env)

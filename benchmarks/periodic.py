@@ -10,7 +10,7 @@ with one poller SIGKILLed halfway. No worker runs: the fired tasks stay in their
 where they are counted.
 
 Celery beat and Huey are not run: both document that their schedulers must not run more
-than once (README, "Periodic tasks" in Benchmarks).
+than once (docs/explanation/benchmarks.md, "Periodic tasks").
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 
 Every scenario prints its tables, writes benchmarks/results/<scenario>.json and
 draws benchmarks/results/<scenario>.png. ``--quick`` is a short run (smaller
-counts and sizes, said in each JSON file); the full run is what the README shows.
+counts and sizes, said in each JSON file); the full run is what the docs show
+(docs/explanation/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The staff dashboard in a real headless Chromium: sign in, read a dead letter's traceback,
 requeue it, see the counts change.
 
-``RCOORD_SCREENSHOTS=<dir>`` saves the pages as PNG files there (README's pictures).
+``RCOORD_SCREENSHOTS=<dir>`` saves the pages as PNG files there (the docs' pictures,
+docs/screenshots/).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ test resets their connections, restarts the server or turns it into a read-only 
 Each run's effects are lines in a file (``tasks.record_run``), so a fault can neither repeat
 nor hide them. With ``RCOORD_TEST_CLUSTER=1`` the connection resets run on a 3-master cluster
 of the test's own; a restart and READONLY are single-server cases (a cluster node refuses
-REPLICAOF, and a node's restart is a failover, README "What a failover can cost").
+REPLICAOF, and a node's restart is a failover: docs, "What a failover can cost").
 """
 
 from __future__ import annotations

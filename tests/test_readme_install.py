@@ -1,4 +1,4 @@
-"""Every ``pip install`` line of README, run as written in a fresh virtualenv.
+"""Every ``pip install`` line of README and of the docs, run as written in a fresh virtualenv.
 
 Each line gets a virtualenv of its own, made by this Python's ``venv`` (so with the pip
 that Python bundles, which may be older than README's options need). ``python3 -m venv
@@ -24,13 +24,22 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def documents() -> list[Path]:
+    """README and the pages of the documentation site."""
+    pages = sorted(path for path in (ROOT / "docs").rglob("*.md") if "_build" not in path.parts)
+    return [ROOT / "README.md", *pages]
+
+
 def install_lines() -> list[str]:
-    """README's shell lines that install something with pip."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```sh\n(.*?)```", readme, re.DOTALL)
-    return [
-        line.strip() for block in blocks for line in block.splitlines() if "pip install" in line
-    ]
+    """The shell lines of README and the docs that install something with pip, each once."""
+    lines: dict[str, None] = {}
+    for document in documents():
+        blocks = re.findall(r"```sh\n(.*?)```", document.read_text(), re.DOTALL)
+        for block in blocks:
+            for line in block.splitlines():
+                if "pip install" in line:
+                    lines[line.strip()] = None
+    return list(lines)
 
 
 def test_readme_has_install_lines() -> None:
@@ -64,7 +73,9 @@ def test_each_install_line_works_in_a_fresh_virtualenv(line: str, tmp_path: Path
     venv = tmp_path / ".venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     pip = str(venv / "bin" / "pip")
-    for command in _commands(line):
+    for words in _commands(line):
+        # `python3 -m pip` is the venv's pip too.
+        command = ["pip", *words[3:]] if words[:3] == ["python3", "-m", "pip"] else words
         if command[:3] == ["python3", "-m", "venv"]:
             continue  # made above, in a place of its own
         if command[0] not in ("pip", ".venv/bin/pip"):

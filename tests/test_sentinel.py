@@ -127,7 +127,7 @@ def test_locks_reach_the_primary_through_sentinel_and_follow_a_failover(
         wait_until(lambda: primary_port(sentinel_port) == replica.port, timeout=30)
         # The failover is over once the old primary replicates the new one. (Before
         # that, a pooled connection to the old primary can still write, and lose
-        # the write: the window README's failover section is about.)
+        # the write: the window the docs' failover section is about.)
         wait_until(lambda: role(primary) == "slave" and role(replica) == "master", timeout=30)
 
         acquired: list[Lock] = []

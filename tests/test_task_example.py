@@ -1,5 +1,6 @@
-"""README's task example, followed as written in a new project: its tasks in an app's
-``tasks.py``, ``delay()``, then ``run_email_worker --burst`` with no ``--queues``."""
+"""The docs' task example (reference, "Task queues"), followed as written in a new
+project: its tasks in an app's ``tasks.py``, ``delay()``, then ``run_email_worker --burst``
+with no ``--queues``."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ from tests.test_quick_start import ROOT, new_project, quick_start
 
 
 def readme_tasks() -> str:
-    """The first code block of README's "Task queues": ``myapp/tasks.py``."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("\n## Task queues\n") :]
+    """The first code block of the docs' "Task queues" page: ``myapp/tasks.py``."""
+    section = (ROOT / "docs" / "reference" / "task-queues.md").read_text()
     block = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[0]
     assert block.startswith("# myapp/tasks.py")
     return block

@@ -368,8 +368,8 @@ def two_pickers(request: HttpRequest) -> HttpResponse:
 
 # -- the widget's media loaded twice, a long list ----------------------------------------
 def both_media(request: HttpRequest) -> HttpResponse:
-    """``{{ form.media }}`` and ``{% rcoord_autocomplete_media %}`` on one page (as README
-    shows), and a widget that lists up to 20 names (more than fit without scrolling)."""
+    """``{{ form.media }}`` and ``{% rcoord_autocomplete_media %}`` on one page (as the docs
+    show), and a widget that lists up to 20 names (more than fit without scrolling)."""
     from django import forms
     from django.template import engines
 

@@ -5,6 +5,12 @@ The code lives in ``django_rcoord.queues.periodic``; this module keeps the docum
 
 from __future__ import annotations
 
-from django_rcoord.queues.periodic import MISSED_AFTER, Schedule, schedule_status, schedules
+from django_rcoord.queues.periodic import (
+    LATENESS_SAMPLES,
+    MISSED_AFTER,
+    Schedule,
+    schedule_status,
+    schedules,
+)
 
-__all__ = ["MISSED_AFTER", "Schedule", "schedule_status", "schedules"]
+__all__ = ["LATENESS_SAMPLES", "MISSED_AFTER", "Schedule", "schedule_status", "schedules"]

@@ -9,6 +9,7 @@ import signal
 import time
 
 from django_rcoord.connection import get_async_client, get_client
+from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.queues import task
 
 RAN = "test:ran"
@@ -172,3 +173,28 @@ def record_then_block(marker: str, seconds: float) -> None:
     client.rpush(RAN, marker)
     if client.set(f"test:blocked:{marker}", 1, nx=True):
         time.sleep(seconds)
+
+
+@task(queue="default", timeout=0.3, max_retries=0)
+def sleep_past_the_limit(marker: str) -> None:
+    """Stopped at its time limit: TaskTimeLimitExceeded interrupts the sleep."""
+    get_client().rpush("test:started", marker)
+    time.sleep(10)
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default", timeout=0.3, max_retries=0)
+def ignore_the_limit(marker: str) -> None:
+    """Catches TaskTimeLimitExceeded and goes on: only killing its process stops it."""
+    get_client().rpush("test:started", f"{marker}:{os.getpid()}")
+    try:
+        time.sleep(10)
+    except TaskTimeLimitExceeded:
+        time.sleep(10)
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default")
+def record_pid(marker: str) -> int:
+    get_client().rpush(RAN, marker)
+    return os.getpid()

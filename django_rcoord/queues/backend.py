@@ -53,7 +53,7 @@ from django_rcoord.validation import is_number
 if TYPE_CHECKING:
     from django_rcoord.queues.worker.runner import Job, Outcome, TaskRunner
 
-__all__ = ["RedisTaskBackend", "framework_task", "run_framework_task"]
+__all__ = ["RedisTaskBackend", "framework_run_options", "framework_task", "run_framework_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,19 @@ def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], na
         except BaseException:  # noqa: BLE001 - handled: it failed the task
             _send_robust(task_finished, "task_finished", sender, finished)
     return outcome
+
+
+def framework_run_options(message: dict[str, Any]) -> RunOptions:
+    """The run options of the framework task a message names, from its backend; the
+    settings' defaults when this release cannot find the task or its backend."""
+    try:
+        task = framework_task(message.get("task"))
+        backend = task_backends[message["backend"]]
+    except Exception:  # noqa: BLE001 - run_framework_task reports why it cannot run
+        return RunOptions(max_retries=0)
+    if task is None or not isinstance(backend, RedisTaskBackend):
+        return RunOptions(max_retries=0)
+    return backend.run_options(task)
 
 
 def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:

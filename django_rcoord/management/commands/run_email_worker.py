@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_rcoord.connection import REDIS_ERRORS
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.management.base import configure_logging, stop_on_signals
-from django_rcoord.queues.worker import Worker, default_queues, waiting_elsewhere
+from django_rcoord.queues.worker import ISOLATIONS, Worker, default_queues, waiting_elsewhere
 
 logger = logging.getLogger("django_rcoord.queues.worker")
 
@@ -38,6 +38,14 @@ class Command(BaseCommand):
             help="Tasks run at once, each in its own thread (default 1; per queue group).",
         )
         parser.add_argument("--lease", type=float, help="Seconds (default RCOORD['TASK_LEASE']).")
+        parser.add_argument(
+            "--isolation",
+            choices=ISOLATIONS,
+            default="inline",
+            help="Where tasks run: in the worker's process (inline, the default), or in a "
+            "child process per worker thread that is killed at a task's time limit and "
+            "started again (process).",
+        )
         parser.add_argument(
             "--max-outage",
             type=float,
@@ -66,6 +74,7 @@ class Command(BaseCommand):
                     max_tasks=options["max_tasks"],
                     stop_event=stop,
                     max_outage=max_outage,
+                    isolation=options["isolation"],
                 )
                 for queues in groups
                 for _ in range(concurrency)

@@ -27,6 +27,7 @@ from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, log_waited
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
+from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import Done, Job, TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
@@ -34,6 +35,9 @@ from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
 logger = logging.getLogger(__name__)
+
+#: Where a worker runs its tasks: in its own process, or in a child it can kill.
+ISOLATIONS = ("inline", "process")
 
 #: A finished task is acknowledged with the next take, or by the keeper once it
 #: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
@@ -59,6 +63,9 @@ class Worker:
     backoff, and the tasks it holds stay held (their leases renewed) meanwhile. With
     ``max_outage`` (seconds; a burst run's bound), Redis errors that last longer than that
     end ``run()`` with ``RedisUnavailable``.
+
+    ``isolation="inline"`` (the default) runs tasks in this process; ``"process"`` runs
+    them in a child process, which is killed at a task's time limit (see ``isolation``).
     """
 
     def __init__(
@@ -72,9 +79,12 @@ class Worker:
         client: Any = None,
         stop_event: threading.Event | None = None,
         max_outage: float | None = None,
+        isolation: str = "inline",
     ) -> None:
         if not queues:
             raise ValueError("a worker needs at least one queue")
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         self.queues = same_group(list(queues))
         self.lease = float(conf.TASK_LEASE if lease is None else lease)
         self.burst = burst
@@ -88,7 +98,10 @@ class Worker:
         self.session = QueueSession(
             self.id, self.queues, lease=self.lease, burst=burst, client=client
         )
-        self.runner = TaskRunner(self.id)
+        self.isolation = isolation
+        self.runner: TaskRunner | ProcessTaskRunner = (
+            ProcessTaskRunner(self.id) if isolation == "process" else TaskRunner(self.id)
+        )
         self.processed = 0
         self._started_at = time.time()
         # What this worker holds, shared with the keeper under ``_holding``: tasks
@@ -119,11 +132,12 @@ class Worker:
         """Process tasks until stopped; returns how many were processed."""
         autodiscover_tasks()
         logger.info(
-            "worker %s watching %s (lease %ss, prefetch up to %d)",
+            "worker %s watching %s (lease %ss, prefetch up to %d, %s)",
             self.id,
             ", ".join(queue.name for queue in self.queues),
             self.lease,
             self.prefetch.prefetch,
+            "each task in a child process" if self.isolation == "process" else "tasks inline",
         )
         failures = 0  # loop turns in a row that failed
         failing_since = 0.0  # when the first of them failed (time.monotonic())

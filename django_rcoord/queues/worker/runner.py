@@ -104,6 +104,23 @@ def class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def run_options_of(job: Job) -> RunOptions:
+    """The run options of ``job``'s task (its time limit, retries), as far as this worker
+    knows the task; the settings' defaults otherwise."""
+    message = decode_message(job.body)
+    name = message.get("task") if message is not None else None
+    if not isinstance(name, str):
+        return DEFAULT_OPTIONS
+    registered = get_task(name)
+    if registered is not None:
+        return registered.options
+    if message is not None and message.get("backend"):
+        from django_rcoord.queues.backend import framework_run_options
+
+        return framework_run_options(message)
+    return DEFAULT_OPTIONS
+
+
 class TaskRunner:
     """Runs tasks for worker ``worker_id``, one at a time, and says how each ended."""
 

@@ -1,0 +1,180 @@
+"""Running tasks in a child process, so that one past its time limit can be stopped.
+
+A sync task cannot be interrupted safely in a thread: Python has no way to stop a
+thread from outside, and a task stuck in C code or a socket read ignores signals.
+``ProcessTaskRunner`` runs each task in a child process of its own (started once,
+with Django set up, and kept for the next tasks): the child raises
+``TaskTimeLimitExceeded`` inside a task at its limit (as the worker's main thread
+does), and the parent kills the child ``HARD_LIMIT_GRACE`` seconds later if the task
+has not ended by then, records the run as failed, and starts a new child for the
+next task. A task that kills its process (a crash, ``os._exit``, the OOM killer)
+fails too, instead of taking the worker down with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from django_rcoord.exceptions import TaskTimeLimitExceeded
+from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.worker.runner import (
+    Done,
+    Job,
+    Outcome,
+    TaskRunner,
+    class_path,
+    run_options_of,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Seconds after a task's time limit before its process is killed: time for the task to
+#: end on its own once ``TaskTimeLimitExceeded`` was raised in it.
+HARD_LIMIT_GRACE = 1.0
+
+#: The start method of the children: a fresh interpreter, so nothing of the worker's threads,
+#: locks or open connections is copied into it.
+START_METHOD = "spawn"
+
+
+class ProcessTaskRunner:
+    """Runs tasks for worker ``worker_id`` in a child process, one at a time, with the
+    interface of ``TaskRunner`` (``run`` and ``close``)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._process: Any = None
+        self._connection: Connection | None = None
+
+    def run(self, job: Job) -> Done:
+        """Run ``job`` in the child; never raises."""
+        started = time.perf_counter()
+        options = run_options_of(job)
+        limit = options.time_limit
+        try:
+            connection = self._child()
+            connection.send(job)
+            answered = connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE)
+            if answered:
+                outcome = Outcome(*connection.recv())
+            else:
+                self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
+                outcome = _failed(
+                    job,
+                    options,
+                    TaskTimeLimitExceeded,
+                    f"killed after its time limit of {limit:g} s",
+                )
+        except (EOFError, OSError) as exc:  # the child died: the pipe closed under us
+            process = self._process
+            self._forget_child()
+            code = None
+            if process is not None:
+                process.join(5)
+                code = process.exitcode
+            reason = _exit_reason(code) if code is not None else repr(exc)
+            outcome = _failed(
+                job, options, ChildProcessError, f"the task's process died ({reason})"
+            )
+        return Done(job, outcome, (time.perf_counter() - started) * 1000)
+
+    def close(self) -> None:
+        """Stop the child (it finishes nothing: ``run`` is not running)."""
+        connection, process = self._connection, self._process
+        self._forget_child()
+        if connection is not None:
+            with contextlib.suppress(OSError):
+                connection.send(None)
+            connection.close()
+        if process is not None:
+            process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+    def _child(self) -> Connection:
+        if self._connection is not None and self._process is not None and self._process.is_alive():
+            return self._connection
+        self._forget_child()
+        context = multiprocessing.get_context(START_METHOD)
+        parent_end, child_end = context.Pipe()
+        process = context.Process(
+            target=serve_tasks,
+            args=(child_end, self.worker_id, os.environ.get("DJANGO_SETTINGS_MODULE")),
+            name=f"task-runner:{self.worker_id}",
+            daemon=True,
+        )
+        process.start()
+        child_end.close()
+        self._process, self._connection = process, parent_end
+        return parent_end
+
+    def _kill(self, why: str) -> None:
+        process = self._process
+        logger.warning("worker %s: %s; killing its process %s", self.worker_id, why, process.pid)
+        self._forget_child()
+        process.kill()
+        process.join()
+
+    def _forget_child(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+        self._process, self._connection = None, None
+
+
+def serve_tasks(connection: Connection, worker_id: str, settings_module: str | None) -> None:
+    """The child's loop: set Django up, then run each job received until told to stop."""
+    if settings_module:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings_module)
+    import django
+
+    django.setup()
+    from django_rcoord.queues.registry import autodiscover_tasks
+
+    autodiscover_tasks()
+    runner = TaskRunner(worker_id)
+    try:
+        while True:
+            try:
+                job = connection.recv()
+            except EOFError:  # the worker is gone
+                return
+            if job is None:
+                return
+            outcome = runner.run(job).outcome
+            connection.send(
+                (
+                    outcome.kind,
+                    outcome.task_name,
+                    outcome.error,
+                    outcome.error_class,
+                    outcome.delay_ms,
+                    outcome.value_json,
+                )
+            )
+    finally:
+        runner.close()
+
+
+def _failed(job: Job, options: Any, kind: type, reason: str) -> Outcome:
+    """The outcome of a run the parent had to end: a failure, retried like any other."""
+    outcome = Outcome("dead", job_name(job), f"{kind.__name__}: {reason}", class_path(kind))
+    if job.failures < options.max_retries:
+        outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
+    return outcome
+
+
+def job_name(job: Job) -> str:
+    message = decode_message(job.body) or {}
+    name = message.get("task")
+    return name if isinstance(name, str) else "?"
+
+
+def _exit_reason(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"

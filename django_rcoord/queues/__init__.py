@@ -23,6 +23,7 @@ from typing import Any
 from django_rcoord.connection import resolve_client
 from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
 from django_rcoord.queues.messages import decode_message, encode_message
+from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
     aexecute_later,
@@ -51,6 +52,7 @@ __all__ = [
     "WAKE_TOKEN_MS",
     "PermanentFailure",
     "QueueKeys",
+    "RunOptions",
     "ScriptedEnqueue",
     "Task",
     "TaskRecord",

@@ -198,3 +198,18 @@ def ignore_the_limit(marker: str) -> None:
 def record_pid(marker: str) -> int:
     get_client().rpush(RAN, marker)
     return os.getpid()
+
+
+@task(queue="default", rate="3/s", max_retries=0)
+def rate_limited_start(marker: str) -> None:
+    """At most three starts in any second, across every worker."""
+    get_client().rpush("test:starts", f"{time.time()!r}:{marker}")
+
+
+@task(queue="default", concurrency=2, max_retries=0)
+def at_most_two(seconds: float) -> None:
+    """At most two runs at once, across every worker (``test:peaks`` as ``overlap``)."""
+    client = get_client()
+    client.rpush("test:peaks", client.incr("test:running"))
+    time.sleep(seconds)
+    client.decr("test:running")

@@ -147,13 +147,18 @@ def task(
     retry_backoff: float | None = None,
     retry_backoff_max: float | None = None,
     retry_jitter: float | None = None,
+    rate: str | None = None,
+    concurrency: int | None = None,
+    limit_key: str | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task. ``max_retries`` counts retries after the first attempt;
     ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
     the order they were queued. ``timeout`` (seconds; 0: none) limits a run, and
     ``retry_backoff``, ``retry_backoff_max`` and ``retry_jitter`` shape the waits between
     retries; left None, each takes its ``RCOORD`` setting (``TASK_TIMEOUT``,
-    ``TASK_RETRY_BACKOFF``, ...) when the task runs."""
+    ``TASK_RETRY_BACKOFF``, ...) when the task runs. ``rate`` (``"100/m"``) and
+    ``concurrency`` (runs at once) hold across every worker; tasks giving the same
+    ``limit_key`` share them."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     options = RunOptions(  # ValueError now, at import time, for a bad value
@@ -162,6 +167,9 @@ def task(
         retry_backoff=retry_backoff,
         retry_backoff_max=retry_backoff_max,
         retry_jitter=retry_jitter,
+        rate=rate,
+        concurrency=concurrency,
+        limit_key=limit_key,
     )
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)

@@ -22,7 +22,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.worker.runner import (
     Done,
     Job,
@@ -37,10 +36,6 @@ logger = logging.getLogger(__name__)
 #: Seconds after a task's time limit before its process is killed: time for the task to
 #: end on its own once ``TaskTimeLimitExceeded`` was raised in it.
 HARD_LIMIT_GRACE = 1.0
-
-#: The start method of the children: a fresh interpreter, so nothing of the worker's threads,
-#: locks or open connections is copied into it.
-START_METHOD = "spawn"
 
 
 class ProcessTaskRunner:
@@ -102,7 +97,9 @@ class ProcessTaskRunner:
         if self._connection is not None and self._process is not None and self._process.is_alive():
             return self._connection
         self._forget_child()
-        context = multiprocessing.get_context(START_METHOD)
+        # A fresh interpreter ("spawn"): nothing of the worker's threads, locks or open
+        # connections is copied into the child.
+        context = multiprocessing.get_context("spawn")
         parent_end, child_end = context.Pipe()
         process = context.Process(
             target=serve_tasks,
@@ -164,16 +161,10 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
 
 def _failed(job: Job, options: Any, kind: type, reason: str) -> Outcome:
     """The outcome of a run the parent had to end: a failure, retried like any other."""
-    outcome = Outcome("dead", job_name(job), f"{kind.__name__}: {reason}", class_path(kind))
+    outcome = Outcome("dead", job.task_name, f"{kind.__name__}: {reason}", class_path(kind))
     if job.failures < options.max_retries:
         outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
     return outcome
-
-
-def job_name(job: Job) -> str:
-    message = decode_message(job.body) or {}
-    name = message.get("task")
-    return name if isinstance(name, str) else "?"
 
 
 def _exit_reason(code: int) -> str:

@@ -27,9 +27,10 @@ from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, log_waited
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
+from django_rcoord.queues.worker.gates import TaskGates, Wait
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
-from django_rcoord.queues.worker.runner import Done, Job, TaskRunner
+from django_rcoord.queues.worker.runner import Done, Job, TaskRunner, later
 from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
@@ -99,6 +100,7 @@ class Worker:
             self.id, self.queues, lease=self.lease, burst=burst, client=client
         )
         self.isolation = isolation
+        self.gates = TaskGates(self.lease, client=client)
         self.runner: TaskRunner | ProcessTaskRunner = (
             ProcessTaskRunner(self.id) if isolation == "process" else TaskRunner(self.id)
         )
@@ -215,14 +217,24 @@ class Worker:
             return job
 
     def _run_job(self, job: Job) -> None:
-        finished = self.runner.run(job)
-        self.prefetch.observe(finished.took_ms)
+        """Run ``job`` unless its limits say not yet, and hold it finished for the next
+        exchange."""
+        entry = self.gates.enter(job)
+        if isinstance(entry, Wait):
+            finished = Done(job, later(job, entry.delay_ms, entry.why), 0.0)
+        else:
+            try:
+                finished = self.runner.run(job)
+            finally:
+                self.gates.leave(entry)
+            self.prefetch.observe(finished.took_ms)
         with self._holding:
             self._running = None
             finished.at = time.monotonic()
             self._done.append(finished)
             self._wake_keeper()
-            self.processed += 1
+            if finished.outcome.kind != "later":
+                self.processed += 1
             if not self._batch or finished.outcome.kind != "ack":
                 close_old_connections()
 

@@ -37,9 +37,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Outcome:
-    """How a run ended: ``kind`` 'ack', 'retry', 'defer' or 'dead'; for failures the error
-    text (a traceback), the error entry of the result record and the retry delay; for
-    'ack' the return value as JSON."""
+    """How a run ended: ``kind`` 'ack', 'retry', 'defer' (cannot run here), 'later' (its
+    limits say not yet: it did not run) or 'dead'; for failures the error text (a
+    traceback), the error entry of the result record and the retry delay; for 'ack' the
+    return value as JSON."""
 
     kind: str
     task_name: str
@@ -74,6 +75,13 @@ class Job:
     queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
 
     @property
+    def task_name(self) -> str:
+        """The task its message names ('?' for a message that names none)."""
+        message = decode_message(self.body)
+        name = message.get("task") if message is not None else None
+        return name if isinstance(name, str) else "?"
+
+    @property
     def record(self) -> TaskRecord | None:
         """Its result record as it is now (RUNNING), from what the take script returned."""
         return self.record_of(None)
@@ -93,6 +101,12 @@ class Done:
     outcome: Outcome
     took_ms: float
     at: float = 0.0  # when it ended (time.monotonic())
+
+
+def later(job: Job, delay_ms: int, why: str) -> Outcome:
+    """A run its limits hold back (``why``: "its rate 100/m"): back to the delayed set for
+    ``delay_ms``, not an attempt."""
+    return Outcome("later", job.task_name, f"waiting for {why}", delay_ms=delay_ms)
 
 
 def not_runnable(task_name: str, reason: str) -> Outcome:
@@ -263,6 +277,14 @@ def log_outcome(done: Done, held: bool) -> None:
         )
     elif outcome.kind == "ack":
         logger.info("task %s %s succeeded (ran %.1f ms)", job.id, name, took_ms)
+    elif outcome.kind == "later":
+        logger.info(
+            "task %s %s is %s: back in the delayed set for %.3g s",
+            job.id,
+            name,
+            outcome.error,
+            outcome.delay_ms / 1000,
+        )
     elif outcome.kind == "defer":
         logger.warning(
             "task %s %s cannot run here: %s; back in its queue in %.3g s",

@@ -132,7 +132,7 @@ class QueueSession:
                 failures += 1
         self._exchanges += 1
         for item, held in zip(done, finished, strict=True):
-            if item.outcome.kind in ("retry", "defer"):  # look for it when due
+            if item.outcome.kind in ("retry", "defer", "later"):  # look for it when due
                 due = time.monotonic() + item.outcome.delay_ms / 1000
                 self._next_check = min(self._next_check, due)
             log_outcome(item, bool(held))
@@ -289,7 +289,7 @@ def _finish_args(done: Done) -> list[Any]:
     return [
         done.job.id,
         done.job.queue_index,
-        outcome.kind,
+        "defer" if outcome.kind == "later" else outcome.kind,  # the script's 'back later'
         outcome.error,
         outcome.delay_ms,
         outcome.value_json,

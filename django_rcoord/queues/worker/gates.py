@@ -1,0 +1,103 @@
+"""A task's limits across every worker: how often it may start, and how many may run at once.
+
+``@task(rate="100/m")`` is an exact sliding window (``ratelimit``'s ``"sliding"``: at most
+100 starts in any minute, decided on the Redis server's clock): a run over the rate goes
+back to the delayed set until the earliest moment it is allowed. ``@task(concurrency=3)`` is a fair semaphore whose permits
+are leased like the task itself (a dead worker's permit comes back when its lease ends,
+and the process's renewer keeps it while the task runs): a run that finds every permit
+taken goes back for about ``CONCURRENCY_RECHECK`` seconds. Neither costs a busy loop nor
+holds the worker: the task waits in the delayed set while the worker runs the tasks
+behind it. Tasks that give the same ``limit_key`` share their limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.worker.runner import Job, run_options_of
+from django_rcoord.ratelimit import hit
+from django_rcoord.renewal import Renewal
+from django_rcoord.semaphores import Semaphore
+
+logger = logging.getLogger(__name__)
+
+#: Seconds (at most; at least half of it, at random) before a run that found its task's
+#: concurrency full is looked at again.
+CONCURRENCY_RECHECK = 1.0
+#: Seconds before a run whose limits could not be read (a Redis error) is looked at again.
+LIMITS_UNREADABLE_RECHECK = 1.0
+
+
+@dataclass
+class Pass:
+    """What a run took to start: nothing, or a permit (kept alive while it runs)."""
+
+    semaphore: Semaphore | None = None
+    identifier: str | None = None
+    renewal: Renewal | None = None
+
+
+@dataclass
+class Wait:
+    """A run that may not start yet: back in the delayed set for ``delay_ms``."""
+
+    delay_ms: int
+    why: str
+
+
+class TaskGates:
+    """The limits of the tasks a worker runs, with ``lease`` as the permits' lease."""
+
+    def __init__(self, lease: float, *, client: Any = None) -> None:
+        self.lease = lease
+        self._client = client
+
+    def enter(self, job: Job) -> Pass | Wait:
+        """A ``Pass`` when ``job`` may run now, else a ``Wait``. Never raises."""
+        options = run_options_of(job)
+        if options.rate is None and options.concurrency is None:
+            return Pass()
+        key = f"task:{options.limit_key or job.task_name}"
+        try:
+            return self._enter(key, options)
+        except REDIS_ERRORS as exc:
+            return Wait(
+                int(LIMITS_UNREADABLE_RECHECK * 1000), f"its limits could not be read ({exc})"
+            )
+
+    def _enter(self, key: str, options: RunOptions) -> Pass | Wait:
+        rate = options.rate_limit
+        if rate is not None:
+            runs, seconds = rate
+            result = hit(key, runs, seconds, algorithm="sliding", client=self._client)
+            if not result.allowed:
+                return Wait(max(1, round(result.retry_after * 1000)), f"its rate {options.rate}")
+        if options.concurrency is None:
+            return Pass()
+        semaphore = Semaphore(key, options.concurrency, timeout=self.lease, client=self._client)
+        identifier = semaphore.acquire(wait=0)
+        if identifier is None:
+            recheck = CONCURRENCY_RECHECK * (0.5 + random.random() / 2)
+            return Wait(int(recheck * 1000), f"its concurrency of {options.concurrency}")
+        return Pass(semaphore, identifier, semaphore.keep(identifier))
+
+    def leave(self, taken: Pass) -> None:
+        """Give back what the run took; never raises (a permit not given back ends with its
+        lease)."""
+        if taken.semaphore is None or taken.identifier is None:
+            return
+        if taken.renewal is not None:
+            taken.renewal.cancel()
+        try:
+            taken.semaphore.release(taken.identifier)
+        except REDIS_ERRORS as exc:
+            logger.warning(
+                "could not give back a permit of %r (%s); its lease ends it",
+                taken.semaphore.name,
+                exc,
+            )

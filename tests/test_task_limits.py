@@ -1,0 +1,59 @@
+"""A task's rate and concurrency hold across every worker process."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_rcoord.connection import get_client
+from django_rcoord.queues import enqueue_many, get_result, queue_stats, task
+from django_rcoord.queues.options import parse_rate
+from tests import tasks
+from tests.procs import wait_until
+from tests.test_queues import start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_rate_holds_in_every_window_across_worker_processes() -> None:
+    enqueue_many([(tasks.rate_limited_start, (f"r{n}",), {}) for n in range(10)])
+    workers = [start_worker("--concurrency", "2") for _ in range(2)]  # four loops
+    try:
+        wait_until(lambda: get_client().llen("test:starts") == 10, timeout=30)
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(20)
+    starts = sorted(
+        float(entry.split(b":")[0]) for entry in get_client().lrange("test:starts", 0, -1)
+    )
+    # At most three starts in any second: the fourth start after any start is a second later
+    # (less a little: the time is read in the task, after the server decided).
+    assert all(later - earlier >= 0.95 for earlier, later in zip(starts, starts[3:], strict=False))
+    assert starts[-1] - starts[0] < 6  # and no slower than it must be (10 starts: > 3 s)
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_a_concurrency_limit_holds_across_worker_processes() -> None:
+    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    workers = [start_worker("--concurrency", "3") for _ in range(2)]  # six loops, two permits
+    try:
+        wait_until(
+            lambda: all(getattr(get_result(i), "status", "") == "SUCCESSFUL" for i in ids),
+            timeout=40,
+        )
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(20)
+    peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
+    assert len(peaks) == 6  # each ran once: held-back runs did not count as runs
+    assert max(peaks) == 2
+
+
+def test_limits_are_checked_when_the_task_is_defined() -> None:
+    assert parse_rate("100/m") == (100, 60.0)
+    assert parse_rate("5/10s") == (5, 10.0)
+    with pytest.raises(ValueError, match="rate must look like"):
+        task(name="tests.limits.bad_rate", rate="fast")
+    with pytest.raises(ValueError, match="concurrency"):
+        task(name="tests.limits.bad_concurrency", concurrency=0)

@@ -10,7 +10,7 @@ import time
 
 from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues import task
+from django_rcoord.queues import PermanentFailure, task
 
 RAN = "test:ran"
 
@@ -213,3 +213,21 @@ def at_most_two(seconds: float) -> None:
     client.rpush("test:peaks", client.incr("test:running"))
     time.sleep(seconds)
     client.decr("test:running")
+
+
+@task(queue="default")
+def note_finished(task_id: str) -> None:
+    """A follow-up: records which task it follows."""
+    get_client().rpush("test:followed", task_id)
+
+
+@task(queue="default", on_success=note_finished, on_failure="tests.tasks.note_finished")
+def followed(fail: bool) -> str:
+    if fail:
+        raise PermanentFailure("failing on purpose")
+    return "made"
+
+
+@task(queue="default", max_retries=1, on_success="tests.tasks.not_a_task")
+def follow_up_missing() -> None:
+    get_client().rpush(RAN, "follow_up_missing")

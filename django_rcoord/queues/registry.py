@@ -50,6 +50,8 @@ class Task:
         max_retries: int,
         priority: int = 0,
         options: RunOptions | None = None,
+        on_success: Task | str | None = None,
+        on_failure: Task | str | None = None,
     ) -> None:
         self.function = function
         self.name = name
@@ -57,6 +59,9 @@ class Task:
         self.priority = priority
         #: How the worker runs it: retries, their waits, its time limit.
         self.options = options or RunOptions(max_retries=max_retries)
+        #: Tasks queued with this task's id when it succeeds, or fails for good.
+        self.on_success = on_success
+        self.on_failure = on_failure
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -122,6 +127,18 @@ class Task:
             None, self.name, self.queue, args, kwargs, due_time(delay, eta), priority=self.priority
         )
 
+    def follow_up(self, succeeded: bool, task_id: str) -> str | None:
+        """Queue the task's ``on_success`` (``succeeded``) or ``on_failure`` follow-up with
+        ``task_id`` as its one argument; the follow-up's id, or None when there is none.
+        LookupError when it names a task that is not registered."""
+        follow_up = self.on_success if succeeded else self.on_failure
+        if follow_up is None:
+            return None
+        found = get_task(follow_up) if isinstance(follow_up, str) else follow_up
+        if found is None:
+            raise LookupError(f"its follow-up {follow_up!r} is not a registered task")
+        return found.delay(task_id)
+
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""
         from django.db import transaction
@@ -150,6 +167,8 @@ def task(
     rate: str | None = None,
     concurrency: int | None = None,
     limit_key: str | None = None,
+    on_success: Task | str | None = None,
+    on_failure: Task | str | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task. ``max_retries`` counts retries after the first attempt;
     ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
@@ -158,7 +177,8 @@ def task(
     retries; left None, each takes its ``RCOORD`` setting (``TASK_TIMEOUT``,
     ``TASK_RETRY_BACKOFF``, ...) when the task runs. ``rate`` (``"100/m"``) and
     ``concurrency`` (runs at once) hold across every worker; tasks giving the same
-    ``limit_key`` share them."""
+    ``limit_key`` share them. ``on_success`` and ``on_failure`` (a task, or a task's name)
+    are queued with the task's id when it succeeds, or fails for good (no retries left)."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     options = RunOptions(  # ValueError now, at import time, for a bad value
@@ -171,6 +191,9 @@ def task(
         concurrency=concurrency,
         limit_key=limit_key,
     )
+    for follow_up in (on_success, on_failure):
+        if follow_up is not None and not isinstance(follow_up, (Task, str)):
+            raise TypeError("on_success and on_failure take a task or a task's name")
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
 
@@ -184,7 +207,9 @@ def task(
             )
             if not same_place:  # a module imported twice registers the same function again
                 raise ValueError(f"two tasks are named {task_name!r}")
-        registered = Task(function, task_name, queue, max_retries, priority, options)
+        registered = Task(
+            function, task_name, queue, max_retries, priority, options, on_success, on_failure
+        )
         _registry[task_name] = registered
         return registered
 

@@ -2,12 +2,12 @@
 
 ``@task(rate="100/m")`` is an exact sliding window (``ratelimit``'s ``"sliding"``: at most
 100 starts in any minute, decided on the Redis server's clock): a run over the rate goes
-back to the delayed set until the earliest moment it is allowed. ``@task(concurrency=3)`` is a fair semaphore whose permits
-are leased like the task itself (a dead worker's permit comes back when its lease ends,
-and the process's renewer keeps it while the task runs): a run that finds every permit
-taken goes back for about ``CONCURRENCY_RECHECK`` seconds. Neither costs a busy loop nor
-holds the worker: the task waits in the delayed set while the worker runs the tasks
-behind it. Tasks that give the same ``limit_key`` share their limits.
+back to the delayed set until the earliest moment it is allowed. ``@task(concurrency=3)``
+is a fair semaphore whose permits are leased like the task itself (a dead worker's permit
+comes back when its lease ends, and the process's renewer keeps it while the task runs):
+a run that finds every permit taken goes back for about ``CONCURRENCY_RECHECK`` seconds.
+Neither costs a busy loop nor holds the worker: the task waits in the delayed set while
+the worker runs the tasks behind it. Tasks that give the same ``limit_key`` share their limits.
 """
 
 from __future__ import annotations

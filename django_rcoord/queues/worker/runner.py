@@ -30,7 +30,7 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.records import TaskRecord, record_from
-from django_rcoord.queues.registry import PermanentFailure, get_task
+from django_rcoord.queues.registry import PermanentFailure, Task, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,8 @@ class TaskRunner:
             registered.signature.bind(*args, **kwargs)
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
-        return self.call(job, name, registered.function, args, kwargs, registered.options)
+        outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
+        return _followed_up(job, registered, outcome)
 
     def call(
         self,
@@ -260,6 +261,27 @@ class TaskRunner:
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+
+
+def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
+    """Queue the task's follow-up for how it ended (``on_success``, or ``on_failure`` once no
+    retry is left). One that cannot be queued fails a successful run (it is retried, the
+    follow-up with it), and is said in a dead letter's error."""
+    if outcome.kind not in ("ack", "dead"):
+        return outcome
+    try:
+        registered.follow_up(outcome.kind == "ack", job.id)
+    except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
+        reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
+        reason += f"could not be queued: {exc!r}"
+        if outcome.kind == "dead":
+            outcome.error = f"{outcome.error}\n({reason})"
+            return outcome
+        failed = Outcome("dead", outcome.task_name, reason, class_path(type(exc)), exception=exc)
+        if job.failures < registered.options.max_retries:
+            failed.kind, failed.delay_ms = "retry", registered.options.retry_delay_ms(job.failures)
+        return failed
+    return outcome
 
 
 def log_outcome(done: Done, held: bool) -> None:

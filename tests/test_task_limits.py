@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import enqueue_many, get_result, queue_stats, task
@@ -57,3 +58,18 @@ def test_limits_are_checked_when_the_task_is_defined() -> None:
         task(name="tests.limits.bad_rate", rate="fast")
     with pytest.raises(ValueError, match="concurrency"):
         task(name="tests.limits.bad_concurrency", concurrency=0)
+
+
+def test_the_dashboard_stats_and_metrics_show_the_task_controls(admin_client) -> None:
+    from django_rcoord.ops.status import overview
+
+    rows = {row["task"]: row for row in overview()["task_controls"]}
+    assert rows["tests.tasks.at_most_two"]["concurrency"] == 2
+    assert rows["tests.tasks.at_most_two"]["running"] == 0
+    assert rows["tests.tasks.rate_limited_start"]["rate"] == "3/s"
+    assert rows["tests.tasks.sleep_past_the_limit"]["timeout"] == 0.3
+    assert rows["tests.tasks.followed"]["on_success"] == "tests.tasks.note_finished"
+    assert "tests.tasks.record" not in rows  # sets nothing
+    page = admin_client.get(reverse("rcoord:dashboard")).content.decode()
+    assert 'id="rcoord-task-controls"' in page
+    assert "0 / 2" in page

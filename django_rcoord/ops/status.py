@@ -13,8 +13,11 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import finished_per_minute, metrics_from_hash
 from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
 from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
 from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups
+from django_rcoord.queues.registry import autodiscover_tasks, registered_tasks
+from django_rcoord.semaphores import Semaphore
 
 __all__ = ["overview"]
 
@@ -55,7 +58,50 @@ def overview(*, client: Any = None) -> dict[str, Any]:
         "worker_counts": worker_counts,
         "promotion_lateness": lateness,
         "periodic": schedule_status(client, now_ms),
+        "task_controls": task_controls(client),
     }
+
+
+def task_controls(client: Any) -> list[dict[str, Any]]:
+    """Every registered ``@task`` that sets a control (a time limit, a rate, a concurrency,
+    its own retries, a follow-up), with the runs holding a permit of its concurrency limit
+    now (a round trip per concurrency limit). The apps' ``tasks`` modules are imported
+    first, as a worker does, so that a web process sees every task."""
+    autodiscover_tasks()
+    rows = []
+    for registered in registered_tasks():
+        options = registered.options
+        if options == RunOptions(max_retries=options.max_retries) and not (
+            registered.on_success or registered.on_failure
+        ):
+            continue
+        follow_ups = {
+            kind: getattr(target, "name", target)
+            for kind, target in (
+                ("on_success", registered.on_success),
+                ("on_failure", registered.on_failure),
+            )
+            if target is not None
+        }
+        rows.append(
+            {
+                "task": registered.name,
+                "queue": registered.queue,
+                "timeout": options.time_limit,
+                "max_retries": options.max_retries,
+                "rate": options.rate,
+                "concurrency": options.concurrency,
+                "limit_key": f"task:{options.limit_key or registered.name}",
+                "running": None,
+                **follow_ups,
+            }
+        )
+    for row in rows:
+        if row["concurrency"]:
+            row["running"] = Semaphore(
+                row["limit_key"], row["concurrency"], client=client
+            ).holders()
+    return rows
 
 
 @dataclass

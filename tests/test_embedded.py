@@ -19,6 +19,7 @@ from django_rcoord.embedded import (
     embedded_cache,
     find_executable,
     free_port,
+    program_name,
     server_version,
 )
 from django_rcoord.embedded.server import started_port
@@ -137,7 +138,7 @@ def test_rcoord_redis_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "already running" in capsys.readouterr().out
     call_command("rcoord_redis", "status", "--dir", data_dir)
     status = capsys.readouterr().out
-    assert status.startswith("redis-server ")
+    assert status.startswith(f"{program_name()} ")
     assert " running at unix://" in status
     call_command("rcoord_redis", "stop", "--dir", data_dir)
     assert "stopped" in capsys.readouterr().out
@@ -235,7 +236,7 @@ def test_rcoord_redis_on_a_port_and_what_to_put_in_caches(
     call_command("rcoord_redis", "start", "--dir", str(data_dir), "--port", str(port))
     out = capsys.readouterr().out
     url = f"redis://127.0.0.1:{port}/0"
-    assert out.startswith(f"redis-server started at {url} (pid ")
+    assert out.startswith(f"{program_name()} started at {url} (pid ")
     line = f"embedded_cache({json.dumps(str(data_dir.resolve()))}, port={port})"
     assert f'CACHES = {{"default": {line}}}' in out
     try:
@@ -248,9 +249,9 @@ def test_rcoord_redis_on_a_port_and_what_to_put_in_caches(
         ):
             call_command("rcoord_redis", "start")
             out = capsys.readouterr().out
-            assert out.startswith(f"redis-server already running at {url} ")
+            assert out.startswith(f"{program_name()} already running at {url} ")
             assert 'CACHES["default"] uses it.' in out
             call_command("rcoord_redis", "stop")
-            assert capsys.readouterr().out == f"redis-server at {url} stopped\n"
+            assert capsys.readouterr().out == f"{program_name()} at {url} stopped\n"
     finally:
         EmbeddedRedis(data_dir, port=port).stop()

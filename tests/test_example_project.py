@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from django_rcoord.embedded import EmbeddedRedis, free_port, process_alive
+from django_rcoord.embedded import EmbeddedRedis, free_port, process_alive, program_name
 from tests import cluster
 from tests.procs import run_python, server_program, wait_until
 
@@ -135,7 +135,7 @@ def test_rundemo_serves_the_home_page_on_the_embedded_redis(tmp_path: Path) -> N
         output = press_ctrl_c(demo)
         manage("rcoord_redis", "stop", env=env)  # only if the test failed before Ctrl-C
     assert demo.returncode == 0, output
-    assert "Stopped redis-server at unix://" in output, output
+    assert f"Stopped {program_name()} at unix://" in output, output
     assert not process_alive(redis_pid)
     assert processes_of(tmp_path) == set()  # Ctrl-C stopped everything
     with pytest.raises(urllib.error.URLError):  # connection refused
@@ -228,7 +228,7 @@ def test_only_commands_that_use_redis_start_it(tmp_path: Path) -> None:
         status = manage("rcoord_redis", "status", env=env)
         assert status.returncode == 3, status.stderr
         assert status.stdout == (
-            f"redis-server at unix://{tmp_path}/redis/redis.sock?db=0 is not running\n"
+            f"{program_name()} at unix://{tmp_path}/redis/redis.sock?db=0 is not running\n"
         )
         checked = manage("check", env=env)
         assert checked.returncode == 0, checked.stderr

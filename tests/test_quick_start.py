@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from django_rcoord.embedded import EmbeddedRedis, process_alive
+from django_rcoord.embedded import EmbeddedRedis, process_alive, program_name
 from tests.procs import run_python, server_program, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,10 +70,10 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
     finally:
         server.stop()
     start, check, shell, stop = outputs
-    assert start.startswith(f"redis-server started at {server.url} (pid {pid})")
+    assert start.startswith(f"{program_name()} started at {server.url} (pid {pid})")
     assert 'CACHES["default"] uses it.' in start
     assert "no issues" in check
     assert shell.splitlines()[-1] == "locked: True token 1"
-    assert stop == f"redis-server at {server.url} stopped\n"
+    assert stop == f"{program_name()} at {server.url} stopped\n"
     assert pid is not None
     wait_until(lambda: not process_alive(pid), timeout=10)

@@ -20,6 +20,7 @@ from django_rcoord.embedded.server import (
     find_executable,
     free_port,
     process_alive,
+    program_name,
     server_version,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "find_executable",
     "free_port",
     "process_alive",
+    "program_name",
     "server_version",
 ]

@@ -64,6 +64,16 @@ def find_executable(name: str = "redis-server") -> str:
     )
 
 
+def program_name(executable: str | None = None) -> str:
+    """``valkey-server`` or ``redis-server``: the name users know the server ``executable``
+    (default: the one ``find_executable`` finds) by, for messages."""
+    try:
+        path = executable or find_executable()
+    except EmbeddedRedisError:
+        return "redis-server"
+    return "valkey-server" if "valkey" in os.path.basename(path) else "redis-server"
+
+
 def server_version(executable: str) -> tuple[int, ...]:
     """Return the version of a ``redis-server`` binary, e.g. ``(6, 2, 14)``."""
     try:

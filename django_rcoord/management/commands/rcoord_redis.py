@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.conf import conf
 from django_rcoord.embedded.caches import configured_server
-from django_rcoord.embedded.server import EmbeddedRedis, started_port
+from django_rcoord.embedded.server import EmbeddedRedis, program_name, started_port
 from django_rcoord.exceptions import EmbeddedRedisError
 
 
@@ -53,29 +53,30 @@ class Command(BaseCommand):
         if action != "start" and port is None and server.config_path.exists():
             # Stop and report the server where it last started, whatever the settings say now.
             server = EmbeddedRedis(server.data_dir, port=started_port(server.data_dir))
+        name = program_name()
         try:
             if action == "start":
                 was_running = server.is_running()
                 server.start()
                 verb = "already running" if was_running else "started"
                 self.stdout.write(
-                    f"redis-server {verb} at {server.url} (pid {server.pid()}), "
-                    f"data in {server.data_dir}"
+                    f"{name} {verb} at {server.url} (pid {server.pid()}), data in {server.data_dir}"
                 )
                 self.stdout.write(self.settings_for(server))
             elif action == "stop":
                 if server.stop():
-                    self.stdout.write(f"redis-server at {server.url} stopped")
+                    self.stdout.write(f"{name} at {server.url} stopped")
                 else:
-                    self.stdout.write(f"redis-server at {server.url} was not running")
+                    self.stdout.write(f"{name} at {server.url} was not running")
             elif server.is_running():
                 info = server.client().info("server")
+                version = info.get("valkey_version") or info["redis_version"]
                 self.stdout.write(
-                    f"redis-server {info['redis_version']} running at {server.url} "
+                    f"{name} {version} running at {server.url} "
                     f"(pid {server.pid()}), data in {server.data_dir}"
                 )
             else:
-                self.stdout.write(f"redis-server at {server.url} is not running")
+                self.stdout.write(f"{name} at {server.url} is not running")
                 raise SystemExit(3)
         except EmbeddedRedisError as exc:
             raise CommandError(str(exc)) from exc

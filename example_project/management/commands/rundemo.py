@@ -20,6 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_rcoord.embedded import program_name
 from django_rcoord.embedded.caches import configured_server
 from django_rcoord.management.base import stop_on_signals
 
@@ -46,10 +47,10 @@ class Command(BaseCommand):
             finally:
                 if server is not None and started_here:
                     server.stop()
-                    self.stdout.write(f"Stopped redis-server at {server.url}")
+                    self.stdout.write(f"Stopped {program_name()} at {server.url}")
                 elif server is not None:
                     self.stdout.write(
-                        f"redis-server at {server.url} was running before rundemo and still "
+                        f"{program_name()} at {server.url} was running before rundemo and still "
                         "is; `python manage.py rcoord_redis stop` stops it."
                     )
         if exit_code:

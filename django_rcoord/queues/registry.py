@@ -20,6 +20,7 @@ from django_rcoord.queues.producer import (
     due_time,
     enqueue_message,
 )
+from django_rcoord.queues.unique import Uniqueness, make_uniqueness
 
 __all__ = [
     "PermanentFailure",
@@ -48,12 +49,16 @@ class Task:
         queue: str,
         max_retries: int,
         priority: int = 0,
+        unique: Uniqueness | None = None,
     ) -> None:
         self.function = function
         self.name = name
         self.queue = queue
         self.max_retries = max_retries
         self.priority = priority
+        #: While a run with the same arguments (or key) is ready, delayed or running, for
+        #: at most its seconds, queueing another returns that run's id (see ``unique``).
+        self.unique = unique
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -70,10 +75,17 @@ class Task:
             raise TypeError(f"task {self.name!r} does not accept these arguments: {exc}") from None
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
-        """Queue a run with these arguments; returns the task id (one round trip)."""
+        """Queue a run with these arguments; returns the task id (one round trip). A unique
+        task already queued, delayed or running returns that run's id, queueing nothing."""
         self.check_arguments(args, kwargs)
         return enqueue_message(
-            resolve_client(None), self.name, self.queue, args, kwargs, priority=self.priority
+            resolve_client(None),
+            self.name,
+            self.queue,
+            args,
+            kwargs,
+            priority=self.priority,
+            unique=self.unique,
         )
 
     def schedule(
@@ -93,13 +105,14 @@ class Task:
             kwargs,
             due_time(delay, eta),
             priority=self.priority,
+            unique=self.unique,
         )
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
         return await aenqueue_message(
-            None, self.name, self.queue, args, kwargs, priority=self.priority
+            None, self.name, self.queue, args, kwargs, priority=self.priority, unique=self.unique
         )
 
     async def aschedule(
@@ -112,7 +125,14 @@ class Task:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
         return await aenqueue_message(
-            None, self.name, self.queue, args, kwargs, due_time(delay, eta), priority=self.priority
+            None,
+            self.name,
+            self.queue,
+            args,
+            kwargs,
+            due_time(delay, eta),
+            priority=self.priority,
+            unique=self.unique,
         )
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
@@ -121,27 +141,43 @@ class Task:
 
         self.check_arguments(args, kwargs)
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
+        if self.unique is not None:
+            self.unique.claim(self.name, args, kwargs)  # so does a unique_key that raises
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 
     def __repr__(self) -> str:
         return (
             f"<Task {self.name} queue={self.queue!r} max_retries={self.max_retries} "
-            f"priority={self.priority}>"
+            f"priority={self.priority}"
+            + (f" unique_for={self.unique.seconds:g}" if self.unique else "")
+            + ">"
         )
 
 
 def task(
-    name: str | None = None, *, queue: str = "default", max_retries: int = 3, priority: int = 0
+    name: str | None = None,
+    *,
+    queue: str = "default",
+    max_retries: int = 3,
+    priority: int = 0,
+    unique_for: float | None = None,
+    unique_key: Callable[..., str] | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task. ``max_retries`` counts retries after the first attempt;
     ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
-    the order they were queued."""
+    the order they were queued.
+
+    ``unique_for`` (seconds): while a run with the same arguments is ready, delayed or
+    running (retries included), and for at most that long, queueing the task again
+    returns that run's id and queues nothing. ``unique_key``: a function of the task's
+    arguments returning a str, for "the same" by key rather than by all arguments."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     if not isinstance(max_retries, int) or max_retries < 0:
         raise ValueError("max_retries must be an int >= 0")
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
+    unique = make_uniqueness(unique_for, unique_key)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -153,7 +189,7 @@ def task(
             )
             if not same_place:  # a module imported twice registers the same function again
                 raise ValueError(f"two tasks are named {task_name!r}")
-        registered = Task(function, task_name, queue, max_retries, priority)
+        registered = Task(function, task_name, queue, max_retries, priority, unique)
         _registry[task_name] = registered
         return registered
 

@@ -19,7 +19,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.unique import UNIQUE_FIELD, Uniqueness
+from django_rcoord.queues.unique import UNIQUE_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
@@ -271,7 +271,7 @@ def execute_later(
     Returns the task id (a unique ``@task``'s already queued, when it is). One round trip.
     """
     return enqueue_message(
-        resolve_client(client), name, queue, args, {}, due_time(delay), unique=_unique_of(name)
+        resolve_client(client), name, queue, args, {}, due_time(delay), unique=of_task(name)
     )
 
 
@@ -280,17 +280,8 @@ async def aexecute_later(
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
     return await aenqueue_message(
-        client, name, queue, args, {}, due_time(delay), unique=_unique_of(name)
+        client, name, queue, args, {}, due_time(delay), unique=of_task(name)
     )
-
-
-def _unique_of(name: str) -> Uniqueness | None:
-    """The uniqueness of the ``@task`` named ``name``, if one is registered here."""
-    # Imported here: the registry's Task queues through this module.
-    from django_rcoord.queues.registry import get_task
-
-    found = get_task(name)
-    return found.unique if found is not None else None
 
 
 @dataclass(frozen=True)
@@ -328,7 +319,7 @@ def _resolve_target(
         return target.name, queue or target.queue, target.priority, target.unique
     if queue is None:
         raise ValueError(f"{caller} needs queue= for a task given by name")
-    return target, queue, 0, _unique_of(target)
+    return target, queue, 0, of_task(target)
 
 
 def enqueue_in_script(

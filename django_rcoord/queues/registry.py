@@ -20,7 +20,7 @@ from django_rcoord.queues.producer import (
     due_time,
     enqueue_message,
 )
-from django_rcoord.queues.unique import Uniqueness, make_uniqueness
+from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
 __all__ = [
     "PermanentFailure",
@@ -191,6 +191,7 @@ def task(
                 raise ValueError(f"two tasks are named {task_name!r}")
         registered = Task(function, task_name, queue, max_retries, priority, unique)
         _registry[task_name] = registered
+        remember(task_name, unique)
         return registered
 
     return register

@@ -119,7 +119,8 @@ def test_a_delayed_unique_task_is_unique_too_and_its_key_function_decides_samene
         task(name="tests.unique.bad_key", unique_for=5, unique_key=lambda x: x)(
             plain.function
         ).delay(3)
-    for bad in (0, -1, True, "5", float("nan"), 10**9):
+    bad_values: tuple[Any, ...] = (0, -1, True, "5", float("nan"), 10**9)
+    for bad in bad_values:
         with pytest.raises(ValueError, match="unique_for"):
             task(unique_for=bad)
     with pytest.raises(ValueError, match="unique_key needs unique_for"):
@@ -324,8 +325,8 @@ def test_framework_tasks_are_unique_by_task_options() -> None:
             first = framework_tasks.add.enqueue(1, 2)
             assert framework_tasks.add.enqueue(1, 2).id == first.id
             assert framework_tasks.add.enqueue(2, 2).id != first.id
-            keyed = framework_tasks.attempt_number.enqueue(5)
-            assert framework_tasks.attempt_number.enqueue(5).id == keyed.id
+            keyed = framework_tasks.attempt_number.enqueue("5")
+            assert framework_tasks.attempt_number.enqueue("5").id == keyed.id
             assert sent == [first.id, sent[1], keyed.id]  # no signal for a duplicate
             Worker(["default"], burst=True).run()
             assert framework_tasks.add.get_result(first.id).status == TaskResultStatus.SUCCESSFUL

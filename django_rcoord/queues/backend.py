@@ -47,7 +47,7 @@ from django_rcoord.queues.framework import (
 from django_rcoord.queues.keys import split_queue_name
 from django_rcoord.queues.options import uniqueness_of
 from django_rcoord.queues.producer import Enqueued, asend_message, due_time, send_message
-from django_rcoord.queues.records import CANCELLED, TaskRecord, aget_result, get_result
+from django_rcoord.queues.records import CANCELLED, FAILED, TaskRecord, aget_result, get_result
 from django_rcoord.validation import is_number
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     errors = list(record.errors)
     status = record.status
     if status == CANCELLED:
-        status = TaskResultStatus.FAILED
+        status = FAILED
         errors.append(
             {
                 "exception_class_path": "django_rcoord.exceptions.TaskCancelled",

@@ -30,7 +30,7 @@ from django.core import checks
 from django.utils.module_loading import import_string
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.exceptions import InvalidName
+from django_rcoord.exceptions import InvalidName, TaskCancelled
 from django_rcoord.queues.framework import (
     BaseTaskBackend,
     Task,
@@ -194,7 +194,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
         status = FAILED
         errors.append(
             {
-                "exception_class_path": "django_rcoord.exceptions.TaskCancelled",
+                "exception_class_path": f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
                 "traceback": "cancelled by django_rcoord.queues.cancel() before it ran",
             }
         )

@@ -66,6 +66,10 @@ class Settings:
     TASK_RESULT_TTL: float = 86400
     #: Queues `manage.py run_email_worker` watches by default, highest priority first.
     EMAIL_QUEUES: list[str] = field(default_factory=lambda: ["email"])
+    #: Options of Django's Tasks framework tasks, by task path (django.tasks.task takes no
+    #: backend options): {"myapp.tasks.export": {"unique_for": 300, "unique_key": path}}
+    #: (see django_rcoord.queues.task_options; check rcoord.E033).
+    TASK_OPTIONS: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Periodic tasks fired by poll_delayed: dicts of name, task, cron or every, args,
     #: kwargs, catch_up (see django_rcoord.queues.periodic).
     PERIODIC_TASKS: list[dict[str, Any]] = field(default_factory=list)

@@ -47,6 +47,12 @@ class WorkerLost(RcoordError):
     result's errors by the queue's recovery script; never raised.)"""
 
 
+class TaskCancelled(RcoordError):
+    """A task was cancelled by ``django_rcoord.queues.cancel()`` before it ran. (The error of
+    its Tasks framework result, which reads FAILED: the framework has no cancelled status;
+    never raised.)"""
+
+
 class RedisUnavailable(RcoordError):
     """Redis stayed out of reach longer than a bounded wait allowed (a burst worker's
     ``max_outage``)."""

@@ -27,6 +27,7 @@ CONTRACT: dict[str, tuple[str, ...]] = {
         "RedisUnavailable",
         "TaskNotRunnable",
         "WorkerLost",
+        "TaskCancelled",
     ),
     "django_rcoord.locks": (
         "Lock",
@@ -70,6 +71,9 @@ CONTRACT: dict[str, tuple[str, ...]] = {
         "requeue_dead",
         "get_result",
         "PermanentFailure",
+        "cancel",
+        "acancel",
+        "TaskCancelled",
     ),
     "django_rcoord.delayed": ("poll_queue", "DelayQueue", "DueTaskPromoter"),
     "django_rcoord.ratelimit": ("allow_once", "allow_n", "hit", "ahit", "aallow_once", "aallow_n"),

@@ -15,13 +15,28 @@
 -- ARGV[6]  how long the group's list of queues outlives its last task, ms
 -- ARGV[7]  due time, ms since the epoch on this server's clock (0: use the delay)
 -- ARGV[8]  priority, -100..100 (higher runs first; delayed tasks read it from the message)
+-- Unique (eight keys): the seven above, then
+-- KEYS[8]  results HASH of the group (it holds the claims of unique tasks, see _unique)
+-- ARGV[9]  the claim's field ('u:<sha256>', also in the message as "unique")
+-- ARGV[10] how long the claim lasts at most, ms
 -- Returns  1, or 2 when the group's list of queues was created by this call (the producer
---          then records the group in the registry pollers read)
+--          then records the group in the registry pollers read); in the unique form, the
+--          id of the task holding the claim instead, when one does (nothing is queued)
 --! include _enqueue
+--! include _unique
 if #KEYS == 5 then
     local created = enqueue_now(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[3],
         tonumber(ARGV[6]), ARGV[1], ARGV[2], tonumber(ARGV[4]), ARGV[5])
     return created and 2 or 1
+end
+if #KEYS == 8 then
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local holder = unique_holder(KEYS[8], KEYS[1], ARGV[9], now)
+    if holder then
+        return holder
+    end
+    unique_claim(KEYS[8], ARGV[9], ARGV[1], now, tonumber(ARGV[10]))
 end
 return enqueue_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[1],
     ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8])

@@ -32,12 +32,15 @@
 --          failed attempt), error text (retry, defer, dead), delay ms (retry, defer), return
 --          value JSON (ack), error entry JSON (retry, dead), metric labels
 --          'queue<US>task', run time's duration bucket, run time us
+--          A unique task acknowledged or made a dead letter drops its claim (a 'u:' field of
+--          KEYS[5] its message names, see _unique); one retried or deferred keeps it.
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
 --          longer held it (its lease ran out and another worker has it: nothing about it
 --          is changed); taken holds {id, message, queue index, failures, record state} per
 --          task taken. A task that lost a worker before (id:lost) is taken alone, so that a
 --          task killing its workers does not count against the tasks taken with it.
 --! include _records
+--! include _unique
 -- KEYS[queue_keys(queue_index) + part] is a key of queue `queue_index` (1-based): part 1
 -- ready, 2 in-flight, 3 delayed, 4 dead.
 local function queue_keys(queue_index)
@@ -179,6 +182,7 @@ if count > 0 then
         -- A finished task's message moves into its record.
         local messages = redis.call('HMGET', KEYS[1], unpack(acked))
         for position, id in ipairs(acked) do
+            unique_release(KEYS[5], id, messages[position])
             if messages[position] then
                 record_fields[#record_fields + 1] = id .. ':m'
                 record_fields[#record_fields + 1] = messages[position]
@@ -202,6 +206,11 @@ if count > 0 then
     end
     for queue_index, members in pairs(dead) do
         redis.call('RPUSH', KEYS[queue_keys(queue_index) + 4], unpack(members))
+        -- A dead letter keeps its message; its claim ends.
+        local messages = redis.call('HMGET', KEYS[1], unpack(members))
+        for position, id in ipairs(members) do
+            unique_release(KEYS[5], id, messages[position])
+        end
     end
 end
 if count > 0 then

@@ -15,10 +15,12 @@
 --          of the group's list of queues, ms   ARGV[5] queue name
 -- ARGV[6]  most deliveries whose worker died before a task is a dead letter
 -- ARGV[7]  how long a finished result is kept, ms
+-- A unique task made a dead letter drops its claim (see _unique).
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none),
 --          tasks made dead letters}
 --! include _ready
 --! include _records
+--! include _unique
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local batch = tonumber(ARGV[1])
@@ -41,6 +43,7 @@ for _, id in ipairs(expired) do
         redis.call('HINCRBY', KEYS[10], id, 1)
         redis.call('HSET', KEYS[11], id, reason)
         redis.call('RPUSH', KEYS[12], id)
+        unique_release(KEYS[7], id, redis.call('HGET', KEYS[8], id))
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
         })

@@ -10,7 +10,8 @@ consuming loop is in ``worker``.
 
 The pieces live in this package's modules (``keys``: where queues live;
 ``messages``: encoding; ``registry``: ``@task``; ``producer``: enqueueing;
-``records``: task records, recovery, counts, dead letters; ``worker``: the
+``records``: task records, recovery, counts, dead letters; ``unique``: unique tasks;
+``cancel``: cancelling a task before it runs; ``worker``: the
 consuming loop; ``delayed`` and ``periodic``: the poller's work; ``backend`` and
 ``framework``: Django's Tasks framework); this module gathers the names users
 import.
@@ -21,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from django_rcoord.connection import resolve_client
+from django_rcoord.exceptions import TaskCancelled
+from django_rcoord.queues.cancel import acancel, cancel
 from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
 from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.options import RunOptions
@@ -55,9 +58,12 @@ __all__ = [
     "RunOptions",
     "ScriptedEnqueue",
     "Task",
+    "TaskCancelled",
     "TaskRecord",
+    "acancel",
     "aexecute_later",
     "autodiscover_tasks",
+    "cancel",
     "dead_letters",
     "decode_message",
     "delete_dead",

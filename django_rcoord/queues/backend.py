@@ -30,7 +30,7 @@ from django.core import checks
 from django.utils.module_loading import import_string
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.exceptions import InvalidName
+from django_rcoord.exceptions import InvalidName, TaskCancelled
 from django_rcoord.queues.framework import (
     BaseTaskBackend,
     Task,
@@ -46,8 +46,9 @@ from django_rcoord.queues.framework import (
 )
 from django_rcoord.queues.keys import split_queue_name
 from django_rcoord.queues.options import RunOptions
-from django_rcoord.queues.producer import aenqueue_message, due_time, enqueue_message
-from django_rcoord.queues.records import TaskRecord, aget_result, get_result
+from django_rcoord.queues.producer import Enqueued, asend_message, due_time, send_message
+from django_rcoord.queues.records import CANCELLED, FAILED, TaskRecord, aget_result, get_result
+from django_rcoord.queues.task_options import run_options_of, uniqueness_of
 from django_rcoord.validation import is_number
 
 if TYPE_CHECKING:
@@ -73,28 +74,34 @@ class RedisTaskBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES", 0))
 
     def run_options(self, task: Task) -> RunOptions:
-        """How the worker runs ``task``: this backend's retries; every other option from
-        the settings."""
-        return RunOptions(max_retries=self.max_retries)
+        """How the worker runs ``task``: what ``RCOORD["TASK_OPTIONS"]`` sets for it, this
+        backend's retries otherwise, the settings for the rest."""
+        return run_options_of(task.module_path, self.max_retries)
 
     # -- producing ---------------------------------------------------------------
     def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
-        """The producer's arguments (after the client) for a run of ``task``, validated."""
+        """The producer's arguments (after the client) for a run of ``task``, validated;
+        its uniqueness from RCOORD["TASK_OPTIONS"]."""
         self.validate_task(task)
         # run_after is read on the Redis server's clock, like every due time.
         when = due_time(None, task.run_after) if task.run_after is not None else (0, 0)
         extra = {"backend": self.alias}
-        return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority)
+        unique = uniqueness_of(task.module_path)
+        return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority, unique)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        task_id = enqueue_message(resolve_client(None), *self._message(task, args, kwargs))
-        return self._enqueued(task, task_id, args, kwargs)
+        enqueued = send_message(resolve_client(None), *self._message(task, args, kwargs))
+        return self._enqueued(task, enqueued, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        task_id = await aenqueue_message(None, *self._message(task, args, kwargs))
-        return self._enqueued(task, task_id, args, kwargs)
+        enqueued = await asend_message(None, *self._message(task, args, kwargs))
+        return self._enqueued(task, enqueued, args, kwargs)
 
-    def _enqueued(self, task: Task, task_id: str, args: Any, kwargs: Any) -> TaskResult:
+    def _enqueued(self, task: Task, enqueued: Enqueued, args: Any, kwargs: Any) -> TaskResult:
+        """The result ``enqueue`` returns. For a unique task already queued, delayed or
+        running, it carries that run's id (READY here: ``refresh()`` reads its status) and
+        ``task_enqueued`` is not sent: nothing was queued."""
+        task_id = enqueued.task_id
         result: TaskResult = TaskResult(
             task=task,
             id=task_id,
@@ -111,7 +118,8 @@ class RedisTaskBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        task_enqueued.send(type(self), task_result=result)
+        if enqueued.queued:
+            task_enqueued.send(type(self), task_result=result)
         return result
 
     # -- results -----------------------------------------------------------------
@@ -181,13 +189,25 @@ def framework_task(path: str | None) -> Task | None:
 
 
 def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
-    """The framework's ``TaskResult`` of a django-rcoord result record."""
+    """The framework's ``TaskResult`` of a django-rcoord result record. The framework has
+    no cancelled status: a CANCELLED record reads FAILED, its last error a
+    ``django_rcoord.exceptions.TaskCancelled``."""
     if (task.queue_name, task.priority) != (record.queue, record.priority):
         task = task.using(queue_name=record.queue, priority=record.priority)
+    errors = list(record.errors)
+    status = record.status
+    if status == CANCELLED:
+        status = FAILED
+        errors.append(
+            {
+                "exception_class_path": f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
+                "traceback": "cancelled by django_rcoord.queues.cancel() before it ran",
+            }
+        )
     result: TaskResult = TaskResult(
         task=task,
         id=record.id,
-        status=TaskResultStatus(record.status),
+        status=TaskResultStatus(status),
         enqueued_at=record.enqueued_at,
         started_at=record.started_at,
         finished_at=record.finished_at,
@@ -200,7 +220,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
                 exception_class_path=error.get("exception_class_path", ""),
                 traceback=error.get("traceback", ""),
             )
-            for error in record.errors
+            for error in errors
         ],
         worker_ids=list(record.worker_ids),
     )

@@ -9,7 +9,7 @@ from django.core.checks import CheckMessage, Error
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.queues import periodic
+from django_rcoord.queues import periodic, task_options
 from django_rcoord.queues.keys import one_group
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
@@ -17,7 +17,7 @@ from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 def check_queue_settings(
     user: Mapping[str, Any], *, prefix_ok: bool = True, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The task queues' settings (rcoord.E017, E020, E021) and PERIODIC_TASKS (E025, E029
+    """The task queues' settings (rcoord.E017, E020, E021, E033) and PERIODIC_TASKS (E025, E029
     and the schedule checks). Looking the periodic tasks up builds keys: not tried while
     KEY_PREFIX is unusable (``prefix_ok`` False; rcoord.E006 says why)."""
     errors: list[CheckMessage] = []
@@ -32,6 +32,17 @@ def check_queue_settings(
             )
         )
     errors.extend(_check_task_settings(user))
+    errors.extend(
+        Error(
+            f"settings.RCOORD['TASK_OPTIONS']{problem}.",
+            hint="A dict of Tasks framework task paths to their options, e.g. "
+            '{"myapp.tasks.export": {"unique_for": 300}}; options: '
+            + ", ".join(sorted(task_options.OPTIONS))
+            + ".",
+            id="rcoord.E033",
+        )
+        for problem in task_options.problems(user.get("TASK_OPTIONS", DEFAULTS["TASK_OPTIONS"]))
+    )
     errors.extend(
         _check_periodic(
             user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]), look_up_tasks=prefix_ok

@@ -7,7 +7,7 @@ import datetime
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
@@ -19,6 +19,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.unique import UNIQUE_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
@@ -40,18 +41,32 @@ def _enqueue_call(
     priority: int = 0,
     *,
     full: bool = False,
+    unique: Uniqueness | None = None,
 ) -> tuple[str, QueueKeys, list[Any], list[Any]]:
     """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message;
     ``when`` is (delay ms, due time ms since the epoch or 0), see ``due_time``; ``priority``
     -100..100 (higher runs first within the queue). A task queued now gets the script's
     short form (fewer arguments to send), unless ``full`` (the shape of ``enqueue_task``,
-    for a project's own script)."""
+    for a project's own script) or ``unique`` (the unique form: the script may answer the
+    id of the task already holding the claim)."""
     keys = QueueKeys.of(queue)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
         extra = {**(extra or {}), "priority": priority}
+    claim = None
+    if unique is not None:
+        claim = unique.claim(task_name, args, kwargs)
+        # In the message: the scripts that end the task find its claim there.
+        extra = {**(extra or {}), UNIQUE_FIELD: claim}
     task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
     delay_ms, due_at_ms = when
+    if unique is not None:
+        return (
+            task_id,
+            keys,
+            [*_full_keys(keys), keys.results],
+            [*_full_args(task_id, body, keys, when, priority), claim, unique.ms],
+        )
     if not (full or delay_ms or due_at_ms):
         return (
             task_id,
@@ -59,12 +74,28 @@ def _enqueue_call(
             enqueue_now_keys(keys),
             [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
         )
-    return (
-        task_id,
-        keys,
-        [keys.messages, keys.ready, keys.delayed, keys.queues, keys.wake, keys.schedule, keys.idle],
-        [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority],
-    )
+    return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
+
+
+def _full_keys(keys: QueueKeys) -> list[str]:
+    """The seven KEYS of task_enqueue's full form (and of ``enqueue_task``)."""
+    return [
+        keys.messages,
+        keys.ready,
+        keys.delayed,
+        keys.queues,
+        keys.wake,
+        keys.schedule,
+        keys.idle,
+    ]
+
+
+def _full_args(
+    task_id: str, body: str, keys: QueueKeys, when: tuple[int, int], priority: int
+) -> list[Any]:
+    """The eight ARGV of task_enqueue's full form (and of ``enqueue_task``)."""
+    delay_ms, due_at_ms = when
+    return [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority]
 
 
 # Constant arguments of every enqueue, encoded once.
@@ -115,6 +146,71 @@ async def aregister_group(client: Any, group: str, *, force: bool = False) -> No
         _registered[(call[0][0], group)] = time.monotonic()
 
 
+class Enqueued(NamedTuple):
+    """What queueing one task did: its id, and whether it was queued (False: a unique
+    task's claim was held, ``task_id`` is the holder's and nothing was queued)."""
+
+    task_id: str
+    queued: bool
+
+
+def _enqueued(task_id: str, reply: Any) -> Enqueued:
+    """The ``Enqueued`` of a task_enqueue ``reply`` (1, 2, or a unique claim's holder)."""
+    if isinstance(reply, bytes):
+        return Enqueued(reply.decode(), False)
+    if isinstance(reply, str):  # a client that decodes replies
+        return Enqueued(reply, False)
+    return Enqueued(task_id, True)
+
+
+def send_message(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    when: tuple[int, int] = (0, 0),
+    extra: dict[str, Any] | None = None,
+    priority: int = 0,
+    unique: Uniqueness | None = None,
+) -> Enqueued:
+    """Queue a run of task ``task_name`` in one script call. ``when`` comes from
+    ``due_time``; ``extra`` adds fields to the message (the Tasks framework's backend
+    alias); ``unique``: queue it only if no task holds its claim. Every producer
+    (``@task``, ``execute_later``, the framework backend) ends here."""
+    task_id, queue_keys, keys, argv = _enqueue_call(
+        task_name, queue, args, kwargs, when, extra, priority, unique=unique
+    )
+    register_group(client, queue_keys.group)
+    reply = run_script("task_enqueue", client, keys=keys, args=argv)
+    if reply == GROUP_CREATED:
+        register_group(client, queue_keys.group, force=True)
+    return _enqueued(task_id, reply)
+
+
+async def asend_message(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    when: tuple[int, int] = (0, 0),
+    extra: dict[str, Any] | None = None,
+    priority: int = 0,
+    unique: Uniqueness | None = None,
+) -> Enqueued:
+    """``send_message`` on ``redis.asyncio``."""
+    task_id, queue_keys, keys, argv = _enqueue_call(
+        task_name, queue, args, kwargs, when, extra, priority, unique=unique
+    )
+    client = await aresolve_client(client)
+    await aregister_group(client, queue_keys.group)
+    reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
+    if reply == GROUP_CREATED:
+        await aregister_group(client, queue_keys.group, force=True)
+    return _enqueued(task_id, reply)
+
+
 def enqueue_message(
     client: Any,
     task_name: str,
@@ -124,17 +220,12 @@ def enqueue_message(
     when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
     priority: int = 0,
+    unique: Uniqueness | None = None,
 ) -> str:
-    """Queue a run of task ``task_name`` in one script call; returns its id. ``when`` comes
-    from ``due_time``; ``extra`` adds fields to the message (the Tasks framework's backend
-    alias). Every producer (``@task``, ``execute_later``, the framework backend) ends here."""
-    task_id, queue_keys, keys, argv = _enqueue_call(
-        task_name, queue, args, kwargs, when, extra, priority
-    )
-    register_group(client, queue_keys.group)
-    if run_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
-        register_group(client, queue_keys.group, force=True)
-    return task_id
+    """``send_message``'s task id: the new task's, or a unique task's already queued."""
+    return send_message(
+        client, task_name, queue, args, kwargs, when, extra, priority, unique
+    ).task_id
 
 
 async def aenqueue_message(
@@ -146,16 +237,13 @@ async def aenqueue_message(
     when: tuple[int, int] = (0, 0),
     extra: dict[str, Any] | None = None,
     priority: int = 0,
+    unique: Uniqueness | None = None,
 ) -> str:
     """``enqueue_message`` on ``redis.asyncio``."""
-    task_id, queue_keys, keys, argv = _enqueue_call(
-        task_name, queue, args, kwargs, when, extra, priority
+    enqueued = await asend_message(
+        client, task_name, queue, args, kwargs, when, extra, priority, unique
     )
-    client = await aresolve_client(client)
-    await aregister_group(client, queue_keys.group)
-    if await arun_script("task_enqueue", client, keys=keys, args=argv) == GROUP_CREATED:
-        await aregister_group(client, queue_keys.group, force=True)
-    return task_id
+    return enqueued.task_id
 
 
 def due_time(
@@ -180,16 +268,20 @@ def execute_later(
 ) -> str:
     """The book's execute_later: queue task ``name`` with ``args`` (after ``delay`` seconds).
 
-    Returns the task id. One round trip.
+    Returns the task id (a unique ``@task``'s already queued, when it is). One round trip.
     """
-    return enqueue_message(resolve_client(client), name, queue, args, {}, due_time(delay))
+    return enqueue_message(
+        resolve_client(client), name, queue, args, {}, due_time(delay), unique=of_task(name)
+    )
 
 
 async def aexecute_later(
     queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
-    return await aenqueue_message(client, name, queue, args, {}, due_time(delay))
+    return await aenqueue_message(
+        client, name, queue, args, {}, due_time(delay), unique=of_task(name)
+    )
 
 
 @dataclass(frozen=True)
@@ -218,15 +310,16 @@ class ScriptedEnqueue:
 
 def _resolve_target(
     target: Any, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None, caller: str
-) -> tuple[str, str, int]:
-    """(task name, queue, priority) of a ``@task`` (its arguments checked; ``queue``
-    overrides its own) or of a task name, which needs ``queue``."""
+) -> tuple[str, str, int, Uniqueness | None]:
+    """(task name, queue, priority, uniqueness) of a ``@task`` (its arguments checked;
+    ``queue`` overrides its own) or of a task name, which needs ``queue`` (the uniqueness
+    of the ``@task`` of that name, if one is registered)."""
     if not isinstance(target, str):  # a registered task
         target.check_arguments(args, kwargs)
-        return target.name, queue or target.queue, target.priority
+        return target.name, queue or target.queue, target.priority, target.unique
     if queue is None:
         raise ValueError(f"{caller} needs queue= for a task given by name")
-    return target, queue, 0
+    return target, queue, 0, of_task(target)
 
 
 def enqueue_in_script(
@@ -245,7 +338,8 @@ def enqueue_in_script(
     script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
     is registered for pollers (once per process and hour) before the script runs."""
     kwargs = dict(kwargs or {})
-    name, queue, priority = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
+    # A project's script queues the task with enqueue_task: no unique claim is checked.
+    name, queue, priority, _ = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
     task_id, queue_keys, keys, argv = _enqueue_call(
         name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
     )
@@ -268,23 +362,29 @@ def enqueue_many(
     is one pipeline (on Redis Cluster a group is one slot, on one primary).
     """
     client = resolve_client(client)
-    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any], int]]] = {}
+    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any], int, Any]]] = {}
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
-        name, target_queue, priority = _resolve_target(target, args, kwargs, queue, "enqueue_many")
+        name, target_queue, priority, unique = _resolve_target(
+            target, args, kwargs, queue, "enqueue_many"
+        )
         group = QueueKeys.of(target_queue).group
-        entry = (count - 1, name, target_queue, args, kwargs, priority)
+        entry = (count - 1, name, target_queue, args, kwargs, priority, unique)
         by_group.setdefault(group, []).append(entry)
     ids = [""] * count
     for group in by_group:
         register_group(client, group)
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
-            for index, name, target_queue, args, kwargs, priority in entries:
+            for index, name, target_queue, args, kwargs, priority, unique in entries:
                 ids[index], _, keys, argv = _enqueue_call(
-                    name, target_queue, args, kwargs, (0, 0), None, priority
+                    name, target_queue, args, kwargs, (0, 0), None, priority, unique=unique
                 )
                 run_script("task_enqueue", pipe, keys=keys, args=argv)
-            if GROUP_CREATED in pipe.execute():
+            replies = pipe.execute()
+            if GROUP_CREATED in replies:
                 register_group(client, QueueKeys.of(entries[0][2]).group, force=True)
+            for entry, reply in zip(entries, replies, strict=True):
+                # A unique task whose claim was held (maybe by an earlier one of these).
+                ids[entry[0]] = _enqueued(ids[entry[0]], reply).task_id
     return ids

@@ -242,8 +242,10 @@ def known_groups(*, client: Any = None) -> list[str]:
 
 
 # -- results -------------------------------------------------------------------------
-#: The statuses of a task's record (the values of Django's Tasks framework).
+#: The statuses of a task's record (the values of Django's Tasks framework, and CANCELLED:
+#: ``cancel()`` took it off its queue before it ran; the framework reads it as FAILED).
 READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
+CANCELLED = "CANCELLED"
 
 
 @dataclass(frozen=True)
@@ -277,7 +279,7 @@ class TaskRecord:
 
     @property
     def is_finished(self) -> bool:
-        return self.status in (SUCCESSFUL, FAILED)
+        return self.status in (SUCCESSFUL, FAILED, CANCELLED)
 
 
 def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:

@@ -21,6 +21,7 @@ from django_rcoord.queues.producer import (
     due_time,
     enqueue_message,
 )
+from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
 __all__ = [
     "PermanentFailure",
@@ -52,6 +53,7 @@ class Task:
         options: RunOptions | None = None,
         on_success: Task | str | None = None,
         on_failure: Task | str | None = None,
+        unique: Uniqueness | None = None,
     ) -> None:
         self.function = function
         self.name = name
@@ -62,6 +64,9 @@ class Task:
         #: Tasks queued with this task's id when it succeeds, or fails for good.
         self.on_success = on_success
         self.on_failure = on_failure
+        #: While a run with the same arguments (or key) is ready, delayed or running, for
+        #: at most its seconds, queueing another returns that run's id (see ``unique``).
+        self.unique = unique
         self.signature = inspect.signature(function)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
@@ -82,10 +87,17 @@ class Task:
             raise TypeError(f"task {self.name!r} does not accept these arguments: {exc}") from None
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
-        """Queue a run with these arguments; returns the task id (one round trip)."""
+        """Queue a run with these arguments; returns the task id (one round trip). A unique
+        task already queued, delayed or running returns that run's id, queueing nothing."""
         self.check_arguments(args, kwargs)
         return enqueue_message(
-            resolve_client(None), self.name, self.queue, args, kwargs, priority=self.priority
+            resolve_client(None),
+            self.name,
+            self.queue,
+            args,
+            kwargs,
+            priority=self.priority,
+            unique=self.unique,
         )
 
     def schedule(
@@ -105,13 +117,14 @@ class Task:
             kwargs,
             due_time(delay, eta),
             priority=self.priority,
+            unique=self.unique,
         )
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
         return await aenqueue_message(
-            None, self.name, self.queue, args, kwargs, priority=self.priority
+            None, self.name, self.queue, args, kwargs, priority=self.priority, unique=self.unique
         )
 
     async def aschedule(
@@ -124,7 +137,14 @@ class Task:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
         self.check_arguments(args, kwargs)
         return await aenqueue_message(
-            None, self.name, self.queue, args, kwargs, due_time(delay, eta), priority=self.priority
+            None,
+            self.name,
+            self.queue,
+            args,
+            kwargs,
+            due_time(delay, eta),
+            priority=self.priority,
+            unique=self.unique,
         )
 
     def follow_up(self, succeeded: bool, task_id: str) -> str | None:
@@ -145,12 +165,16 @@ class Task:
 
         self.check_arguments(args, kwargs)
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
+        if self.unique is not None:
+            self.unique.claim(self.name, args, kwargs)  # so does a unique_key that raises
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 
     def __repr__(self) -> str:
         return (
             f"<Task {self.name} queue={self.queue!r} max_retries={self.max_retries} "
-            f"priority={self.priority}>"
+            f"priority={self.priority}"
+            + (f" unique_for={self.unique.seconds:g}" if self.unique else "")
+            + ">"
         )
 
 
@@ -169,6 +193,8 @@ def task(
     limit_key: str | None = None,
     on_success: Task | str | None = None,
     on_failure: Task | str | None = None,
+    unique_for: float | None = None,
+    unique_key: Callable[..., str] | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task. ``max_retries`` counts retries after the first attempt;
     ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
@@ -178,7 +204,12 @@ def task(
     ``TASK_RETRY_BACKOFF``, ...) when the task runs. ``rate`` (``"100/m"``) and
     ``concurrency`` (runs at once) hold across every worker; tasks giving the same
     ``limit_key`` share them. ``on_success`` and ``on_failure`` (a task, or a task's name)
-    are queued with the task's id when it succeeds, or fails for good (no retries left)."""
+    are queued with the task's id when it succeeds, or fails for good (no retries left).
+
+    ``unique_for`` (seconds): while a run with the same arguments is ready, delayed or
+    running (retries included), and for at most that long, queueing the task again
+    returns that run's id and queues nothing. ``unique_key``: a function of the task's
+    arguments returning a str, for "the same" by key rather than by all arguments."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     options = RunOptions(  # ValueError now, at import time, for a bad value
@@ -196,6 +227,7 @@ def task(
             raise TypeError("on_success and on_failure take a task or a task's name")
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
+    unique = make_uniqueness(unique_for, unique_key)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -208,9 +240,18 @@ def task(
             if not same_place:  # a module imported twice registers the same function again
                 raise ValueError(f"two tasks are named {task_name!r}")
         registered = Task(
-            function, task_name, queue, max_retries, priority, options, on_success, on_failure
+            function,
+            task_name,
+            queue,
+            max_retries,
+            priority,
+            options,
+            on_success,
+            on_failure,
+            unique,
         )
         _registry[task_name] = registered
+        remember(task_name, unique)
         return registered
 
     return register

@@ -1,0 +1,38 @@
+-- Cancel a task that is queued or delayed (a retry waiting for its time included): take it
+-- off its queue, record it CANCELLED (finished: its record expires as a finished task's
+-- does, its message kept in the record) and drop its unique claim. A task that is running
+-- (or taken by a worker's prefetch), finished, a dead letter or unknown is left alone.
+-- KEYS[1]  messages HASH   KEYS[2] ready ZSET of its queue   KEYS[3] delayed ZSET of its queue
+-- KEYS[4]  results HASH of the group   KEYS[5] results expiry ZSET
+-- KEYS[6]  failures HASH   KEYS[7] errors HASH
+-- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
+-- Returns  1 when it was cancelled, 0 when it was not queued or delayed
+--! include _records
+--! include _unique
+local id = ARGV[1]
+local message = redis.call('HGET', KEYS[1], id)
+if not message then
+    return 0
+end
+if redis.call('ZREM', KEYS[2], id) + redis.call('ZREM', KEYS[3], id) == 0 then
+    return 0
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local result_ttl = tonumber(ARGV[2])
+local state = load_state(KEYS[4], id)
+state[1] = 'CANCELLED'
+state[4] = now
+save_state(KEYS[4], id, state)
+redis.call('HSET', KEYS[4], id .. ':m', message)
+unique_release(KEYS[4], id, message)
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[6], id, id .. ':lost')
+redis.call('HDEL', KEYS[7], id)
+redis.call('ZADD', KEYS[5], now + result_ttl, id)
+for key_index = 4, 5 do
+    if redis.call('PTTL', KEYS[key_index]) < result_ttl then
+        redis.call('PEXPIRE', KEYS[key_index], result_ttl)
+    end
+end
+return 1

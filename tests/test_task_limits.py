@@ -73,3 +73,26 @@ def test_the_dashboard_stats_and_metrics_show_the_task_controls(admin_client) ->
     page = admin_client.get(reverse("rcoord:dashboard")).content.decode()
     assert 'id="rcoord-task-controls"' in page
     assert "0 / 2" in page
+
+
+def test_task_options_give_framework_tasks_their_run_options(settings) -> None:
+    from django_rcoord.queues.framework import task_backends
+    from tests import framework_tasks
+
+    backend = task_backends["default"]
+    assert backend.run_options(framework_tasks.add).max_retries == backend.max_retries
+    settings.RCOORD = {
+        **settings.RCOORD,
+        "TASK_OPTIONS": {
+            "tests.framework_tasks.add": {"timeout": 5, "max_retries": 2, "rate": "10/m"}
+        },
+    }
+    options = backend.run_options(framework_tasks.add)
+    assert (options.time_limit, options.max_retries, options.rate) == (5.0, 2, "10/m")
+    settings.RCOORD = {
+        **settings.RCOORD,
+        "TASK_OPTIONS": {"tests.framework_tasks.add": {"timeout": -1}},
+    }
+    from django_rcoord.checks import check_settings
+
+    assert "rcoord.E033" in [message.id for message in check_settings()]

@@ -231,3 +231,17 @@ def followed(fail: bool) -> str:
 @task(queue="default", max_retries=1, on_success="tests.tasks.not_a_task")
 def follow_up_missing() -> None:
     get_client().rpush(RAN, "follow_up_missing")
+
+
+@task(queue="default", max_retries=0)
+def stop_when_asked(marker: str) -> str:
+    """Works in steps until cancel() asks it to stop (or 20 s pass)."""
+    from django_rcoord.queues import current_task_id, stop_requested
+
+    get_client().rpush("test:started", f"{marker}:{current_task_id()}")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if stop_requested():
+            return "stopped early"
+        time.sleep(0.05)
+    return "ran to the end"

@@ -21,19 +21,21 @@ from django_rcoord.queues import (
     acancel,
     aexecute_later,
     cancel,
+    current_task_id,
     dead_letters,
     enqueue_many,
     execute_later,
     get_result,
     queue_stats,
     recover_and_promote,
+    stop_requested,
     task,
 )
 from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
 from django_rcoord.queues.worker import Done, Outcome, Worker
-from tests import framework_tasks
-from tests.procs import run_in_processes
-from tests.test_queues import take
+from tests import framework_tasks, tasks
+from tests.procs import run_in_processes, wait_until
+from tests.test_queues import output_of, start_worker, take
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -373,3 +375,19 @@ def test_good_task_options_pass_the_checks() -> None:
     good = {**UNIQUE_ADD, "tests.framework_tasks.boom": {"unique_for": 1, "unique_key": user_of}}
     with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": good}):
         assert check_settings() == []
+
+
+def test_cancel_asks_a_running_task_to_stop_and_its_code_sees_it() -> None:
+    task_id = tasks.stop_when_asked.delay("long")
+    worker = start_worker("--burst")
+    wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
+    assert get_client().lindex("test:started", 0) == f"long:{task_id}".encode()
+    assert not stop_requested(task_id)
+    assert cancel(task_id) is False  # running: not cancelled, asked to stop
+    assert stop_requested(task_id)
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    record = get_result(task_id)
+    assert record is not None
+    assert (record.status, record.return_value) == ("SUCCESSFUL", "stopped early")
+    assert current_task_id() is None  # outside a task

@@ -1,12 +1,16 @@
 -- Cancel a task that is queued or delayed (a retry waiting for its time included): take it
 -- off its queue, record it CANCELLED (finished: its record expires as a finished task's
 -- does, its message kept in the record) and drop its unique claim. A task that is running
--- (or taken by a worker's prefetch), finished, a dead letter or unknown is left alone.
+-- (or taken by a worker's prefetch) is asked to stop: its stop key is set, which its code
+-- reads with stop_requested(). A finished task, a dead letter or an unknown one is left
+-- alone.
 -- KEYS[1]  messages HASH   KEYS[2] ready ZSET of its queue   KEYS[3] delayed ZSET of its queue
 -- KEYS[4]  results HASH of the group   KEYS[5] results expiry ZSET
--- KEYS[6]  failures HASH   KEYS[7] errors HASH
+-- KEYS[6]  failures HASH   KEYS[7] errors HASH   KEYS[8] in-flight ZSET of its queue
+-- KEYS[9]  the task's stop STRING
 -- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
--- Returns  1 when it was cancelled, 0 when it was not queued or delayed
+-- ARGV[3]  how long a stop request is kept, ms
+-- Returns  1 when it was cancelled, 2 when it is running and was asked to stop, 0 otherwise
 --! include _records
 --! include _unique
 local id = ARGV[1]
@@ -15,6 +19,10 @@ if not message then
     return 0
 end
 if redis.call('ZREM', KEYS[2], id) + redis.call('ZREM', KEYS[3], id) == 0 then
+    if redis.call('ZSCORE', KEYS[8], id) then
+        redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
+        return 2
+    end
     return 0
 end
 local time = redis.call('TIME')

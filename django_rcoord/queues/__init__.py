@@ -23,7 +23,13 @@ from typing import Any
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import TaskCancelled
-from django_rcoord.queues.cancel import acancel, cancel
+from django_rcoord.queues.cancel import (
+    acancel,
+    astop_requested,
+    cancel,
+    current_task_id,
+    stop_requested,
+)
 from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
 from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.options import RunOptions
@@ -62,8 +68,10 @@ __all__ = [
     "TaskRecord",
     "acancel",
     "aexecute_later",
+    "astop_requested",
     "autodiscover_tasks",
     "cancel",
+    "current_task_id",
     "dead_letters",
     "decode_message",
     "delete_dead",
@@ -80,6 +88,7 @@ __all__ = [
     "requeue_dead",
     "same_group",
     "send_sold_email_via_queue",
+    "stop_requested",
     "task",
 ]
 

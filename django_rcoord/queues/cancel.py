@@ -1,16 +1,30 @@
-"""Cancelling a task that has not started: ``cancel(task_id)`` and ``acancel``."""
+"""Cancelling a task that has not started (``cancel(task_id)``, ``acancel``), and asking a
+running one to stop (its code reads ``stop_requested()``)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
+from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
 
-__all__ = ["acancel", "cancel"]
+__all__ = [
+    "acancel",
+    "astop_requested",
+    "cancel",
+    "current_task_id",
+    "stop_requested",
+]
+
+#: What task_cancel answers for a task it cancelled (2: asked a running one to stop).
+CANCELLED = 1
 
 
 def cancel(task_id: str, *, client: Any = None) -> bool:
@@ -20,9 +34,10 @@ def cancel(task_id: str, *, client: Any = None) -> bool:
     dropped. True when it was cancelled; False when it is running (or taken by a worker
     already), finished, a dead letter, or not a known task.
 
-    A running task is not interrupted: its code may be part way through a change that
-    stopping it would leave half done. Two round trips: one reads which queue holds the
-    task, one script call cancels it atomically.
+    A running task is not interrupted (its code may be part way through a change that
+    stopping it would leave half done): it is asked to stop, and its code can check
+    ``stop_requested()`` between steps. Two round trips: one reads which queue holds the
+    task, one script call cancels it (or asks it to stop) atomically.
     """
     group = group_of_task_id(task_id)
     if group is None:
@@ -32,7 +47,7 @@ def cancel(task_id: str, *, client: Any = None) -> bool:
     call = _call_for(task_id, group, body)
     if call is None:
         return False
-    return bool(run_script("task_cancel", client, keys=call[0], args=call[1]))
+    return run_script("task_cancel", client, keys=call[0], args=call[1]) == CANCELLED
 
 
 async def acancel(task_id: str, *, client: Any = None) -> bool:
@@ -45,7 +60,7 @@ async def acancel(task_id: str, *, client: Any = None) -> bool:
     call = _call_for(task_id, group, body)
     if call is None:
         return False
-    return bool(await arun_script("task_cancel", client, keys=call[0], args=call[1]))
+    return await arun_script("task_cancel", client, keys=call[0], args=call[1]) == CANCELLED
 
 
 def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]] | None:
@@ -69,6 +84,57 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.results_expiry,
             keys.failures,
             keys.errors,
+            keys.in_flight,
+            stop_key(task_id, group),
         ],
-        [task_id, result_ttl_ms()],
+        [task_id, result_ttl_ms(), STOP_REQUEST_MS],
     )
+
+
+#: How long a request to stop a running task is kept (it is read while the task runs).
+STOP_REQUEST_MS = 24 * 3600 * 1000
+
+#: The id of the task this thread or task is running (set by the worker around each run).
+_current_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "rcoord_current_task_id", default=None
+)
+
+
+def stop_key(task_id: str, group: str) -> str:
+    """The key whose presence asks running task ``task_id`` of ``group`` to stop."""
+    return KeySpace("queue", group).key(f"stop:{task_id}")
+
+
+def current_task_id() -> str | None:
+    """The id of the task the calling code runs in (None outside a worker's task)."""
+    return _current_task_id.get()
+
+
+@contextlib.contextmanager
+def running(task_id: str) -> Iterator[None]:
+    """Make ``task_id`` the current task while the block runs (the worker's runner)."""
+    token = _current_task_id.set(task_id)
+    try:
+        yield
+    finally:
+        _current_task_id.reset(token)
+
+
+def stop_requested(task_id: str | None = None, *, client: Any = None) -> bool:
+    """Whether ``cancel()`` asked task ``task_id`` (default: the current one) to stop. A
+    long task checks it between steps and returns (or raises) early. One round trip."""
+    task_id = task_id or current_task_id()
+    group = group_of_task_id(task_id) if task_id else None
+    if task_id is None or group is None:
+        return False
+    return bool(resolve_client(client).exists(stop_key(task_id, group)))
+
+
+async def astop_requested(task_id: str | None = None, *, client: Any = None) -> bool:
+    """``stop_requested`` for async code."""
+    task_id = task_id or current_task_id()
+    group = group_of_task_id(task_id) if task_id else None
+    if task_id is None or group is None:
+        return False
+    client = await aresolve_client(client)
+    return bool(await client.exists(stop_key(task_id, group)))

@@ -26,6 +26,7 @@ from typing import Any
 from django_rcoord import __version__
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import TaskNotRunnable, TaskTimeLimitExceeded
+from django_rcoord.queues.cancel import running
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
@@ -190,11 +191,12 @@ class TaskRunner:
         limit = options.time_limit
         try:
             started = time.monotonic()
-            with _alarm(limit):
-                value = function(*args, **kwargs)
-            if inspect.isawaitable(value):
-                left = None if limit is None else max(0.0, limit - (time.monotonic() - started))
-                value = self._await(value, left, limit)
+            with running(job.id):
+                with _alarm(limit):  # the sync part only: an async task is cancelled instead
+                    value = function(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    left = limit and max(0.0, limit - (time.monotonic() - started))
+                    value = self._await(value, left, limit)
         except PermanentFailure as exc:
             return Outcome(
                 "dead", name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 
 import pytest
 from django.conf import settings
@@ -13,7 +17,8 @@ from django_rcoord.connection import get_client
 from django_rcoord.queues import dead_letters, get_result, queue_stats
 from django_rcoord.queues.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, ran, start_worker
+from tests.procs import wait_until
+from tests.test_queues import ROOT, output_of, ran, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,3 +82,25 @@ def test_run_email_worker_isolation_process_from_the_command_line() -> None:
     assert len(pids) == 1  # one child ran them all
     assert str(worker.pid) not in pids
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_ctrl_c_to_the_process_group_lets_the_running_task_finish() -> None:
+    task_id = tasks.record_slowly.delay("slow", 1.5)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    with tempfile.TemporaryFile() as log:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "run_email_worker", "--isolation", "process"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a terminal's job
+        )
+        wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
+        os.killpg(worker.pid, signal.SIGINT)  # what Ctrl-C sends: the worker and its child
+        assert worker.wait(30) == 0
+        log.seek(0)
+        output = log.read().decode()
+    assert started()[0].split(":")[1] != str(worker.pid)  # it ran in the child
+    assert ran() == ["slow"], output
+    assert get_result(task_id).status == "SUCCESSFUL"  # type: ignore[union-attr]

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -127,6 +128,10 @@ class ProcessTaskRunner:
 
 def serve_tasks(connection: Connection, worker_id: str, settings_module: str | None) -> None:
     """The child's loop: set Django up, then run each job received until told to stop."""
+    # Ctrl-C and a service manager's SIGTERM reach the whole process group: the worker
+    # decides when its child stops (after the running task), so the child ignores them.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if settings_module:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings_module)
     import django

@@ -36,6 +36,7 @@ SCENARIOS = (
     "locks",
     "semaphores",
     "ratelimit",
+    "producer",
     "autocomplete",
     "queues",
     "tasks",

@@ -91,9 +91,12 @@ class QueueKeys:
 
 
 @functools.lru_cache(maxsize=1024)
-def enqueue_now_keys(keys: QueueKeys) -> list[bytes]:
-    """The KEYS of task_enqueue's short form (queue a task now), encoded once."""
-    return [key.encode() for key in (keys.messages, keys.ready, keys.queues, keys.wake, keys.idle)]
+@functools.lru_cache(maxsize=1024)
+def enqueue_now_keys(keys: QueueKeys) -> tuple[bytes, ...]:
+    """The KEYS of task_enqueue's short form (queue a task now), encoded once per queue."""
+    return tuple(
+        key.encode() for key in (keys.messages, keys.ready, keys.queues, keys.wake, keys.idle)
+    )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -37,8 +37,8 @@ def encode_message(
         "id": task_id,
         "task": task_name,
         "queue": queue,
-        "args": list(args),
-        "kwargs": dict(kwargs),
+        "args": args,  # a tuple is a JSON array too: no copy
+        "kwargs": kwargs,
         "enqueued_at": time.time(),
         **(extra or {}),
     }

@@ -121,11 +121,11 @@ GROUP_CREATED = 2
 def _registration(group: str, force: bool) -> tuple[list[str], list[Any]] | None:
     """KEYS and ARGV of group_register when this process has not registered ``group``
     lately (or ``force``), else None."""
-    keys = list(registry_keys())
+    keys = registry_keys()
     last = _registered.get((keys[0], group))
     if not force and last is not None and time.monotonic() - last < REGISTRY_REFRESH:
         return None
-    return keys, [group, GROUP_KEYS_MS, WAKE_TOKEN_MS]
+    return list(keys), [group, GROUP_KEYS_MS, WAKE_TOKEN_MS]
 
 
 def register_group(client: Any, group: str, *, force: bool = False) -> None:

@@ -68,6 +68,15 @@ class Task:
         #: at most its seconds, queueing another returns that run's id (see ``unique``).
         self.unique = unique
         self.signature = inspect.signature(function)
+        # How many positional arguments a call needs when that is all there is to check
+        # (only plain parameters, none optional): such a call skips Signature.bind.
+        parameters = self.signature.parameters.values()
+        plain = all(
+            parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+            and parameter.default is parameter.empty
+            for parameter in parameters
+        )
+        self._arity = len(self.signature.parameters) if plain else -1
         self.__doc__ = function.__doc__
         self.__wrapped__ = function
 
@@ -81,6 +90,8 @@ class Task:
     def check_arguments(self, args: Any, kwargs: Any) -> None:
         """TypeError now for arguments the function does not accept (rather than a dead
         letter later)."""
+        if not kwargs and len(args) == self._arity:
+            return
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:

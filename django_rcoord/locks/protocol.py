@@ -2,8 +2,9 @@
 
 ``lock_acquire.lua`` answers a fencing token (> 0) or minus the holder's remaining
 TTL in ms; a release hands the lock over to a waiter by pushing
-``<token>:<ttl ms>:<identifier>`` on the lock's signal list, or wakes one with
-``1``. See the scripts' headers for their KEYS and ARGV.
+``<token>:<ttl ms>:<identifier>`` on the lock's signal list (a fair lock), or frees it
+and wakes one with ``1`` (a non-fair lock: the waiter asks again). See the scripts'
+headers for their KEYS and ARGV.
 """
 
 from __future__ import annotations
@@ -50,11 +51,15 @@ def handover(token: bytes) -> tuple[str, int, int] | None:
     return fields[2].decode(), int(fields[0]), int(fields[1])
 
 
-def release_args(identifier: str, lock_ttl_ms: int, replicas: int) -> tuple[str, int, int]:
-    """The release script's ARGV. With replicas to wait for, a grant must be acknowledged by
-    them when it is made (acquire sends WAIT): a release then wakes a waiter rather than
-    handing the lock over."""
-    return identifier, lock_ttl_ms, 0 if replicas else 1
+def release_args(
+    identifier: str, lock_ttl_ms: int, replicas: int, fair: bool = True
+) -> tuple[str, int, int]:
+    """The release script's ARGV. A fair lock's release hands the lock over to the waiter
+    blocked longest; a non-fair one's frees it and wakes a waiter, who asks again and may
+    lose to a newcomer (the releaser itself, often). With replicas to wait for, a grant must
+    be acknowledged by them when it is made (acquire sends WAIT): a release then wakes a
+    waiter rather than handing the lock over, fair or not."""
+    return identifier, lock_ttl_ms, 1 if fair and not replicas else 0
 
 
 def is_identifier(held: Any, identifier: str) -> bool:

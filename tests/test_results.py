@@ -335,6 +335,7 @@ def test_get_result_is_one_command() -> None:
 async def test_aget_result_is_one_command(redis_url: str) -> None:
     task_id = await tasks.add_numbers.adelay(1, b=2)
     client = CountingAsyncRedis.from_url(redis_url)
+    assert isinstance(client, CountingAsyncRedis)
     try:
         await aget_result(task_id, client=client)
         for read in (task_id, "0" * 32):

@@ -42,6 +42,19 @@ def wait_after_refusal(holder_ttl: float | None, deadline: float, now: float) ->
     return min(remaining, remaining if holder_ttl is None else holder_ttl)
 
 
+#: A non-fair waiter that was woken and still lost the race (a newcomer, often the releaser,
+#: took the lock first) waits this long after its next wake-up before it asks again, and
+#: twice as long after each further loss, up to ``RACE_BACKOFF_MAX``: while one process keeps
+#: the lock busy, its waiters stay quiet instead of spending a round trip per release.
+RACE_BACKOFF_MIN = 0.001
+RACE_BACKOFF_MAX = 0.032
+
+
+def race_backoff(previous: float) -> float:
+    """The pause before asking again after a wake-up, once the last wake-up's try lost."""
+    return min(RACE_BACKOFF_MAX, previous * 2 if previous else RACE_BACKOFF_MIN)
+
+
 def handover(token: bytes) -> tuple[str, int, int] | None:
     """(identifier, fencing token, TTL ms) of a lock handed over by a release, or None for a
     plain wake-up (``b"1"``)."""

@@ -16,8 +16,10 @@ Redis in Action 6.2 done right:
   replaced as soon as its lock expires;
 - ``fair=False`` trades that order for throughput: a release frees the lock and
   wakes one waiter with a plain wake-up, the waiter asks again, and whoever asks
-  first wins (often the releaser coming straight back, whose lock is still warm).
-  Waiters still block without polling, and tokens and compare-and-act are the same.
+  first wins (often the releaser coming straight back). A waiter that loses that
+  race pauses after its next wake-ups before asking again (``protocol.race_backoff``),
+  so a busy lock is not slowed by a failed try per release. Waiters still ask only
+  when woken, and tokens and compare-and-act are the same.
 
 ``Lock`` is its sync face (``sync.SyncLock``: acquire, release, extend, owned,
 ``with``) and its async face (``aio.AsyncLock``: aacquire, arelease, aextend,

@@ -445,6 +445,8 @@ def test_a_non_fair_release_frees_the_lock_and_wakes_a_waiter() -> None:
     newcomer = Lock("barging", timeout=30, wait=0, fair=False)
     assert newcomer.acquire()  # a newcomer may take it before the woken waiter
     assert token_of(newcomer) == released_token + 1
+    # The wake-up nobody took is stale once the lock is held again: the grant drops it.
+    assert not client.exists(lock_key("barging", "signal"))
     newcomer.release()
 
 

@@ -44,6 +44,7 @@ PROCESSES = 4
 # name: (round trips of one uncontended acquire+release, how a blocked waiter waits)
 PEERS = {
     "django-rcoord Lock": ("2 (2 scripts)", "BLPOP hand-over"),
+    "django-rcoord Lock (fair=False)": ("2 (2 scripts)", "BLPOP wake-up, barging"),
     "redis-py Lock": ("2", "sleep 0.1 s poll"),
     "python-redis-lock": ("2", "BLPOP wake-up"),
     "pottery Redlock (1 master)": ("2 (+ thread pool)", "random sleep <= 0.2 s"),
@@ -52,6 +53,7 @@ PEERS = {
 # name: round trips from the start of release to the waiter holding the lock
 HANDOFF_TRIPS = {
     "django-rcoord Lock": "1 (BLPOP returns it held)",
+    "django-rcoord Lock (fair=False)": "2 (BLPOP wakes, acquire)",
     "redis-py Lock": "2 + sleep",
     "python-redis-lock": "2 (BLPOP returns)",
     "pottery Redlock (1 master)": "2 + sleep",
@@ -64,11 +66,13 @@ def lock_factory(peer: str, client, name: str) -> Callable[[], tuple[Callable, C
 
     acquire() blocks up to 30 s and returns a true value when the lock is held.
     """
-    if peer == "django-rcoord Lock":
+    if peer.startswith("django-rcoord Lock"):
         from django_rcoord.locks import Lock
 
+        fair = peer == "django-rcoord Lock"
+
         def rcoord_holder():
-            lock = Lock(name, timeout=30, wait=30, client=client)
+            lock = Lock(name, timeout=30, wait=30, fair=fair, client=client)
             return lock.acquire, lock.release
 
         return rcoord_holder

@@ -16,7 +16,8 @@ from django_rcoord.connection import get_client, is_cluster
 from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.exceptions import LockNotReplicated
 from django_rcoord.keys import KeySpace
-from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, release_lock
+from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, protocol, release_lock
+from tests import cluster
 from tests.procs import run_in_processes, start_process, wait_until
 
 COUNTER = "test:counter"
@@ -63,12 +64,14 @@ def wait_in_line(name: str, tag: str, hold: float) -> None:
 
 
 # -- code run in child processes -------------------------------------------------
-def increment_under_lock(name: str, rounds: int, timeout: float, hold: float, renew: bool) -> int:
+def increment_under_lock(
+    name: str, rounds: int, timeout: float, hold: float, renew: bool, fair: bool = True
+) -> int:
     """A non-atomic read-modify-write, made safe only by the lock. Returns sections run."""
     client = get_client()
     done = 0
     for _ in range(rounds):
-        with Lock(name, timeout=timeout, wait=60, auto_renew=renew) as lock:
+        with Lock(name, timeout=timeout, wait=60, auto_renew=renew, fair=fair) as lock:
             value = int(client.get(COUNTER) or 0)
             if hold:
                 time.sleep(hold)
@@ -78,8 +81,8 @@ def increment_under_lock(name: str, rounds: int, timeout: float, hold: float, re
     return done
 
 
-def hold_lock_then_release(name: str, hold: float) -> None:
-    lock = Lock(name, timeout=30, wait=0)
+def hold_lock_then_release(name: str, hold: float, fair: bool = True) -> None:
+    lock = Lock(name, timeout=30, wait=0, fair=fair)
     assert lock.acquire()
     get_client().set("test:holder-ready", 1)
     time.sleep(hold)
@@ -415,6 +418,194 @@ async def test_async_timeout_and_cancel_give_the_lock_back() -> None:
     third = Lock("async-busy", timeout=10, wait=5)
     assert await third.aacquire()
     await third.arelease()
+
+
+# -- non-fair locks: a release frees the lock and wakes a waiter, who asks again --------------
+def test_non_fair_processes_lose_no_update_and_tokens_increase() -> None:
+    done = run_in_processes(increment_under_lock, [("non-fair", 300, 10, 0, False, False)] * 6)
+    assert done == [300] * 6
+    client = get_client()
+    assert int(client.get(COUNTER)) == 1800
+    tokens = [int(token) for token in client.lrange(TOKENS, 0, -1)]
+    assert tokens == sorted(set(tokens))
+    assert len(tokens) == 1800
+
+
+def test_a_non_fair_release_frees_the_lock_and_wakes_a_waiter() -> None:
+    client = get_client()
+    holder = Lock("barging", timeout=30, wait=0, fair=False)
+    assert holder.acquire()
+    # A caller that waited and gave up leaves the "someone waits" flag up for a while.
+    assert Lock("barging", wait=0.05, fair=False).acquire() is False
+    released_token = token_of(holder)
+    holder.release()
+    # Free, with a plain wake-up for whoever waits (a fair release would hand it over).
+    assert not client.exists(owner_key("barging"))
+    assert client.lrange(lock_key("barging", "signal"), 0, -1) == [b"1"]
+    newcomer = Lock("barging", timeout=30, wait=0, fair=False)
+    assert newcomer.acquire()  # a newcomer may take it before the woken waiter
+    assert token_of(newcomer) == released_token + 1
+    # The wake-up nobody took is stale once the lock is held again: the grant drops it.
+    assert not client.exists(lock_key("barging", "signal"))
+    newcomer.release()
+
+
+def test_a_non_fair_releaser_may_take_the_lock_straight_back() -> None:
+    stop = threading.Event()
+    waiter_sections = 0
+
+    def waiter() -> None:
+        nonlocal waiter_sections
+        lock = Lock("straight-back", timeout=30, wait=20, fair=False)
+        while not stop.is_set():
+            if lock.acquire():
+                waiter_sections += 1
+                lock.release()
+
+    releaser = Lock("straight-back", timeout=30, wait=20, fair=False)
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    taken_back = 0
+    try:
+        for _ in range(100):
+            assert releaser.acquire()
+            releaser.release()
+            # With the other thread waiting, a fair release would have handed it over.
+            if releaser.acquire(wait=0):
+                taken_back += 1
+                releaser.release()
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert taken_back > 0
+    assert waiter_sections > 0  # and the waiter was not shut out
+
+
+def test_a_non_fair_waiter_is_woken_by_the_release_not_by_polling() -> None:
+    handoffs = []
+    for _ in range(5):
+        get_client().delete("test:holder-ready", "test:released-at")
+        holder = start_process(hold_lock_then_release, "non-fair-handoff", 0.3, False)
+        wait_until(lambda: get_client().exists("test:holder-ready"))
+        lock = Lock("non-fair-handoff", timeout=30, wait=20, fair=False)
+        assert lock.acquire()
+        acquired_at = time.time()
+        holder.join(10)
+        handoffs.append(acquired_at - float(get_client().get("test:released-at")))
+        lock.release()
+    # The holder's TTL is 30 s and the wait 20 s; a 100 ms poller would lag by 50 ms on
+    # average. The wake-up comes with the release.
+    print(f"\nnon-fair release -> waiter: median {statistics.median(handoffs) * 1000:.2f} ms")
+    assert statistics.median(handoffs) < 0.05
+    assert max(handoffs) < 2
+
+
+def test_non_fair_waiters_do_not_poll_redis() -> None:
+    holder = Lock("quiet-non-fair", timeout=30, wait=0, fair=False)
+    assert holder.acquire()
+    client = get_client()
+    before = client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert Lock("quiet-non-fair", timeout=30, wait=1.0, fair=False).acquire() is False
+    after = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert after - before <= 3  # an attempt, one BLPOP for the whole wait, a last attempt
+    holder.release()
+
+
+class CountingRedis(redis.Redis):
+    """A real client on the suite's connection pool that counts the scripts it runs."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scripts = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.scripts += args[0] == "EVALSHA"
+        return super().execute_command(*args, **options)
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of plain clients")
+def test_non_fair_waiters_that_keep_losing_the_race_ask_less_often() -> None:
+    """Each release wakes a waiter; one that then loses to a newcomer waits a little
+    longer after each later wake-up before it asks again, so a busy lock is not slowed by a
+    failed try per release."""
+    stop = threading.Event()
+    sections = [0, 0]
+    clients = [CountingRedis(connection_pool=get_client().connection_pool) for _ in range(2)]
+
+    def loop(index: int) -> None:
+        while not stop.is_set():
+            lock = Lock("busy", timeout=30, wait=5, fair=False, client=clients[index])
+            if lock.acquire():
+                sections[index] += 1
+                lock.release()
+
+    threads = [threading.Thread(target=loop, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    done = sum(sections)
+    tries = sum(client.scripts for client in clients) - done  # less the releases
+    assert done > 100
+    assert tries - done < done / 2, (tries, done)  # without the pause: about one per release
+
+
+def test_the_race_backoff_doubles_up_to_its_ceiling() -> None:
+    pauses = [protocol.race_backoff(0.0)]
+    for _ in range(10):
+        pauses.append(protocol.race_backoff(pauses[-1]))
+    assert pauses[0] == protocol.RACE_BACKOFF_MIN
+    assert pauses[1] == 2 * pauses[0]
+    assert pauses[-1] == protocol.RACE_BACKOFF_MAX
+    assert pauses == sorted(pauses)
+
+
+async def test_non_fair_async_hundreds_of_tasks_in_one_loop_exclude_each_other() -> None:
+    inside = 0
+    most_inside = 0
+    tokens: list[int] = []
+    lock = Lock("non-fair-async", timeout=10, wait=60, fair=False)
+
+    async def section() -> None:
+        nonlocal inside, most_inside
+        async with lock:
+            inside += 1
+            most_inside = max(most_inside, inside)
+            tokens.append(token_of(lock))
+            await asyncio.sleep(0)  # let the others run while it is held
+            inside -= 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(section() for _ in range(300)))
+    assert most_inside == 1
+    assert len(tokens) == 300
+    assert tokens == sorted(set(tokens))
+    assert time.monotonic() - started < 60
+
+
+async def test_a_non_fair_async_waiter_is_woken_by_the_release() -> None:
+    holder = Lock("non-fair-async-wake", timeout=30, wait=0, fair=False)
+    assert await holder.aacquire()
+    waiter = Lock("non-fair-async-wake", timeout=30, wait=20, fair=False)
+
+    async def wait_for_it() -> tuple[float, int]:
+        assert await waiter.aacquire()
+        acquired = (time.monotonic(), token_of(waiter))
+        await waiter.arelease()
+        return acquired
+
+    task = asyncio.create_task(wait_for_it())
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    released_token = token_of(holder)
+    released_at = time.monotonic()
+    await holder.arelease()
+    acquired_at, token = await task
+    assert acquired_at - released_at < 1  # not the holder's TTL (30 s), nor a poll
+    assert token == released_token + 1
 
 
 # -- the book's functions -----------------------------------------------------------------

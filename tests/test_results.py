@@ -5,15 +5,28 @@ from __future__ import annotations
 import datetime
 import signal
 import time
+from typing import Any
 
 import pytest
+import redis
+import redis.asyncio
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord.connection import get_client
-from django_rcoord.queues import enqueue_many, execute_later, get_result, queue_stats, requeue_dead
+from django_rcoord.connection import get_client, slot_pipeline
+from django_rcoord.queues import (
+    enqueue_many,
+    execute_later,
+    get_result,
+    queue_stats,
+    records,
+    requeue_dead,
+)
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.records import TaskRecord, aget_result, record_from
 from django_rcoord.queues.worker import Worker
-from tests import tasks
+from tests import cluster, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
 
@@ -209,3 +222,132 @@ def test_thirty_finished_tasks_leave_no_key_without_an_expiry(redis_client) -> N
     assert lasting == []
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     assert get_client().hlen(results_key()) == 30 * 3  # state, value, message per task
+
+
+# -- one round trip, the same records ------------------------------------------------------
+class CountingRedis(redis.Redis):
+    """A real client on the suite's connection pool that counts the commands it sends."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands: list[str] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+class CountingAsyncRedis(redis.asyncio.Redis):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands: list[str] = []
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]))
+        return await super().execute_command(*args, **options)
+
+
+def reference_record(task_id: str) -> TaskRecord | None:
+    """The record as ``get_result`` read it before it was one script call: five commands in a
+    pipeline, on the slot's primary."""
+    group = group_of_task_id(task_id)
+    if group is None:
+        return None
+    keys = QueueKeys.of(f"{group}/q")
+    with slot_pipeline(get_client(), keys.messages, transaction=False) as pipe:
+        pipe.hget(keys.messages, task_id)
+        pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
+        pipe.zscore(keys.results_expiry, task_id)
+        pipe.hget(keys.errors, task_id)
+        pipe.time()
+        return record_from(task_id, *pipe.execute())
+
+
+def records_in_every_status() -> dict[str, str]:
+    """Task ids, by what became of each: successful, failed (a dead letter), retried,
+    requeued from the dead letters, unknown to the worker, in another group, delayed, ready,
+    and an id no task has."""
+    ids = {
+        "successful": tasks.add_numbers.delay(2, b=3),
+        "failed": tasks.always_fail.delay("dead"),
+        "retried": tasks.fail_then_succeed.delay("twice", 2),
+        "requeued": tasks.always_fail.delay("requeued"),
+        "unknown task": execute_later("default", "tests.tasks.no_such_task", [1]),
+        "other group": tasks.render_pdf.delay("invoice"),
+    }
+    run_all()
+    run_all("reports/pdf")
+    deadline = time.monotonic() + 30
+    while result_of(ids["retried"]).status != "SUCCESSFUL" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        Worker(["default"], burst=True).run()
+    requeue_dead("default", ids["requeued"])
+    ids["delayed"] = tasks.record.schedule("later", delay=3600)
+    ids["ready"] = tasks.record.delay("still-queued")
+    ids["unknown id"] = "0" * 32
+    return ids
+
+
+def test_get_result_reads_what_the_five_command_pipeline_read_in_every_status() -> None:
+    ids = records_in_every_status()
+    statuses = {
+        name: result_of(task_id).status for name, task_id in ids.items() if name != "unknown id"
+    }
+    assert statuses["ready"] == statuses["unknown task"] == statuses["delayed"] == "READY"
+    assert statuses["successful"] == statuses["other group"] == "SUCCESSFUL"
+    assert statuses["failed"] == "FAILED"
+    assert statuses["retried"] == "SUCCESSFUL"
+    assert statuses["requeued"] == "READY"
+    for name, task_id in ids.items():
+        assert get_result(task_id) == reference_record(task_id), name
+        assert async_to_sync(aget_result)(task_id) == reference_record(task_id), name
+    assert get_result(ids["unknown id"]) is None
+
+
+def test_expired_records_read_as_before() -> None:
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
+        finished = tasks.record.delay("expires")
+        dead = tasks.always_fail.delay("expires-dead")
+        run_all()
+        assert result_of(dead).status == "FAILED"
+        time.sleep(1.2)
+    assert get_result(finished) is None is reference_record(finished)
+    # A dead letter outlives its record: FAILED, with the last error kept beside it.
+    record = get_result(dead)
+    assert record == reference_record(dead)
+    assert record is not None
+    assert record.status == "FAILED"
+    assert "expires-dead always fails" in record.errors[0]["traceback"]
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of one plain client")
+def test_get_result_is_one_command() -> None:
+    ids = records_in_every_status()
+    client = CountingRedis(connection_pool=get_client().connection_pool)
+    get_result(ids["ready"], client=client)  # the script's first call may load it
+    for name, task_id in ids.items():
+        client.commands.clear()
+        get_result(task_id, client=client)
+        assert client.commands == ["EVALSHA"], name
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of one plain client")
+async def test_aget_result_is_one_command(redis_url: str) -> None:
+    task_id = await tasks.add_numbers.adelay(1, b=2)
+    client = CountingAsyncRedis.from_url(redis_url)
+    assert isinstance(client, CountingAsyncRedis)
+    try:
+        await aget_result(task_id, client=client)
+        for read in (task_id, "0" * 32):
+            client.commands.clear()
+            await aget_result(read, client=client)
+            assert client.commands == ["EVALSHA"]
+    finally:
+        await client.aclose()
+
+
+def test_the_read_only_script_is_used_where_the_server_knows_shebangs() -> None:
+    task_id = tasks.record.delay("ro")
+    assert result_of(task_id).status == "READY"
+    major = int(get_client().info("server")["redis_version"].split(".")[0])
+    assert records._Shebangs.understood is (major >= 7)

@@ -38,10 +38,12 @@ class AsyncLock(LockBase):
         deadline = now + wait
         client = await self._aclient()
         waiting: Waiting | None = None
+        woken = False
+        backoff = pause = 0.0
         try:
             while True:
                 attempt = asyncio.ensure_future(
-                    self._atry_acquire(client, identifier, protocol.block_ms(deadline, now))
+                    self._atry_acquire(client, identifier, protocol.block_ms(deadline, now), pause)
                 )
                 try:
                     result = await asyncio.shield(attempt)
@@ -53,6 +55,8 @@ class AsyncLock(LockBase):
                 if result > 0:
                     self._agranted(holder, identifier, result, client)
                     return True
+                if woken and not self.fair:
+                    backoff = protocol.race_backoff(backoff)
                 block = self._after_refusal(result, deadline, loop.time())
                 if block is None:
                     return False
@@ -73,12 +77,18 @@ class AsyncLock(LockBase):
                         await self._aextend_handover(client, holder, grant_identifier)
                     if holder in self._holds:
                         return True
+                woken = token is not None
                 now = loop.time()
+                pause = min(backoff, max(0.0, deadline - now)) if woken else 0.0
         finally:
             if waiting is not None:
                 waiting.leave()
 
-    async def _atry_acquire(self, client: Any, identifier: str, block_ms: int) -> int:
+    async def _atry_acquire(
+        self, client: Any, identifier: str, block_ms: int, pause: float = 0.0
+    ) -> int:
+        if pause:  # inside the shielded attempt: a waiter cancelled meanwhile still asks
+            await asyncio.sleep(pause)
         args = (identifier, self._ttl_ms, block_ms)
         replicas = conf.LOCK_REPLICAS
         if not replicas:

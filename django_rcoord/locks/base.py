@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 class LockBase:
-    """A lock's name, TTL, default wait, renewal choice, keys and holds."""
+    """A lock's name, TTL, default wait, renewal and fairness choices, keys and holds."""
 
     def __init__(
         self,
@@ -29,6 +29,7 @@ class LockBase:
         wait: float = 10,
         auto_renew: bool = False,
         on_lost: Callable[[Lock], None] | None = None,
+        fair: bool = True,
         client: Any = None,
     ) -> None:
         check_timeout_and_wait(timeout, wait)
@@ -37,6 +38,7 @@ class LockBase:
         self.wait = wait
         self.auto_renew = auto_renew
         self.on_lost = on_lost
+        self.fair = fair
         self._client = client
         self._keys = encoded_instance_keys("lock", name, protocol.KEY_PARTS)
         #: After a failed ``acquire``: the holder's remaining TTL in seconds (None if unknown).
@@ -82,7 +84,7 @@ class LockBase:
         return protocol.wait_after_refusal(self.holder_ttl, deadline, now)
 
     def _release_args(self, identifier: str) -> tuple[str, int, int]:
-        return protocol.release_args(identifier, self._ttl_ms, conf.LOCK_REPLICAS)
+        return protocol.release_args(identifier, self._ttl_ms, conf.LOCK_REPLICAS, self.fair)
 
     def _extend_ms(self, seconds: float | None) -> int:
         return self._ttl_ms if seconds is None else protocol.ttl_ms(seconds)

@@ -13,7 +13,13 @@ Redis in Action 6.2 done right:
   newcomer to barge in while others wait, and the waiter holds it without asking
   again. A release nobody waits for only deletes the owner key. A waiter never
   blocks longer than the holder's remaining TTL, so a holder that died is
-  replaced as soon as its lock expires.
+  replaced as soon as its lock expires;
+- ``fair=False`` trades that order for throughput: a release frees the lock and
+  wakes one waiter with a plain wake-up, the waiter asks again, and whoever asks
+  first wins (often the releaser coming straight back). A waiter that loses that
+  race pauses after its next wake-ups before asking again (``protocol.race_backoff``),
+  so a busy lock is not slowed by a failed try per release. Waiters still ask only
+  when woken, and tokens and compare-and-act are the same.
 
 ``Lock`` is its sync face (``sync.SyncLock``: acquire, release, extend, owned,
 ``with``) and its async face (``aio.AsyncLock``: aacquire, arelease, aextend,
@@ -61,6 +67,12 @@ class Lock(SyncLock, AsyncLock):
     ``auto_renew=True`` keeps the TTL from running out while the lock is held
     (from the process's renewal thread, or its event loop for ``aacquire``);
     ``on_lost`` is called from there if a renewal finds the lock gone.
+
+    ``fair=True`` (the default) hands a released lock to the waiter blocked
+    longest, so nobody barges in while others wait. ``fair=False`` frees it and
+    wakes a waiter, who competes with newcomers: more sections per second under
+    contention, no order among them. Mixing the two on one name is safe; only the fair
+    holders' releases hand over.
     """
 
 

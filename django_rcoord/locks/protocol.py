@@ -2,8 +2,9 @@
 
 ``lock_acquire.lua`` answers a fencing token (> 0) or minus the holder's remaining
 TTL in ms; a release hands the lock over to a waiter by pushing
-``<token>:<ttl ms>:<identifier>`` on the lock's signal list, or wakes one with
-``1``. See the scripts' headers for their KEYS and ARGV.
+``<token>:<ttl ms>:<identifier>`` on the lock's signal list (a fair lock), or frees it
+and wakes one with ``1`` (a non-fair lock: the waiter asks again). See the scripts'
+headers for their KEYS and ARGV.
 """
 
 from __future__ import annotations
@@ -41,6 +42,19 @@ def wait_after_refusal(holder_ttl: float | None, deadline: float, now: float) ->
     return min(remaining, remaining if holder_ttl is None else holder_ttl)
 
 
+#: A non-fair waiter that was woken and still lost the race (a newcomer, often the releaser,
+#: took the lock first) waits this long after its next wake-up before it asks again, and
+#: twice as long after each further loss, up to ``RACE_BACKOFF_MAX``: while one process keeps
+#: the lock busy, its waiters stay quiet instead of spending a round trip per release.
+RACE_BACKOFF_MIN = 0.001
+RACE_BACKOFF_MAX = 0.032
+
+
+def race_backoff(previous: float) -> float:
+    """The pause before asking again after a wake-up, once the last wake-up's try lost."""
+    return min(RACE_BACKOFF_MAX, previous * 2 if previous else RACE_BACKOFF_MIN)
+
+
 def handover(token: bytes) -> tuple[str, int, int] | None:
     """(identifier, fencing token, TTL ms) of a lock handed over by a release, or None for a
     plain wake-up (``b"1"``)."""
@@ -50,11 +64,15 @@ def handover(token: bytes) -> tuple[str, int, int] | None:
     return fields[2].decode(), int(fields[0]), int(fields[1])
 
 
-def release_args(identifier: str, lock_ttl_ms: int, replicas: int) -> tuple[str, int, int]:
-    """The release script's ARGV. With replicas to wait for, a grant must be acknowledged by
-    them when it is made (acquire sends WAIT): a release then wakes a waiter rather than
-    handing the lock over."""
-    return identifier, lock_ttl_ms, 0 if replicas else 1
+def release_args(
+    identifier: str, lock_ttl_ms: int, replicas: int, fair: bool = True
+) -> tuple[str, int, int]:
+    """The release script's ARGV. A fair lock's release hands the lock over to the waiter
+    blocked longest; a non-fair one's frees it and wakes a waiter, who asks again and may
+    lose to a newcomer (the releaser itself, often). With replicas to wait for, a grant must
+    be acknowledged by them when it is made (acquire sends WAIT): a release then wakes a
+    waiter rather than handing the lock over, fair or not."""
+    return identifier, lock_ttl_ms, 1 if fair and not replicas else 0
 
 
 def is_identifier(held: Any, identifier: str) -> bool:

@@ -35,11 +35,15 @@ class SyncLock(LockBase):
         client = self.client
         now = time.monotonic()
         deadline = now + wait
+        woken = False
+        backoff = 0.0
         while True:
             result = self._try_acquire(client, identifier, protocol.block_ms(deadline, now))
             if result > 0:
                 self._granted(holder, identifier, result)
                 return True
+            if woken and not self.fair:
+                backoff = protocol.race_backoff(backoff)
             block = self._after_refusal(result, deadline, time.monotonic())
             if block is None:
                 return False
@@ -48,6 +52,9 @@ class SyncLock(LockBase):
             if grant is not None:
                 self._granted(holder, *grant)
                 return True
+            woken = token is not None
+            if woken and backoff:
+                time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             now = time.monotonic()
 
     def _try_acquire(self, client: Any, identifier: str, block_ms: int) -> int:

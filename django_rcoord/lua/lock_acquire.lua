@@ -12,6 +12,9 @@
 -- Returns  the fencing token (> 0) when the lock was taken;
 --          otherwise minus the holder's remaining TTL in milliseconds (<= 0; 0 when it has none).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    -- A wake-up still on the list is stale now that the lock is held (a hand-over there
+    -- expired with its lock): the next release pushes a fresh one for whoever waits.
+    redis.call('DEL', KEYS[3])
     return redis.call('INCR', KEYS[2])
 end
 

@@ -1,4 +1,5 @@
--- Release a lock if the caller still holds it; while someone waits, hand it over.
+-- Release a lock if the caller still holds it; while someone waits, hand it over (a fair
+-- lock) or free it and wake a waiter, who asks again like anyone else (a non-fair lock).
 -- KEYS[1]  owner key
 -- KEYS[2]  fence key
 -- KEYS[3]  signal key (LIST that waiters BLPOP: at most one wake-up)
@@ -6,6 +7,7 @@
 -- ARGV[1]  identifier of the caller
 -- ARGV[2]  lock TTL in milliseconds (of a hand-over, and the lifetime of an untaken wake-up)
 -- ARGV[3]  1: hand the lock over to the waiter who pops the wake-up; 0: free it and wake one
+--          (non-fair locks; and fair ones whose grants replicas must acknowledge)
 -- Returns  1 when released, 0 when the caller no longer held the lock (nothing is changed).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
@@ -26,6 +28,7 @@ if ARGV[3] == '1' then
     redis.call('SET', KEYS[1], identifier, 'PX', ARGV[2])
     redis.call('RPUSH', KEYS[3], token .. ':' .. ARGV[2] .. ':' .. identifier)
 else
+    -- Free: the woken waiter asks again, and a newcomer may be first.
     redis.call('DEL', KEYS[1])
     redis.call('RPUSH', KEYS[3], 1)
 end

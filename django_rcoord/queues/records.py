@@ -9,8 +9,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from django_rcoord.conf import conf
-from django_rcoord.connection import aresolve_client, aslot_pipeline, resolve_client, slot_pipeline
+from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
@@ -21,7 +23,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import as_text, decode_message
-from django_rcoord.scripts import run_script
+from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_batch
 
 __all__ = [
@@ -285,36 +287,68 @@ class TaskRecord:
 def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
     task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
-    or not a task id. One round trip."""
-    group = group_of_task_id(task_id)
-    if group is None:
+    or not a task id. One round trip: one read-only script call."""
+    keys = _record_keys(task_id)
+    if keys is None:
         return None
-    keys = QueueKeys.of(f"{group}/q")
-    # On the slot's primary: its TIME is the clock the records' expiry was set by.
-    with slot_pipeline(resolve_client(client), keys.messages, transaction=False) as pipe:
-        _read_record(pipe, keys, task_id)
-        return record_from(task_id, *pipe.execute())
+    client = resolve_client(client)
+    try:
+        reply = run_script(_result_script(), client, keys=keys, args=(task_id,))
+    except ResponseError as error:
+        if not _cannot_compile_shebang(error):
+            raise
+        reply = run_script("task_result", client, keys=keys, args=(task_id,))
+    return _record_from_reply(task_id, reply)
 
 
 async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """``get_result`` for async code (redis.asyncio, one round trip)."""
+    keys = _record_keys(task_id)
+    if keys is None:
+        return None
+    client = await aresolve_client(client)
+    try:
+        reply = await arun_script(_result_script(), client, keys=keys, args=(task_id,))
+    except ResponseError as error:
+        if not _cannot_compile_shebang(error):
+            raise
+        reply = await arun_script("task_result", client, keys=keys, args=(task_id,))
+    return _record_from_reply(task_id, reply)
+
+
+def _record_keys(task_id: str) -> tuple[str, str, str, str] | None:
+    """The keys ``task_result.lua`` reads for ``task_id``, or None when it is not a task id."""
     group = group_of_task_id(task_id)
     if group is None:
         return None
     keys = QueueKeys.of(f"{group}/q")
-    pipe = await aslot_pipeline(await aresolve_client(client), keys.messages, transaction=False)
-    async with pipe:
-        _read_record(pipe, keys, task_id)
-        return record_from(task_id, *await pipe.execute())
+    return keys.messages, keys.results, keys.results_expiry, keys.errors
 
 
-def _read_record(pipe: Any, keys: QueueKeys, task_id: str) -> None:
-    """Queue the reads of one record on ``pipe`` (``record_from`` takes their replies)."""
-    pipe.hget(keys.messages, task_id)
-    pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
-    pipe.zscore(keys.results_expiry, task_id)
-    pipe.hget(keys.errors, task_id)
-    pipe.time()
+class _Shebangs:
+    """Whether the server understands ``#!lua flags=...`` (Redis 7+); False once one did not."""
+
+    understood = True
+
+
+def _result_script() -> str:
+    # The read-only declaration where the server knows it, the plain script where not.
+    return "task_result_ro" if _Shebangs.understood else "task_result"
+
+
+def _cannot_compile_shebang(error: ResponseError) -> bool:
+    """Whether ``error`` is a pre-7 server refusing ``task_result_ro.lua``'s first line (it
+    is then not sent again by this process)."""
+    if "Error compiling script" not in str(error) or not _Shebangs.understood:
+        return False
+    _Shebangs.understood = False
+    return True
+
+
+def _record_from_reply(task_id: str, reply: list[Any]) -> TaskRecord | None:
+    message, state, value, errors, finished_message, last_error, expired = reply
+    fields = [state, value, errors, finished_message]
+    return _record(task_id, message, fields, bool(expired), last_error)
 
 
 def record_from(
@@ -327,13 +361,27 @@ def record_from(
     *,
     decoded: dict[str, Any] | None = None,
 ) -> TaskRecord | None:
-    """A ``TaskRecord`` from what ``_read_record`` read (None when there is no such task);
-    ``decoded``: ``message`` as a dict, when the caller has decoded it already."""
+    """A ``TaskRecord`` from a task's message, its results fields (state, value, errors,
+    finished message), its record's expiry (server ms; None: none), its last error and the
+    server's ``TIME`` (None when there is no such task); ``decoded``: ``message`` as a dict,
+    when the caller has decoded it already."""
+    expired = expires is not None and expires <= now[0] * 1000 + now[1] // 1000
+    return _record(task_id, message, fields, expired, last_error, decoded)
+
+
+def _record(
+    task_id: str,
+    message: bytes | None,
+    fields: list[bytes | None],
+    expired: bool,
+    last_error: bytes | None,
+    decoded: dict[str, Any] | None = None,
+) -> TaskRecord | None:
     state, value, errors, finished_message = fields
     body = decoded or decode_message(message) or decode_message(finished_message)
     if body is None:
         return None
-    if expires is not None and expires <= now[0] * 1000 + now[1] // 1000:
+    if expired:
         state = value = errors = None  # expired, not swept yet
         if message is None:
             return None

@@ -202,6 +202,7 @@ class _LockedView:
         wait: float,
         on_busy: Callable[[HttpRequest], HttpResponse] | None,
         fail_open: bool,
+        fair: bool = True,
     ) -> None:
         self.view_name = view.__qualname__
         self.name_for = _KeyFunction(key, view, "@locked")
@@ -210,10 +211,11 @@ class _LockedView:
         self.wait = wait
         self.on_busy = on_busy
         self.fail_open = fail_open
+        self.fair = fair
 
     def lock(self, request: HttpRequest, name: str) -> Lock | HttpResponse:
         try:
-            return Lock(name, timeout=self.timeout, wait=self.wait)
+            return Lock(name, timeout=self.timeout, wait=self.wait, fair=self.fair)
         except InvalidName as exc:
             return error_response(request, 400, "bad_lock_key", str(exc))
 
@@ -320,6 +322,7 @@ def locked(
     wait: float = 0,
     on_busy: Callable[[HttpRequest], HttpResponse] | None = None,
     fail_open: bool = False,
+    fair: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run the view holding the lock named by ``key``; busy after ``wait`` -> 409.
 
@@ -341,12 +344,20 @@ def locked(
     ``method_decorator``. On async views the lock is taken and waited for on
     redis.asyncio (no thread), the user of a ``{user...}`` key is loaded with
     ``await request.auser()``, and a callable key may be a coroutine function.
+    ``fair=False`` takes a non-fair lock (see ``Lock``: a release frees it for whoever
+    asks first, rather than handing it to the longest waiter).
     """
     _check_fail_open(fail_open, "@locked")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
         locked_view = _LockedView(
-            view, key, timeout=timeout, wait=wait, on_busy=on_busy, fail_open=fail_open
+            view,
+            key,
+            timeout=timeout,
+            wait=wait,
+            on_busy=on_busy,
+            fail_open=fail_open,
+            fair=fair,
         )
         name_for = locked_view.name_for
 

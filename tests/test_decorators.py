@@ -587,3 +587,10 @@ def test_busy_retry_after_is_the_holders_remaining_ttl(client, holder_timeout, m
         assert "Please try again in" not in page  # an upper bound, not a promise
     finally:
         holder.release()
+
+
+def test_locked_takes_a_non_fair_lock_when_asked(client) -> None:
+    first = client.get("/counter/visits/").json()
+    second = client.get("/counter/visits/").json()
+    assert first["fair"] is False
+    assert second["token"] > first["token"]

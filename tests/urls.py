@@ -7,6 +7,7 @@ from tests.admin import guild_admin
 
 urlpatterns = [
     path("purchase/<int:item_id>/", views.purchase, name="purchase"),
+    path("counter/<str:name>/", views.bump_counter),
     path("profile/", views.profile, name="profile"),
     path("misconfigured/<int:item_id>/", views.misconfigured),
     path("custom-busy/<int:item_id>/", views.custom_busy),

@@ -385,3 +385,9 @@ def both_media(request: HttpRequest) -> HttpResponse:
         "{% rcoord_autocomplete_media %}</head><body>{{ form.as_p }}</body></html>"
     )
     return HttpResponse(page.render({"form": MemberForm()}, request))
+
+
+@locked("counter:{name}", fair=False)
+def bump_counter(request: LockedRequest, name: str) -> HttpResponse:
+    assert request.rcoord_lock is not None
+    return JsonResponse({"fair": request.rcoord_lock.fair, "token": held_token(request)})

@@ -440,11 +440,15 @@ class Gate:
                 raise RuntimeError("no go signal within 300 s")
 
 
-def spawn_workers(module: str, args: Sequence[str], processes: int) -> list[subprocess.Popen]:
-    """Start ``python -m <module> --worker <args>`` ``processes`` times (JSON lines out)."""
+def spawn_workers(
+    module: str, args: Sequence[str], processes: int, *, stdin: bool = False
+) -> list[subprocess.Popen]:
+    """Start ``python -m <module> --worker <args>`` ``processes`` times (JSON lines out;
+    ``stdin``: lines in, too)."""
     return [
         subprocess.Popen(
             [sys.executable, "-m", module, "--worker", *args],
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             text=True,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -11,11 +11,15 @@ every repeat.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import queue
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 from benchmarks.common import (
     Bench,
@@ -41,8 +45,27 @@ SYSTEMS = {
     "huey": ("Huey (its consumer's dequeue/execute loop)", "1 + 1"),
     "dramatiq": ("dramatiq (1 thread per process)", "1 + 2 (fetch, ack)"),
     "rq": ("RQ SimpleWorker", "3 + many"),
+    "celery-solo": ("Celery, solo pool (Redis broker and result backend)", "3 + 4"),
+    "celery-prefork": ("Celery, prefork pool, 1 child (--concurrency 1)", "3 + 4"),
+    "arq": ("arq (its Worker: 10 jobs at a time, polls every 0.5 s)", "3 + 5"),
+    "saq": ("SAQ (its Worker: 10 jobs at a time)", "1 + 3"),
 }
-PEER_MODULES = {"rq": "rq", "huey": "huey", "dramatiq": "dramatiq"}
+#: The module each peer needs, and how to install it where it is missing.
+PEER_MODULES = {
+    "rq": "rq",
+    "huey": "huey",
+    "dramatiq": "dramatiq",
+    "celery-solo": "celery",
+    "celery-prefork": "celery",
+    "arq": "arq",
+    "saq": "saq",
+}
+INSTALL_HINTS = {
+    # arq's metadata caps redis-py below 6; the suite runs every system on one redis-py.
+    "arq": "pip install --no-deps 'arq>=0.26' (its metadata caps redis-py below 6)",
+}
+#: Celery's worker runs as its own process (benchmarks.celery_worker), with this pool.
+CELERY_POOLS = {"celery-solo": "solo", "celery-prefork": "prefork"}
 
 
 def enqueue(system: str, client, count: int) -> None:
@@ -80,6 +103,44 @@ def enqueue(system: str, client, count: int) -> None:
             noop.send()
     else:
         raise ValueError(system)
+
+
+def producer(system: str, client) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """(enqueue(count), close()) for ``system``: its client made and connected before the
+    clock runs, for the peers that keep one (Celery's app, arq's pool, SAQ's queue)."""
+    from benchmarks import queue_tasks
+
+    if system in CELERY_POOLS:
+        app = queue_tasks.celery_app()
+        noop = app.tasks["bench.noop"]
+
+        def send(count: int) -> None:
+            for _ in range(count):
+                noop.delay()
+
+        return send, app.close
+    if system in ("arq", "saq"):
+        loop = asyncio.new_event_loop()
+        if system == "arq":
+            from arq import create_pool
+
+            pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
+            enqueue_one, close = (lambda: pool.enqueue_job("arq_noop")), pool.aclose
+        else:
+            queue = queue_tasks.saq_queue()
+            loop.run_until_complete(queue.connect())
+            enqueue_one, close = (lambda: queue.enqueue("saq_noop")), queue.disconnect
+
+        async def enqueue_all(count: int) -> None:
+            for _ in range(count):
+                await enqueue_one()
+
+        def finish() -> None:
+            loop.run_until_complete(close())
+            loop.close()
+
+        return (lambda count: loop.run_until_complete(enqueue_all(count))), finish
+    return (lambda count: enqueue(system, client, count)), (lambda: None)
 
 
 def drainer(system: str, url: str, floor_count: int):
@@ -170,6 +231,40 @@ def drainer(system: str, url: str, floor_count: int):
             ]
 
         return work, rest
+    if system in ("arq", "saq"):
+        # One event loop and one connection pool for every round; a worker per round,
+        # in its burst mode (it returns once the queue is empty).
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        if system == "arq":
+            from arq import create_pool
+            from arq.worker import Worker as ArqWorker
+
+            pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
+
+            def work() -> None:
+                worker = ArqWorker(
+                    functions=[queue_tasks.arq_noop],
+                    redis_pool=pool,
+                    burst=True,
+                    handle_signals=False,
+                )
+                loop.run_until_complete(worker.main())
+
+            return work, idle
+        from saq import Worker as SaqWorker
+
+        queue = queue_tasks.saq_queue()
+        loop.run_until_complete(queue.connect())
+
+        def work() -> None:
+            # Burst mode ends a worker 50 ms after a dequeue finds the queue empty.
+            worker = SaqWorker(
+                queue, functions=[queue_tasks.saq_noop], burst=True, dequeue_timeout=0.05
+            )
+            loop.run_until_complete(worker.start())
+
+        return work, idle
     raise ValueError(system)
 
 
@@ -178,6 +273,11 @@ def drain_worker(system: str, url: str, floor_count: str, rounds: str, gate_name
     from benchmarks import queue_tasks
 
     os.environ["BENCH_REDIS_URL"] = url
+    if system in CELERY_POOLS:
+        from benchmarks import celery_worker
+
+        celery_worker.serve(CELERY_POOLS[system], url, int(rounds), gate_name)
+        return
     import redis
 
     gate = Gate(redis.Redis.from_url(url), gate_name)
@@ -201,33 +301,69 @@ def run_system(bench: Bench, system: str, workers: int, count: int, repeats: int
         "benchmarks.queues",
         [system, bench.url, str(count // workers), str(repeats), gate_name],
         workers,
+        stdin=system in CELERY_POOLS,
     )
+    send, close = producer(system, client)
+    if system in CELERY_POOLS:
+        reports = pump_reports(children)
     enqueue_rates, drain_rates, total_rates, commands = [], [], [], []
     try:
         for round_ in range(1, repeats + 1):
             gate.wait_ready(workers, children, round_)
             commands_before = client.info("stats")["total_commands_processed"]
             started = time.perf_counter()
-            enqueue(system, client, count)
+            send(count)
             enqueue_seconds = time.perf_counter() - started
             gate.open(workers)
-            results = [read_result(child) for child in children]
+            if system in CELERY_POOLS:
+                results = celery_round(reports, count)
+            else:
+                results = [read_result(child) for child in children]
             drain_seconds = max(r["finished"] for r in results) - min(r["started"] for r in results)
             commands.append(
                 (client.info("stats")["total_commands_processed"] - commands_before) / count
             )
+            if system in CELERY_POOLS:
+                for child in children:  # every task is done: hold at the gate again
+                    child.stdin.write("done\n")
+                    child.stdin.flush()
             enqueue_rates.append(count / enqueue_seconds)
             drain_rates.append(count / drain_seconds)
             total_rates.append(count / (enqueue_seconds + drain_seconds))
         for child in children:
             child.wait(60)
     finally:
+        close()
         stop_workers(children)
     row = Measurement(name, trips, total_rates)
     row.extra["enqueue/s"] = statistics.median(enqueue_rates)
     row.extra["drain/s"] = statistics.median(drain_rates)
     row.extra["commands/task"] = round(statistics.median(commands), 1)
     return row
+
+
+def pump_reports(children) -> queue.Queue:
+    """A queue of (process index, report) from every worker process, read by a thread each
+    (the Celery workers report whenever they go idle, so the parent cannot read in turn)."""
+    reports: queue.Queue = queue.Queue()
+
+    def read_all(index: int, child) -> None:
+        for line in child.stdout:
+            if line.startswith("{"):  # not Celery's "worker: Warm shutdown" at the end
+                reports.put((index, json.loads(line)))
+
+    for index, child in enumerate(children):
+        threading.Thread(target=read_all, args=(index, child), daemon=True).start()
+    return reports
+
+
+def celery_round(reports: queue.Queue, count: int) -> list[dict]:
+    """The Celery workers' latest reports, once together they have done ``count`` tasks."""
+    latest: dict[int, dict] = {}
+    while sum(result["done"] for result in latest.values()) < count:
+        index, result = reports.get(timeout=900)
+        latest[index] = result
+    return list(latest.values())
 
 
 def run(bench: Bench) -> ScenarioResult:
@@ -247,7 +383,8 @@ def run(bench: Bench) -> ScenarioResult:
                         missing(
                             SYSTEMS[system][0],
                             SYSTEMS[system][1],
-                            f"{module} not installed (pip install --group bench)",
+                            f"{module} not installed ("
+                            f"{INSTALL_HINTS.get(system, 'pip install --group bench')})",
                         )
                     )
                     continue

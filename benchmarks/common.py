@@ -54,7 +54,8 @@ def stop_redis(server: EmbeddedRedis) -> None:
 def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
     """Django on this Redis: django-rcoord (``rcoord``: more RCOORD settings), and the Tasks
     framework when there is one (Django 6's own, or the backport on 5.2; backends
-    "default": django-rcoord's, "rq": django-tasks-rq's when that is installed)."""
+    "default": django-rcoord's, "rq": django-tasks-rq's when that is installed,
+    "streams": django-tasks-redis's on Django 6 when that is installed)."""
     if settings.configured:
         return
     apps = ["django_rcoord"]
@@ -67,6 +68,13 @@ def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
         tasks["default"] = {
             "BACKEND": "django_rcoord.task_backend.RedisTaskBackend",
             "QUEUES": ["bench"],
+        }
+    if builtin_tasks and _installed("django_tasks_redis"):
+        # django-tasks-redis (Redis Streams), on Django 6's own Tasks framework only.
+        tasks["streams"] = {
+            "BACKEND": "django_tasks_redis.RedisTaskBackend",
+            "QUEUES": ["bench"],
+            "OPTIONS": {"REDIS_URL": url},
         }
     if _installed("django_tasks_rq"):
         apps.append("django_rq")

@@ -29,7 +29,7 @@ SETTLE_SECONDS = 0.005
 
 
 def serve(pool: str, url: str, rounds: int, gate_name: str) -> None:
-    from celery import bootsteps
+    from celery import bootsteps  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     from benchmarks import queue_tasks
 
@@ -49,7 +49,7 @@ def serve(pool: str, url: str, rounds: int, gate_name: str) -> None:
             consumer.timer.call_repeatedly(0.001, self.watch)
 
         def hold(self) -> None:
-            from celery.worker import state
+            from celery.worker import state  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             gate.pass_through()
             self.started = time.time()
@@ -59,7 +59,7 @@ def serve(pool: str, url: str, rounds: int, gate_name: str) -> None:
             self.reported = False  # every worker reports at least once a round
 
         def watch(self) -> None:
-            from celery.worker import state
+            from celery.worker import state  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             now = time.time()
             counted = sum(state.total_count.values())

@@ -59,7 +59,7 @@ def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
     if settings.configured:
         return
     apps = ["django_rcoord"]
-    tasks = {}
+    tasks: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     builtin_tasks = django.VERSION >= (6, 0)
     if builtin_tasks or _installed("django_tasks"):

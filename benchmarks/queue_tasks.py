@@ -32,7 +32,7 @@ def dramatiq_broker():
 def celery_app():
     """Celery on this Redis: its Redis broker (kombu's Redis transport) and its Redis result
     backend, otherwise Celery's defaults (early ack, prefetch multiplier 4)."""
-    from celery import Celery
+    from celery import Celery  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     url = os.environ["BENCH_REDIS_URL"]
     app = Celery("rcoord-bench", broker=url, backend=url, set_as_current=False)
@@ -53,12 +53,12 @@ async def saq_noop(ctx) -> None:
 
 
 def arq_settings():
-    from arq.connections import RedisSettings
+    from arq.connections import RedisSettings  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     return RedisSettings.from_dsn(os.environ["BENCH_REDIS_URL"])
 
 
 def saq_queue():
-    from saq import Queue
+    from saq import Queue  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     return Queue.from_url(os.environ["BENCH_REDIS_URL"], name="bench")

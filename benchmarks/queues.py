@@ -122,7 +122,7 @@ def producer(system: str, client) -> tuple[Callable[[int], None], Callable[[], N
     if system in ("arq", "saq"):
         loop = asyncio.new_event_loop()
         if system == "arq":
-            from arq import create_pool
+            from arq import create_pool  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
             enqueue_one, close = (lambda: pool.enqueue_job("arq_noop")), pool.aclose
@@ -237,8 +237,8 @@ def drainer(system: str, url: str, floor_count: int):
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         if system == "arq":
-            from arq import create_pool
-            from arq.worker import Worker as ArqWorker
+            from arq import create_pool  # type: ignore[import-not-found, import-untyped, unused-ignore]
+            from arq.worker import Worker as ArqWorker  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
 
@@ -252,7 +252,7 @@ def drainer(system: str, url: str, floor_count: int):
                 loop.run_until_complete(worker.main())
 
             return work, idle
-        from saq import Worker as SaqWorker
+        from saq import Worker as SaqWorker  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         queue = queue_tasks.saq_queue()
         loop.run_until_complete(queue.connect())
@@ -325,6 +325,7 @@ def run_system(bench: Bench, system: str, workers: int, count: int, repeats: int
             )
             if system in CELERY_POOLS:
                 for child in children:  # every task is done: hold at the gate again
+                    assert child.stdin is not None  # spawned with stdin
                     child.stdin.write("done\n")
                     child.stdin.flush()
             enqueue_rates.append(count / enqueue_seconds)

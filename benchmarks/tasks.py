@@ -101,7 +101,7 @@ def _drain(system: str):
 
         return work
     if system == "streams-framework":
-        from django_tasks_redis import executor
+        from django_tasks_redis import executor  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         from benchmarks import framework_tasks
 

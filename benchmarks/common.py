@@ -269,12 +269,41 @@ def _rounded(value: float | None) -> float | None:
 
 
 @dataclass
+class TextTable:
+    """Words beside the measured tables (what each system guarantees): one row per
+    system, its name first, then one cell per column after the first."""
+
+    title: str
+    columns: Sequence[str]  # the first names the rows
+    rows: list[Sequence[str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [list(row) for row in self.rows],
+        }
+
+
+def print_text_table(table: TextTable, *, file: Any = None) -> None:
+    """One block per row: its name, then each column's cell on a line of its own."""
+    file = file or sys.stdout
+    width = max(len(column) for column in table.columns[1:])
+    print(f"\n{table.title}", file=file)
+    for name, *cells in table.rows:
+        print(f"  {name}", file=file)
+        for column, cell in zip(table.columns[1:], cells, strict=True):
+            print(f"    {column + ':':<{width + 1}} {cell}", file=file)
+
+
+@dataclass
 class ScenarioResult:
     name: str  # file name under results/
     title: str
     tables: list[Table]
     params: dict[str, Any] = field(default_factory=dict)  # counts, sizes, durations
     repeats: int = 0
+    text_tables: list[TextTable] = field(default_factory=list)
 
 
 def format_value(value: Any) -> str:

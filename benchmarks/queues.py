@@ -27,6 +27,7 @@ from benchmarks.common import (
     Measurement,
     ScenarioResult,
     Table,
+    TextTable,
     missing,
     read_result,
     report,
@@ -64,6 +65,95 @@ INSTALL_HINTS = {
     # arq's metadata caps redis-py below 6; the suite runs every system on one redis-py.
     "arq": "pip install --no-deps 'arq>=0.26' (its metadata caps redis-py below 6)",
 }
+#: What each system promises about a task, read from its code at the versions measured
+#: (defaults unless said): how a worker holds a task, what a worker's death costs, when a
+#: task can run twice, priorities, results.
+GUARANTEE_COLUMNS = (
+    "system",
+    "lease / ack",
+    "lost on worker death",
+    "duplicates window",
+    "priorities",
+    "results",
+)
+GUARANTEES = {
+    "django-rcoord": (
+        (
+            "leased to the worker (TASK_LEASE 60 s, renewed while held); acknowledged after it "
+            "ran, with the next take"
+        ),
+        "no: redelivered once the lease lapses; dead-lettered after TASK_MAX_DELIVERIES (5)",
+        "a worker dying after a run, before its ack; a worker stalled past its lease",
+        "yes (per queue: priority, then FIFO)",
+        "yes (get_result; TASK_RESULT_TTL 1 day)",
+    ),
+    "book": (
+        "none: BLPOP removes the task",
+        "yes, the task it popped",
+        "none",
+        "the book's worker reads several lists in order; this row uses one",
+        "no",
+    ),
+    "huey": (
+        "none: its Redis storage pops the task (RPOP/BRPOP)",
+        "yes, the task it was running",
+        "none",
+        "with PriorityRedisHuey (a ZSET); RedisHuey, this row, is FIFO",
+        "yes, when enabled (off in this row)",
+    ),
+    "dramatiq": (
+        "fetch moves messages into the worker's ack set (prefetch); acked after the run",
+        "no: another worker requeues them once the dead worker's heartbeat is 60 s old",
+        "a worker dying between run and ack; a live worker silent for 60 s",
+        "actor priority orders only a worker's prefetched messages, not the Redis queue",
+        "with its Results middleware (off in this row)",
+    ),
+    "rq": (
+        "job in the StartedJobRegistry while it runs; the worker sends heartbeats",
+        (
+            "not rerun: once its registry entry expires it goes to the FailedJobRegistry "
+            "(rerun only when enqueued with Retry)"
+        ),
+        "none by default",
+        "by queue order (one queue per level)",
+        "yes (result_ttl 500 s)",
+    ),
+    "celery-solo": (
+        "message kept in kombu's 'unacked' hash; acked as the task starts (acks_late off)",
+        (
+            "yes, the running task; prefetched, unstarted messages return after "
+            "visibility_timeout (1 h)"
+        ),
+        "with acks_late: a task still running after visibility_timeout (1 h)",
+        "yes (a list per priority step; 4 steps of 0-9 by default)",
+        "yes (Redis result backend; result_expires 1 day)",
+    ),
+    "arq": (
+        (
+            "the job stays in the queue ZSET; an in-progress key (job_timeout + 10 s = 310 s) "
+            "marks it taken"
+        ),
+        "no: another worker runs it once the in-progress key expires; up to max_tries (5)",
+        "a worker dying after a run, before its finish pipeline",
+        "no (ordered by enqueue or defer time)",
+        "yes (keep_result 1 h)",
+    ),
+    "saq": (
+        "BLMOVE into an 'active' list; job timeout 10 s, heartbeat off",
+        (
+            "the sweep (every 60 s) finds it past its timeout and aborts it; rerun only with "
+            "retries > 1 (default 1)"
+        ),
+        (
+            "a retryable job swept while its worker still runs it (unsure how often: the worker "
+            "cancels a run at its timeout)"
+        ),
+        "only on its Postgres queue",
+        "yes (on the job; ttl 600 s)",
+    ),
+}
+GUARANTEES["celery-prefork"] = GUARANTEES["celery-solo"]
+
 #: Celery's worker runs as its own process (benchmarks.celery_worker), with this pool.
 CELERY_POOLS = {"celery-solo": "solo", "celery-prefork": "prefork"}
 
@@ -402,8 +492,18 @@ def run(bench: Bench) -> ScenarioResult:
                 "included); round trips: enqueue + worker side, per task",
             )
         )
+    guarantees = TextTable(
+        "What each system guarantees (read from its code; defaults unless said)",
+        GUARANTEE_COLUMNS,
+        [(SYSTEMS[system][0], *GUARANTEES[system]) for system in SYSTEMS if system in GUARANTEES],
+    )
     return ScenarioResult(
-        NAME, "Task queues", tables, params={"count": count, "workers": [1, 4]}, repeats=repeats
+        NAME,
+        "Task queues",
+        tables,
+        params={"count": count, "workers": [1, 4]},
+        repeats=repeats,
+        text_tables=[guarantees],
     )
 
 

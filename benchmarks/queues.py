@@ -48,8 +48,8 @@ SYSTEMS = {
     "rq": ("RQ SimpleWorker", "3 + many"),
     "celery-solo": ("Celery, solo pool (Redis broker and result backend)", "3 + 4"),
     "celery-prefork": ("Celery, prefork pool, 1 child (--concurrency 1)", "3 + 4"),
-    "arq": ("arq (its Worker: 10 jobs at a time, polls every 0.5 s)", "3 + 5"),
-    "saq": ("SAQ (its Worker: 10 jobs at a time)", "1 + 3"),
+    "arq": ("arq (its Worker: 10 jobs at a time, polls every 0.5 s)", "3 + 6"),
+    "saq": ("SAQ (its Worker: 10 jobs at a time)", "1 + 6"),
 }
 #: The module each peer needs, and how to install it where it is missing.
 PEER_MODULES = {

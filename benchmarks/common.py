@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -509,7 +510,11 @@ def report(result: dict[str, Any]) -> None:
     print(json.dumps(result), flush=True)
 
 
-def stop_workers(children: Sequence[subprocess.Popen]) -> None:
+def stop_workers(
+    children: Sequence[subprocess.Popen], readers: Sequence[threading.Thread] = ()
+) -> None:
+    """Stop the worker processes, then close their pipes (once ``readers``, the threads
+    reading their output, if any, have read to the end)."""
     for child in children:
         if child.poll() is None:
             child.terminate()
@@ -518,3 +523,10 @@ def stop_workers(children: Sequence[subprocess.Popen]) -> None:
             child.wait(10)
         except subprocess.TimeoutExpired:
             child.kill()
+            child.wait(10)
+    for reader in readers:
+        reader.join(10)
+    for child in children:
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()

@@ -393,39 +393,44 @@ def run_system(bench: Bench, system: str, workers: int, count: int, repeats: int
         workers,
         stdin=system in CELERY_POOLS,
     )
-    send, close = producer(system, client)
-    if system in CELERY_POOLS:
-        reports = pump_reports(children)
+    readers: list[threading.Thread] = []
     enqueue_rates, drain_rates, total_rates, commands = [], [], [], []
     try:
-        for round_ in range(1, repeats + 1):
-            gate.wait_ready(workers, children, round_)
-            commands_before = client.info("stats")["total_commands_processed"]
-            started = time.perf_counter()
-            send(count)
-            enqueue_seconds = time.perf_counter() - started
-            gate.open(workers)
+        send, close = producer(system, client)
+        try:
             if system in CELERY_POOLS:
-                results = celery_round(reports, count)
-            else:
-                results = [read_result(child) for child in children]
-            drain_seconds = max(r["finished"] for r in results) - min(r["started"] for r in results)
-            commands.append(
-                (client.info("stats")["total_commands_processed"] - commands_before) / count
-            )
-            if system in CELERY_POOLS:
-                for child in children:  # every task is done: hold at the gate again
-                    assert child.stdin is not None  # spawned with stdin
-                    child.stdin.write("done\n")
-                    child.stdin.flush()
-            enqueue_rates.append(count / enqueue_seconds)
-            drain_rates.append(count / drain_seconds)
-            total_rates.append(count / (enqueue_seconds + drain_seconds))
-        for child in children:
-            child.wait(60)
+                reports, readers = pump_reports(children)
+            for round_ in range(1, repeats + 1):
+                gate.wait_ready(workers, children, round_)
+                commands_before = client.info("stats")["total_commands_processed"]
+                started = time.perf_counter()
+                send(count)
+                enqueue_seconds = time.perf_counter() - started
+                gate.open(workers)
+                if system in CELERY_POOLS:
+                    results = celery_round(reports, count)
+                else:
+                    results = [read_result(child) for child in children]
+                drain_seconds = max(r["finished"] for r in results) - min(
+                    r["started"] for r in results
+                )
+                commands.append(
+                    (client.info("stats")["total_commands_processed"] - commands_before) / count
+                )
+                if system in CELERY_POOLS:
+                    for child in children:  # every task is done: hold at the gate again
+                        assert child.stdin is not None  # spawned with stdin
+                        child.stdin.write("done\n")
+                        child.stdin.flush()
+                enqueue_rates.append(count / enqueue_seconds)
+                drain_rates.append(count / drain_seconds)
+                total_rates.append(count / (enqueue_seconds + drain_seconds))
+            for child in children:
+                child.wait(60)
+        finally:
+            close()
     finally:
-        close()
-        stop_workers(children)
+        stop_workers(children, readers)
     row = Measurement(name, trips, total_rates)
     row.extra["enqueue/s"] = statistics.median(enqueue_rates)
     row.extra["drain/s"] = statistics.median(drain_rates)
@@ -433,7 +438,7 @@ def run_system(bench: Bench, system: str, workers: int, count: int, repeats: int
     return row
 
 
-def pump_reports(children) -> queue.Queue:
+def pump_reports(children) -> tuple[queue.Queue, list[threading.Thread]]:
     """A queue of (process index, report) from every worker process, read by a thread each
     (the Celery workers report whenever they go idle, so the parent cannot read in turn)."""
     reports: queue.Queue = queue.Queue()
@@ -443,9 +448,13 @@ def pump_reports(children) -> queue.Queue:
             if line.startswith("{"):  # not Celery's "worker: Warm shutdown" at the end
                 reports.put((index, json.loads(line)))
 
-    for index, child in enumerate(children):
-        threading.Thread(target=read_all, args=(index, child), daemon=True).start()
-    return reports
+    readers = [
+        threading.Thread(target=read_all, args=(index, child), daemon=True)
+        for index, child in enumerate(children)
+    ]
+    for reader in readers:
+        reader.start()
+    return reports, readers
 
 
 def celery_round(reports: queue.Queue, count: int) -> list[dict]:

@@ -46,8 +46,8 @@ SYSTEMS = {
     "huey": ("Huey (its consumer's dequeue/execute loop)", "1 + 1"),
     "dramatiq": ("dramatiq (1 thread per process)", "1 + 2 (fetch, ack)"),
     "rq": ("RQ SimpleWorker", "3 + many"),
-    "celery-solo": ("Celery, solo pool (Redis broker and result backend)", "3 + 4"),
-    "celery-prefork": ("Celery, prefork pool, 1 child (--concurrency 1)", "3 + 4"),
+    "celery-solo": ("Celery, solo pool (Redis broker and result backend)", "3 + 5"),
+    "celery-prefork": ("Celery, prefork pool, 1 child (--concurrency 1)", "3 + 5"),
     "arq": ("arq (its Worker: 10 jobs at a time, polls every 0.5 s)", "3 + 6"),
     "saq": ("SAQ (its Worker: 10 jobs at a time)", "1 + 6"),
 }

@@ -28,13 +28,13 @@ from benchmarks.common import Gate, report
 SETTLE_SECONDS = 0.005
 
 
-def serve(pool: str, url: str, rounds: int, gate_name: str) -> None:
+def serve(pool: str, url: str, rounds: int, gate_name: str, *, acks_late: bool = False) -> None:
     from celery import bootsteps  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     from benchmarks import queue_tasks
 
     os.environ["BENCH_REDIS_URL"] = url
-    app = queue_tasks.celery_app()
+    app = queue_tasks.celery_app(acks_late=acks_late)
     gate = Gate(redis.Redis.from_url(url), gate_name)
 
     class RoundGate(bootsteps.StartStopStep):

@@ -29,9 +29,10 @@ def dramatiq_broker():
     return broker
 
 
-def celery_app():
+def celery_app(*, acks_late: bool = False):
     """Celery on this Redis: its Redis broker (kombu's Redis transport) and its Redis result
-    backend, otherwise Celery's defaults (early ack, prefetch multiplier 4)."""
+    backend, otherwise Celery's defaults (early ack unless ``acks_late``, prefetch
+    multiplier 4)."""
     from celery import Celery  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
     url = os.environ["BENCH_REDIS_URL"]
@@ -40,6 +41,7 @@ def celery_app():
     app.conf.worker_redirect_stdouts = False
     app.conf.broker_connection_retry_on_startup = True
     app.conf.task_default_queue = "bench"
+    app.conf.task_acks_late = acks_late
     app.task(name="bench.noop")(noop)
     return app
 

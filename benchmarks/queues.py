@@ -48,7 +48,9 @@ SYSTEMS = {
     "rq": ("RQ SimpleWorker", "3 + many"),
     "celery-solo": ("Celery, solo pool (Redis broker and result backend)", "3 + 5"),
     "celery-prefork": ("Celery, prefork pool, 1 child (--concurrency 1)", "3 + 5"),
+    "celery-acks-late": ("Celery, solo pool, acks_late=True (ack after the run)", "3 + 5"),
     "arq": ("arq (its Worker: 10 jobs at a time, polls every 0.5 s)", "3 + 6"),
+    "arq-poll-50ms": ("arq, poll_delay 0.05 s (its default: 0.5 s)", "3 + 6"),
     "saq": ("SAQ (its Worker: 10 jobs at a time)", "1 + 6"),
 }
 #: The module each peer needs, and how to install it where it is missing.
@@ -58,13 +60,16 @@ PEER_MODULES = {
     "dramatiq": "dramatiq",
     "celery-solo": "celery",
     "celery-prefork": "celery",
+    "celery-acks-late": "celery",
     "arq": "arq",
+    "arq-poll-50ms": "arq",
     "saq": "saq",
 }
 INSTALL_HINTS = {
     # arq's metadata caps redis-py below 6; the suite runs every system on one redis-py.
     "arq": "pip install --no-deps 'arq>=0.26' (its metadata caps redis-py below 6)",
 }
+INSTALL_HINTS["arq-poll-50ms"] = INSTALL_HINTS["arq"]
 #: What each system promises about a task, read from its code at the versions measured
 #: (defaults unless said): how a worker holds a task, what a worker's death costs, when a
 #: task can run twice, priorities, results.
@@ -153,9 +158,18 @@ GUARANTEES = {
     ),
 }
 GUARANTEES["celery-prefork"] = GUARANTEES["celery-solo"]
+GUARANTEES["celery-acks-late"] = (
+    "message kept in kombu's 'unacked' hash; acked after the run (acks_late)",
+    "no: the unacked message returns after visibility_timeout (1 h); at once on a warm shutdown",
+    "a task still running after visibility_timeout (1 h); a worker dying between run and ack",
+    *GUARANTEES["celery-solo"][3:],
+)
+GUARANTEES["arq-poll-50ms"] = GUARANTEES["arq"]
 
 #: Celery's worker runs as its own process (benchmarks.celery_worker), with this pool.
-CELERY_POOLS = {"celery-solo": "solo", "celery-prefork": "prefork"}
+CELERY_POOLS = {"celery-solo": "solo", "celery-prefork": "prefork", "celery-acks-late": "solo"}
+#: arq's seconds between two reads of its queue, where a row sets it.
+ARQ_POLL_DELAYS = {"arq-poll-50ms": 0.05}
 
 
 def enqueue(system: str, client, count: int) -> None:
@@ -201,7 +215,7 @@ def producer(system: str, client) -> tuple[Callable[[int], None], Callable[[], N
     from benchmarks import queue_tasks
 
     if system in CELERY_POOLS:
-        app = queue_tasks.celery_app()
+        app = queue_tasks.celery_app(acks_late=system == "celery-acks-late")
         noop = app.tasks["bench.noop"]
 
         def send(count: int) -> None:
@@ -209,9 +223,9 @@ def producer(system: str, client) -> tuple[Callable[[int], None], Callable[[], N
                 noop.delay()
 
         return send, app.close
-    if system in ("arq", "saq"):
+    if system in ("arq", "arq-poll-50ms", "saq"):
         loop = asyncio.new_event_loop()
-        if system == "arq":
+        if system != "saq":
             from arq import create_pool  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
@@ -321,16 +335,17 @@ def drainer(system: str, url: str, floor_count: int):
             ]
 
         return work, rest
-    if system in ("arq", "saq"):
+    if system in ("arq", "arq-poll-50ms", "saq"):
         # One event loop and one connection pool for every round; a worker per round,
         # in its burst mode (it returns once the queue is empty).
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        if system == "arq":
+        if system != "saq":
             from arq import create_pool  # type: ignore[import-not-found, import-untyped, unused-ignore]
             from arq.worker import Worker as ArqWorker  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
             pool = loop.run_until_complete(create_pool(queue_tasks.arq_settings()))
+            poll_delay = ARQ_POLL_DELAYS.get(system, 0.5)  # 0.5: arq's default
 
             def work() -> None:
                 worker = ArqWorker(
@@ -338,6 +353,7 @@ def drainer(system: str, url: str, floor_count: int):
                     redis_pool=pool,
                     burst=True,
                     handle_signals=False,
+                    poll_delay=poll_delay,
                 )
                 loop.run_until_complete(worker.main())
 
@@ -366,7 +382,8 @@ def drain_worker(system: str, url: str, floor_count: str, rounds: str, gate_name
     if system in CELERY_POOLS:
         from benchmarks import celery_worker
 
-        celery_worker.serve(CELERY_POOLS[system], url, int(rounds), gate_name)
+        acks_late = system == "celery-acks-late"
+        celery_worker.serve(CELERY_POOLS[system], url, int(rounds), gate_name, acks_late=acks_late)
         return
     import redis
 

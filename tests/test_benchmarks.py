@@ -82,7 +82,9 @@ def test_the_server_binary_is_chosen_and_named(tmp_path: Path) -> None:
 
 # arq passes redis-py 8 arguments it deprecates (arq caps redis-py below 6).
 @pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated usage")
-@pytest.mark.parametrize("system", ["celery-solo", "celery-prefork", "arq", "saq"])
+@pytest.mark.parametrize(
+    "system", ["celery-solo", "celery-prefork", "celery-acks-late", "arq", "arq-poll-50ms", "saq"]
+)
 def test_a_queue_peer_drains_through_its_own_worker(
     system: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

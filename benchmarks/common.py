@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,11 +55,12 @@ def stop_redis(server: EmbeddedRedis) -> None:
 def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
     """Django on this Redis: django-rcoord (``rcoord``: more RCOORD settings), and the Tasks
     framework when there is one (Django 6's own, or the backport on 5.2; backends
-    "default": django-rcoord's, "rq": django-tasks-rq's when that is installed)."""
+    "default": django-rcoord's, "rq": django-tasks-rq's when that is installed,
+    "streams": django-tasks-redis's on Django 6 when that is installed)."""
     if settings.configured:
         return
     apps = ["django_rcoord"]
-    tasks = {}
+    tasks: dict[str, dict[str, Any]] = {}
     extra: dict[str, Any] = {}
     builtin_tasks = django.VERSION >= (6, 0)
     if builtin_tasks or _installed("django_tasks"):
@@ -67,6 +69,13 @@ def configure_django(url: str, rcoord: dict[str, Any] | None = None) -> None:
         tasks["default"] = {
             "BACKEND": "django_rcoord.queues.backend.RedisTaskBackend",
             "QUEUES": ["bench"],
+        }
+    if builtin_tasks and _installed("django_tasks_redis"):
+        # django-tasks-redis (Redis Streams), on Django 6's own Tasks framework only.
+        tasks["streams"] = {
+            "BACKEND": "django_tasks_redis.RedisTaskBackend",
+            "QUEUES": ["bench"],
+            "OPTIONS": {"REDIS_URL": url},
         }
     if _installed("django_tasks_rq"):
         apps.append("django_rq")
@@ -261,12 +270,41 @@ def _rounded(value: float | None) -> float | None:
 
 
 @dataclass
+class TextTable:
+    """Words beside the measured tables (what each system guarantees): one row per
+    system, its name first, then one cell per column after the first."""
+
+    title: str
+    columns: Sequence[str]  # the first names the rows
+    rows: list[Sequence[str]]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [list(row) for row in self.rows],
+        }
+
+
+def print_text_table(table: TextTable, *, file: Any = None) -> None:
+    """One block per row: its name, then each column's cell on a line of its own."""
+    file = file or sys.stdout
+    width = max(len(column) for column in table.columns[1:])
+    print(f"\n{table.title}", file=file)
+    for name, *cells in table.rows:
+        print(f"  {name}", file=file)
+        for column, cell in zip(table.columns[1:], cells, strict=True):
+            print(f"    {column + ':':<{width + 1}} {cell}", file=file)
+
+
+@dataclass
 class ScenarioResult:
     name: str  # file name under results/
     title: str
     tables: list[Table]
     params: dict[str, Any] = field(default_factory=dict)  # counts, sizes, durations
     repeats: int = 0
+    text_tables: list[TextTable] = field(default_factory=list)
 
 
 def format_value(value: Any) -> str:
@@ -440,11 +478,15 @@ class Gate:
                 raise RuntimeError("no go signal within 300 s")
 
 
-def spawn_workers(module: str, args: Sequence[str], processes: int) -> list[subprocess.Popen]:
-    """Start ``python -m <module> --worker <args>`` ``processes`` times (JSON lines out)."""
+def spawn_workers(
+    module: str, args: Sequence[str], processes: int, *, stdin: bool = False
+) -> list[subprocess.Popen]:
+    """Start ``python -m <module> --worker <args>`` ``processes`` times (JSON lines out;
+    ``stdin``: lines in, too)."""
     return [
         subprocess.Popen(
             [sys.executable, "-m", module, "--worker", *args],
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             text=True,
             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -468,7 +510,11 @@ def report(result: dict[str, Any]) -> None:
     print(json.dumps(result), flush=True)
 
 
-def stop_workers(children: Sequence[subprocess.Popen]) -> None:
+def stop_workers(
+    children: Sequence[subprocess.Popen], readers: Sequence[threading.Thread] = ()
+) -> None:
+    """Stop the worker processes, then close their pipes (once ``readers``, the threads
+    reading their output, if any, have read to the end)."""
     for child in children:
         if child.poll() is None:
             child.terminate()
@@ -477,3 +523,10 @@ def stop_workers(children: Sequence[subprocess.Popen]) -> None:
             child.wait(10)
         except subprocess.TimeoutExpired:
             child.kill()
+            child.wait(10)
+    for reader in readers:
+        reader.join(10)
+    for child in children:
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()

@@ -1,5 +1,6 @@
 """No-op tasks of Django's Tasks framework for the tasks benchmark: one on django-rcoord's
-backend ("default"), one on django-tasks-rq's ("rq") when it is installed."""
+backend ("default"), one on django-tasks-rq's ("rq") and one on django-tasks-redis's
+("streams") when they are installed."""
 
 from __future__ import annotations
 
@@ -18,4 +19,11 @@ if "rq" in settings.TASKS:
 
     @task(queue_name="bench", backend="rq")
     def rq_noop() -> None:
+        queue_tasks.noop()
+
+
+if "streams" in settings.TASKS:
+
+    @task(queue_name="bench", backend="streams")
+    def streams_noop() -> None:
         queue_tasks.noop()

@@ -26,6 +26,8 @@ def save_json(result: ScenarioResult, header: dict[str, Any]) -> Path:
         "params": result.params,
         "tables": [table.as_dict() for table in result.tables],
     }
+    if result.text_tables:
+        document["text_tables"] = [table.as_dict() for table in result.text_tables]
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path
 
@@ -121,6 +123,13 @@ def markdown_tables(document: dict[str, Any]) -> str:
                 ]
                 cells += [format_value(row.get(extra)) for extra in extras]
             out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    for text_table in document.get("text_tables", []):
+        out.append(f"**{text_table['title']}**")
+        out.append("")
+        out.append("| " + " | ".join(text_table["columns"]) + " |")
+        out.append("|" + "---|" * len(text_table["columns"]))
+        out.extend("| " + " | ".join(row) + " |" for row in text_table["rows"])
         out.append("")
     return "\n".join(out)
 

@@ -26,6 +26,7 @@ from benchmarks.common import (
     describe_machine,
     machine,
     print_table,
+    print_text_table,
     redis_version,
     server_name,
     stop_redis,
@@ -103,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n== {result.title} ({seconds:.0f} s)")
             for table in result.tables:
                 print_table(table)
+            for text_table in result.text_tables:
+                print_text_table(text_table)
             if not options.no_save:
                 report.save_json(result, {**header, "seconds": round(seconds, 1)})
                 report.save_chart(result)

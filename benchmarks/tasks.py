@@ -4,7 +4,8 @@ framework, with one worker process.
     python -m benchmarks.tasks [--quick] [--repeats R]
 
 Rows: django-rcoord's RedisTaskBackend, django-tasks-rq (RQ's SimpleWorker, its
-fastest worker), and django-rcoord's own ``@task`` with ``queues.get_result``.
+fastest worker), django-tasks-redis (Redis Streams, its own worker loop; Django 6
+only) and django-rcoord's own ``@task`` with ``queues.get_result``.
 Each run: the parent enqueues N tasks one call each, then opens the start gate
 of one worker process (imported and connected beforehand), which runs them all
 (``burst``); then the parent reads every result one call each and checks it is
@@ -20,6 +21,8 @@ import os
 import statistics
 import sys
 import time
+
+import django
 
 from benchmarks.common import (
     Bench,
@@ -41,9 +44,19 @@ NAME = "tasks"
 SYSTEMS = {
     "rcoord-framework": "django-rcoord RedisTaskBackend",
     "rq-framework": "django-tasks-rq (RQ SimpleWorker)",
+    "streams-framework": "django-tasks-redis (Redis Streams, its worker loop)",
     "rcoord-task": "django-rcoord @task + queues.get_result",
 }
-PEER_MODULES = {"rq-framework": "django_tasks_rq"}
+PEER_MODULES = {"rq-framework": "django_tasks_rq", "streams-framework": "django_tasks_redis"}
+#: Peers that need Django 6's own Tasks framework (django.tasks), and how to install them.
+DJANGO_6_ONLY = {
+    "streams-framework": "pip install 'django~=6.1' 'django-tasks-redis>=0.4' (Python >= 3.12)"
+}
+FRAMEWORK_NOOPS = {
+    "rcoord-framework": "rcoord_noop",
+    "rq-framework": "rq_noop",
+    "streams-framework": "streams_noop",
+}
 
 
 def _calls(system: str):
@@ -60,9 +73,7 @@ def _calls(system: str):
         return noop.delay, status
     from benchmarks import framework_tasks
 
-    framework_noop = (
-        framework_tasks.rcoord_noop if system == "rcoord-framework" else framework_tasks.rq_noop
-    )
+    framework_noop = getattr(framework_tasks, FRAMEWORK_NOOPS[system])
     return (
         lambda: framework_noop.enqueue().id,
         lambda result_id: str(framework_noop.get_result(result_id).status),
@@ -89,6 +100,16 @@ def _drain(system: str):
             worker.work(burst=True, logging_level="ERROR")
 
         return work
+    if system == "streams-framework":
+        from django_tasks_redis import executor  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        from benchmarks import framework_tasks
+
+        worker_id = executor.generate_worker_id()
+        # What its run_redis_tasks command runs (without --continuous: until the queue is empty).
+        return lambda: executor.process_tasks(
+            queue_name="bench", backend_name="streams", worker_id=worker_id
+        )
     from django_rcoord.queues.worker import Worker
 
     if system == "rcoord-task":
@@ -124,7 +145,7 @@ def drain_worker(system: str, url: str, rounds: str, gate_name: str) -> None:
 def _clear(client) -> None:
     """Delete the last round's keys, freeing their memory now (DEL, not UNLINK), so the
     next round's memory is measured from a clean start."""
-    for pattern in ("rcoord:*", "rq:*"):
+    for pattern in ("rcoord:*", "rq:*", "django_tasks:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         for start in range(0, len(keys), 1000):
             client.delete(*keys[start : start + 1000])
@@ -196,13 +217,17 @@ def run(bench: Bench) -> ScenarioResult:
     RoundTrips.install()
     rows = []
     for system in SYSTEMS:
+        if system in DJANGO_6_ONLY and django.VERSION < (6, 0):
+            reason = f"needs Django 6 (django.tasks), this is Django {django.get_version()}"
+            rows.append(missing(SYSTEMS[system], "", reason))
+            continue
         module = PEER_MODULES.get(system)
         if module:
             try:
                 __import__(module)
             except ImportError:
-                reason = f"{module} not installed (pip install --group bench)"
-                rows.append(missing(SYSTEMS[system], "", reason))
+                how = DJANGO_6_ONLY.get(system, "pip install --group bench")
+                rows.append(missing(SYSTEMS[system], "", f"{module} not installed ({how})"))
                 continue
         rows.append(run_system(bench, system, count, repeats))
     table = Table(

@@ -1,4 +1,6 @@
-"""The benchmark suite's own behaviour (not its figures): it cleans up after itself."""
+"""The benchmark suite's own behaviour (not its figures): it cleans up after itself, and the
+queue peers that need a harness of their own (Celery's held worker, the asyncio queues'
+burst workers) drain through it."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+import redis
 
 from django_rcoord.embedded import process_alive
 from django_rcoord.embedded.server import find_executable
@@ -73,3 +78,29 @@ def test_the_server_binary_is_chosen_and_named(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     first = run.stdout.splitlines()[0]
     assert f"{kind} {number} on loopback TCP" in first, first
+
+
+# arq passes redis-py 8 arguments it deprecates (arq caps redis-py below 6).
+@pytest.mark.filterwarnings("ignore:Call to '__init__' function with deprecated usage")
+@pytest.mark.parametrize(
+    "system", ["celery-solo", "celery-prefork", "celery-acks-late", "arq", "arq-poll-50ms", "saq"]
+)
+def test_a_queue_peer_drains_through_its_own_worker(
+    system: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import queues
+    from benchmarks.common import Bench, bench_redis, stop_redis
+
+    pytest.importorskip(queues.PEER_MODULES[system])
+    server = bench_redis()  # a TCP server, as the benchmark runs on (not the tests' socket)
+    try:
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        monkeypatch.setenv("BENCH_REDIS_URL", server.url)
+        row = queues.run_system(Bench(client, server.url, quick=True), system, 1, 20, 2)
+        assert len(row.values) == 2
+        assert row.extra["drain/s"] > 0
+        assert not client.llen("bench")  # Celery's queue: every task was taken
+        client.close()
+    finally:
+        stop_redis(server)

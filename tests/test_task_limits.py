@@ -77,9 +77,11 @@ def test_the_dashboard_stats_and_metrics_show_the_task_controls(admin_client) ->
 
 def test_task_options_give_framework_tasks_their_run_options(settings) -> None:
     from django_rcoord.queues.framework import task_backends
+    from django_rcoord.task_backend import RedisTaskBackend
     from tests import framework_tasks
 
     backend = task_backends["default"]
+    assert isinstance(backend, RedisTaskBackend)
     assert backend.run_options(framework_tasks.add).max_retries == backend.max_retries
     settings.RCOORD = {
         **settings.RCOORD,

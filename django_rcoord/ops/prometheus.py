@@ -127,19 +127,19 @@ class _Collector:
                 catch_ups.add_metric([row["name"]], row["catch_up_fires"])
         yield samples
         yield catch_ups
-        running = GaugeMetricFamily(
+        concurrency_running = GaugeMetricFamily(
             "rcoord_task_concurrency_running",
             "Runs of a task holding a permit of its concurrency limit now.",
             labels=["task"],
         )
-        allowed = GaugeMetricFamily(
+        concurrency_limit = GaugeMetricFamily(
             "rcoord_task_concurrency_limit",
             "A task's concurrency limit: most runs at once across every worker.",
             labels=["task"],
         )
         for row in state["task_controls"]:
             if row["concurrency"]:
-                running.add_metric([row["task"]], row["running"])
-                allowed.add_metric([row["task"]], row["concurrency"])
-        yield running
-        yield allowed
+                concurrency_running.add_metric([row["task"]], row["running"])
+                concurrency_limit.add_metric([row["task"]], row["concurrency"])
+        yield concurrency_running
+        yield concurrency_limit

@@ -68,7 +68,7 @@ def task_controls(client: Any) -> list[dict[str, Any]]:
     now (a round trip per concurrency limit). The apps' ``tasks`` modules are imported
     first, as a worker does, so that a web process sees every task."""
     autodiscover_tasks()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for registered in registered_tasks():
         options = registered.options
         if options == RunOptions(max_retries=options.max_retries) and not (

@@ -42,7 +42,7 @@ def _enqueue_call(
     *,
     full: bool = False,
     unique: Uniqueness | None = None,
-) -> tuple[str, QueueKeys, list[Any], list[Any]]:
+) -> tuple[str, QueueKeys, Sequence[Any], list[Any]]:
     """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message;
     ``when`` is (delay ms, due time ms since the epoch or 0), see ``due_time``; ``priority``
     -100..100 (higher runs first within the queue). A task queued now gets the script's
@@ -345,7 +345,7 @@ def enqueue_in_script(
     )
     register_group(resolve_client(client), queue_keys.group)
     return ScriptedEnqueue(
-        task_id, queue_keys.group, KeySpace("queue", queue_keys.group).hash_tag, keys, argv
+        task_id, queue_keys.group, KeySpace("queue", queue_keys.group).hash_tag, list(keys), argv
     )
 
 

@@ -189,6 +189,7 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
 
 
 @pytest.mark.slow
+@pytest.mark.once  # it waits for the next minute: up to 60 s
 def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> None:
     minutely = {"name": "minutely", "task": "tests.tasks.record", "cron": "* * * * *"}
     schedule = Schedule("minutely", "tests.tasks.record", cron="* * * * *")

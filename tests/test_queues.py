@@ -730,3 +730,33 @@ def test_a_task_that_lost_a_worker_is_taken_alone() -> None:
     worker = Worker(["default"], prefetch=10)
     assert [job.id for job in worker.session.exchange([], 10)] == [ids[2]]  # then it, alone
     assert [job.id for job in worker.session.exchange([], 10)] == ids[3:]
+
+
+# -- follow-up tasks ------------------------------------------------------------------------
+def test_follow_ups_are_queued_with_the_task_id_and_a_missing_one_fails_the_run() -> None:
+    from django_rcoord.queues import decode_message
+    from django_rcoord.queues.worker import TaskRunner
+
+    runner = TaskRunner("w-1")
+    try:
+        succeeded_id = tasks.followed.delay(False)
+        failed_id = tasks.followed.delay(True)
+        missing_id = tasks.follow_up_missing.delay()
+        worker = Worker(["default"])
+        jobs = {job.id: job for job in worker.session.exchange([], 10)}
+        assert runner.run(jobs[succeeded_id]).outcome.kind == "ack"
+        assert runner.run(jobs[failed_id]).outcome.kind == "dead"
+        keys = QueueKeys.of("default")
+        client = get_client()
+        followers = [
+            decode_message(client.hget(keys.messages, i)) for i in client.zrange(keys.ready, 0, -1)
+        ]
+        assert sorted(
+            m["args"][0] for m in followers if m and m["task"] == "tests.tasks.note_finished"
+        ) == sorted([succeeded_id, failed_id])
+        missing = runner.run(jobs[missing_id]).outcome
+        assert missing.kind == "retry"
+        assert "on_success follow-up could not be queued" in missing.error
+        assert "not_a_task" in missing.error
+    finally:
+        runner.close()

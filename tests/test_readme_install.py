@@ -68,6 +68,7 @@ def _requirement(word: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.once  # a fresh virtualenv per line: about 45 s in all
 @pytest.mark.parametrize("line", install_lines())
 def test_each_install_line_works_in_a_fresh_virtualenv(line: str, tmp_path: Path) -> None:
     venv = tmp_path / ".venv"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -191,30 +190,3 @@ def test_bad_options_fail_at_import_time() -> None:
         task(name="tests.runner.bad_jitter", retry_jitter=2)
     with pytest.raises(ValueError, match="max_retries"):
         task(name="tests.runner.bad_retries", max_retries=-1)
-
-
-# -- follow-up tasks ------------------------------------------------------------------------
-def test_follow_ups_are_queued_with_the_task_id_and_a_missing_one_fails_the_run(
-    runner: TaskRunner,
-) -> None:
-    with use_redis_at(os.environ["RCOORD_TEST_REDIS_URL"]):  # queuing needs Redis
-        succeeded = job("tests.tasks.followed", False)
-        assert runner.run(succeeded).outcome.kind == "ack"
-        assert runner.run(job("tests.tasks.followed", True)).outcome.kind == "dead"
-        followers = dead_or_ready_follow_ups()
-        assert len(followers) == 2
-        assert all(message["args"] == [succeeded.id] for message in followers)
-        missing = runner.run(job("tests.tasks.follow_up_missing")).outcome
-        assert missing.kind == "retry"
-        assert "on_success follow-up could not be queued" in missing.error
-        assert "not_a_task" in missing.error
-
-
-def dead_or_ready_follow_ups() -> list[dict]:
-    from django_rcoord.connection import get_client
-    from django_rcoord.queues import decode_message
-
-    keys = QueueKeys.of("default")
-    ids = get_client().zrange(keys.ready, 0, -1)
-    messages = [decode_message(get_client().hget(keys.messages, i)) for i in ids]
-    return [m for m in messages if m and m["task"] == "tests.tasks.note_finished"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -75,10 +76,15 @@ class Job:
     state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
     queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
 
+    @functools.cached_property
+    def message(self) -> dict[str, Any] | None:
+        """Its message, decoded once (the limits, the runner and the logs all read it)."""
+        return decode_message(self.body)
+
     @property
     def task_name(self) -> str:
         """The task its message names ('?' for a message that names none)."""
-        message = decode_message(self.body)
+        message = self.message
         name = message.get("task") if message is not None else None
         return name if isinstance(name, str) else "?"
 
@@ -122,7 +128,7 @@ def class_path(kind: type) -> str:
 def run_options_of(job: Job) -> RunOptions:
     """The run options of ``job``'s task (its time limit, retries), as far as this worker
     knows the task; the settings' defaults otherwise."""
-    message = decode_message(job.body)
+    message = job.message
     name = message.get("task") if message is not None else None
     if not isinstance(name, str):
         return DEFAULT_OPTIONS
@@ -155,7 +161,7 @@ class TaskRunner:
         return Done(job, outcome, (time.perf_counter() - started) * 1000)
 
     def execute(self, job: Job) -> Outcome:
-        message = decode_message(job.body)
+        message = job.message
         if message is None or not isinstance(message.get("task"), str):
             return not_runnable("?", "undecodable message (not a JSON object with a task name)")
         name = message["task"]

@@ -256,7 +256,8 @@ class TaskRecord:
 
     ``errors`` holds one ``{"exception_class_path", "traceback"}`` per failed
     attempt; ``worker_ids`` one worker id per attempt. Times are the Redis
-    server's (``enqueued_at``: the producer's clock), as aware UTC datetimes.
+    server's (``enqueued_at``: the producer's clock), as aware UTC datetimes to the
+    millisecond, so that one record's times compare as their clocks do.
     """
 
     id: str
@@ -401,7 +402,7 @@ def _record(
         status=status,
         args=body.get("args") or [],
         kwargs=body.get("kwargs") or {},
-        enqueued_at=_from_seconds(body.get("enqueued_at")),
+        enqueued_at=_to_the_ms(body.get("enqueued_at")),
         started_at=_from_ms(parts[1]),
         last_attempted_at=_from_ms(parts[2]),
         finished_at=_from_ms(parts[3]),
@@ -409,6 +410,14 @@ def _record(
         errors=error_list,
         return_value=json.loads(value) if value and status == SUCCESSFUL else None,
     )
+
+
+def _to_the_ms(seconds: Any) -> datetime.datetime | None:
+    """The producer's time cut to the millisecond, the precision of the server's times:
+    finer, a task could read as queued after it started."""
+    if not isinstance(seconds, (int, float)):
+        return None
+    return _from_seconds(int(seconds * 1000) / 1000)
 
 
 def _from_ms(text: str) -> datetime.datetime | None:

@@ -379,34 +379,38 @@ def _record(
     decoded: dict[str, Any] | None = None,
 ) -> TaskRecord | None:
     state, value, errors, finished_message = fields
-    body = decoded or decode_message(message) or decode_message(finished_message)
+    body = decoded or decode_message(message if message is not None else finished_message)
     if body is None:
         return None
     if expired:
         state = value = errors = None  # expired, not swept yet
         if message is None:
             return None
-    parts = (state.decode() if state else "").split("|")
-    parts += [""] * (5 - len(parts))
+    # 'STATUS|started|last attempted|finished|worker ids' (ms), every part optional.
+    parts = state.decode().split("|", 4) if state else []
+    if len(parts) < 5:
+        parts += [""] * (5 - len(parts))
+    status, started, attempted, finished, workers = parts
     # A queued task without a record is READY; a dead letter whose record expired, FAILED.
-    status = parts[0] or (FAILED if last_error is not None else READY)
+    status = status or (FAILED if last_error is not None else READY)
     error_list = json.loads(errors) if errors else []
     if errors is None and last_error is not None:
         error_list = [{"exception_class_path": "", "traceback": as_text(last_error)}]
+    get = body.get
     return TaskRecord(
         id=task_id,
-        task=body.get("task"),
-        queue=body.get("queue"),
-        backend=body.get("backend"),
-        priority=body.get("priority", 0),
+        task=get("task"),
+        queue=get("queue"),
+        backend=get("backend"),
+        priority=get("priority", 0),
         status=status,
-        args=body.get("args") or [],
-        kwargs=body.get("kwargs") or {},
-        enqueued_at=_to_the_ms(body.get("enqueued_at")),
-        started_at=_from_ms(parts[1]),
-        last_attempted_at=_from_ms(parts[2]),
-        finished_at=_from_ms(parts[3]),
-        worker_ids=[worker for worker in parts[4].split(",") if worker],
+        args=get("args") or [],
+        kwargs=get("kwargs") or {},
+        enqueued_at=_to_the_ms(get("enqueued_at")),
+        started_at=_at_ms(started),
+        last_attempted_at=_at_ms(attempted),
+        finished_at=_at_ms(finished),
+        worker_ids=[worker for worker in workers.split(",") if worker] if workers else [],
         errors=error_list,
         return_value=json.loads(value) if value and status == SUCCESSFUL else None,
     )
@@ -417,14 +421,9 @@ def _to_the_ms(seconds: Any) -> datetime.datetime | None:
     finer, a task could read as queued after it started."""
     if not isinstance(seconds, (int, float)):
         return None
-    return _from_seconds(int(seconds * 1000) / 1000)
+    return _at_ms(int(seconds * 1000))
 
 
-def _from_ms(text: str) -> datetime.datetime | None:
-    return _from_seconds(int(text) / 1000) if text else None
-
-
-def _from_seconds(seconds: Any) -> datetime.datetime | None:
-    if not isinstance(seconds, (int, float)):
-        return None
-    return datetime.datetime.fromtimestamp(seconds, tz=datetime.timezone.utc)
+def _at_ms(ms: str | int) -> datetime.datetime | None:
+    """The aware UTC datetime of ``ms`` (milliseconds since the epoch), or None for ''."""
+    return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.timezone.utc) if ms else None

@@ -66,6 +66,11 @@ class _Collector:
             "Task runs that ended, by outcome (succeeded, retried, failed).",
             labels=["queue", "task", "outcome"],
         )
+        cancelled = CounterMetricFamily(
+            "rcoord_tasks_cancelled",
+            "Tasks cancelled before they ran (queued or delayed), by queue and task.",
+            labels=["queue", "task"],
+        )
         durations = HistogramMetricFamily(
             "rcoord_task_duration_seconds", "Run time of tasks.", labels=["queue", "task"]
         )
@@ -79,7 +84,10 @@ class _Collector:
                     running += runs
                     cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
                 durations.add_metric([queue, task], cumulative, counted.seconds)
+            for (queue, task), count in sorted(metrics.cancelled.items()):
+                cancelled.add_metric([queue, task], count)
         yield finished
+        yield cancelled
         yield durations
 
         lateness = GaugeMetricFamily(

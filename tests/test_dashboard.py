@@ -528,9 +528,7 @@ def test_cancellations_are_counted_per_queue_once_each_across_processes(client, 
     }
     # A task that ran is not a cancellation, whatever cancel() asked of it.
     worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
-    finished = prometheus_samples(
-        client, "rcoord_tasks_finished_total", "queue", "task", "outcome"
-    )
+    finished = prometheus_samples(client, "rcoord_tasks_finished_total", "queue", "task", "outcome")
     assert finished == {("default", "tests.tasks.record", "succeeded"): 1}
     assert queues["default"]["cancelled"] == overview()["queues"][0]["cancelled"]
     call_command("rcoord_status")
@@ -548,13 +546,11 @@ def test_the_dashboard_shows_cancelled_tasks_per_queue(client, staff) -> None:
     tasks.record.delay("kept")
     client.force_login(staff)
     page = client.get(reverse("rcoord:dashboard")).content.decode()
-    assert "<th class=\"num\">Cancelled</th>" in page
+    assert '<th class="num">Cancelled</th>' in page
     assert '<td class="num cancelled-count">3</td>' in page
 
 
-def test_staff_cancel_a_queued_task_from_its_record_after_confirming(
-    client, staff, caplog
-) -> None:
+def test_staff_cancel_a_queued_task_from_its_record_after_confirming(client, staff, caplog) -> None:
     task_id = tasks.record.delay("to cancel")
     later = tasks.record.schedule("later", delay=300)
     client.force_login(staff)

@@ -8,6 +8,8 @@ and any number of worker processes add up):
 - per queue, task, outcome and duration bucket: how many runs ended so;
 - per queue, task and outcome: their total run time (microseconds);
 - per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes;
+- per queue and task: deliveries held back by the task's rate or concurrency limit
+  before they started (not runs: not in the counts above);
 - per queue and task: tasks cancelled before they ran (counted by ``task_cancel.lua``, in
   the same step as the cancellation).
 
@@ -91,6 +93,7 @@ class QueueMetrics:
     tasks: dict[tuple[str, str], TaskMetrics] = field(default_factory=dict)
     minutes: dict[str, dict[int, int]] = field(default_factory=dict)  # queue -> minute -> n
     cancelled: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, task) -> n
+    held_back: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, task) -> n
 
 
 def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
@@ -116,8 +119,9 @@ def _parse(items: Iterable[tuple[bytes, bytes]]) -> QueueMetrics:
             if minute.isdigit() and count.isdigit():
                 found.minutes.setdefault(labels[0], {})[int(minute)] = int(count)
             continue
-        if kind == "c" and len(labels) == 2 and value.isdigit():
-            found.cancelled[(labels[0], labels[1])] = int(value)
+        if kind in ("c", "h") and len(labels) == 2 and value.isdigit():
+            counts = found.cancelled if kind == "c" else found.held_back
+            counts[(labels[0], labels[1])] = int(value)
             continue
         if kind not in ("n", "s") or len(labels) < 3:
             continue

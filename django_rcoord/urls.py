@@ -15,6 +15,7 @@ urlpatterns = [
     # Operations: the staff dashboard, Prometheus metrics and JSON stats (bearer token).
     path("dashboard/", dashboard.index, name="dashboard"),
     path("dashboard/lookup/", dashboard.lookup, name="dashboard-lookup"),
+    path("dashboard/cancel/", dashboard.cancel_task, name="dashboard-cancel"),
     path(
         "dashboard/dead/<path:queue>/action/", dashboard.dead_action, name="dashboard-dead-action"
     ),

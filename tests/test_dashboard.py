@@ -17,9 +17,10 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
 from django_rcoord.ops.status import overview
 from django_rcoord.queues import QueueKeys, dead_letters, execute_later, queue_stats
-from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker import Done, Outcome, Worker
 from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
+from tests.procs import run_in_processes
 from tests.test_queues import output_of, result_of, start_worker, take
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -467,3 +468,157 @@ def test_the_per_minute_chart_is_drawn_to_scale() -> None:
     assert chart["bars"][-1]["x"] + chart["bar_width"] <= CHART_WIDTH
     assert chart["bars"][-1]["x"] + chart["bar_width"] >= CHART_WIDTH - 3
     assert _chart([0] * 60)["top"] == 1  # nothing done: no bar, no division by zero
+
+
+# -- cancellations ----------------------------------------------------------------------
+def _cancel_every(task_ids: list[str], processes: int) -> int:
+    """In its own process: once ``processes`` processes are here, try to cancel every one of
+    ``task_ids`` (in an order of its own); how many it cancelled."""
+    import random
+
+    from django_rcoord.queues import cancel
+
+    redis = get_client()
+    redis.incr("test:cancel-arrived")
+    while int(redis.get("test:cancel-arrived")) < processes:
+        time.sleep(0.001)
+    order = list(task_ids)
+    random.shuffle(order)
+    return sum(cancel(task_id) for task_id in order)
+
+
+def prometheus_samples(client, name: str, *labels: str) -> dict[tuple[str, ...], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with with_rcoord(METRICS_TOKEN=TOKEN):
+        text = client.get(
+            reverse("rcoord:metrics"), HTTP_AUTHORIZATION=f"Bearer {TOKEN}"
+        ).content.decode()
+    return {
+        tuple(sample.labels[label] for label in labels): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def test_cancellations_are_counted_per_queue_once_each_across_processes(client, capsys) -> None:
+    from django_rcoord.queues import cancel
+
+    queued = [tasks.record.delay(f"q{n}") for n in range(6)]
+    delayed = [tasks.record.schedule(f"d{n}", delay=300) for n in range(3)]
+    other = execute_later("reports/pdf", "tests.tasks.add", [1, 2])
+    worker = Worker(["default"])
+    job = take(worker)
+    assert job.id == queued[0]
+    # Four processes race to cancel the same tasks: each is cancelled (and counted) once.
+    cancelled = run_in_processes(_cancel_every, [([*queued, *delayed], 4)] * 4)
+    assert sum(cancelled) == 8  # not the one running (asked to stop instead)
+    assert cancel(other)
+    assert not cancel(other)  # cancelled already: not counted again
+    assert not cancel("0" * 32)
+    queues = {queue["name"]: queue for queue in overview()["queues"]}
+    assert queues["default"]["cancelled"] == 8
+    assert queues["reports/pdf"]["cancelled"] == 1
+    assert queues["default"]["ready"] == 0
+    samples = prometheus_samples(client, "rcoord_tasks_cancelled_total", "queue", "task")
+    assert samples == {
+        ("default", "tests.tasks.record"): 8,
+        ("reports/pdf", "tests.tasks.add"): 1,
+    }
+    # A task that ran is not a cancellation, whatever cancel() asked of it.
+    worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    finished = prometheus_samples(client, "rcoord_tasks_finished_total", "queue", "task", "outcome")
+    assert finished == {("default", "tests.tasks.record", "succeeded"): 1}
+    assert queues["default"]["cancelled"] == overview()["queues"][0]["cancelled"]
+    call_command("rcoord_status")
+    header, *rows = capsys.readouterr().out.splitlines()
+    column = header.split().index("cancelled") - 1  # "in flight" is two words in the header
+    (default,) = [row for row in rows if row.startswith("default ")]
+    assert default.split()[column] == "8"
+
+
+def test_the_dashboard_shows_cancelled_tasks_per_queue(client, staff) -> None:
+    from django_rcoord.queues import cancel
+
+    for n in range(3):
+        assert cancel(tasks.record.delay(f"c{n}"))
+    tasks.record.delay("kept")
+    client.force_login(staff)
+    page = client.get(reverse("rcoord:dashboard")).content.decode()
+    assert '<th class="num">Cancelled</th>' in page
+    assert '<td class="num cancelled-count">3</td>' in page
+
+
+def test_staff_cancel_a_queued_task_from_its_record_after_confirming(client, staff, caplog) -> None:
+    task_id = tasks.record.delay("to cancel")
+    later = tasks.record.schedule("later", delay=300)
+    client.force_login(staff)
+    lookup = reverse("rcoord:dashboard-lookup")
+    action = reverse("rcoord:dashboard-cancel")
+    page = client.get(lookup, {"task": task_id}).content.decode()
+    assert 'id="rcoord-cancel-task"' in page
+    assert f'action="{action}"' in page
+    assert f'<input type="hidden" name="task_id" value="{task_id}">' in page
+    with caplog.at_level(logging.INFO, logger="django_rcoord.ops.dashboard"):
+        # The first POST only asks.
+        asked = client.post(action, {"task_id": task_id})
+        assert asked.status_code == 200
+        assert asked.templates[0].name == "django_rcoord/dashboard/confirm_cancel.html"
+        assert f"Cancel task {task_id} (tests.tasks.record on default" in asked.content.decode()
+        assert '<input type="hidden" name="confirm" value="yes">' in asked.content.decode()
+        assert queue_stats("default")["ready"] == 1
+        done = client.post(action, {"task_id": task_id, "confirm": "yes"})
+        assert done.status_code == 302
+        assert done["Location"] == f"{lookup}?task={task_id}"
+        assert client.post(action, {"task_id": later, "confirm": "yes"}).status_code == 302
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    after = client.get(lookup, {"task": task_id})
+    assert after.context["found"]["task"]["record"].status == "CANCELLED"
+    assert 'id="rcoord-cancel-task"' not in after.content.decode()  # nothing left to cancel
+    assert f"Cancelled task {task_id}." in after.content.decode()
+    assert [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "django_rcoord.ops.dashboard"
+    ] == [f"olga: cancelled task {task_id}", f"olga: cancelled task {later}"]
+    Worker(["default"], burst=True).run()
+    assert get_client().lrange(tasks.RAN, 0, -1) == []  # neither ran
+
+
+def test_the_cancel_action_is_for_staff_with_csrf_and_refuses_bad_input_with_a_4xx(
+    client, staff, member
+) -> None:
+    task_id = tasks.record.delay("kept")
+    action = reverse("rcoord:dashboard-cancel")
+    confirmed = {"task_id": task_id, "confirm": "yes"}
+    assert client.post(action, confirmed).status_code == 302  # to the login page
+    client.force_login(member)
+    assert client.post(action, confirmed).status_code == 403
+    checked = Client(enforce_csrf_checks=True)
+    checked.force_login(staff)
+    assert checked.post(action, confirmed).status_code == 403  # no CSRF token
+    assert queue_stats("default")["ready"] == 1
+    client.force_login(staff)
+    assert client.get(action, {"task_id": task_id}).status_code == 405
+    as_json = {"HTTP_ACCEPT": "application/json"}
+    for bad in ("", "not-an-id", "x" * 5000, "a/" + "0" * 32 + "/b"):
+        response = client.post(action, {"task_id": bad, "confirm": "yes"}, **as_json)
+        assert response.status_code == 400, bad
+        assert response.json()["error"] == "bad_request"
+    unknown = client.post(action, {"task_id": "0" * 32}, **as_json)
+    assert unknown.status_code == 409
+    assert "no such task" in unknown.json()["detail"]
+    # Running: not cancelled, but asked to stop, and told so.
+    worker = Worker(["default"])
+    job = take(worker)
+    running = client.post(action, confirmed, **as_json)
+    assert running.status_code == 409
+    assert running.json()["error"] == "not_cancellable"
+    assert "it is running: it was asked to stop" in running.json()["detail"]
+    assert client.post(action, {"task_id": task_id}).status_code == 409  # no confirmation page
+    worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    finished = client.post(action, confirmed)
+    assert finished.status_code == 409
+    assert "it is SUCCESSFUL, not queued or delayed" in finished.content.decode()
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}

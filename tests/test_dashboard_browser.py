@@ -78,11 +78,12 @@ def test_staff_sign_in_read_a_traceback_and_requeue_it(
             row = table.find_element(By.XPATH, ".//tbody/tr[td[1][text()='default']]")
             cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
             assert cells[1:5] == ["1", "0", "1", "1"]  # ready, in flight, delayed, dead
-            assert cells[7] == "13"  # finished in the last hour
+            assert cells[5] == "0"  # cancelled
+            assert cells[8] == "13"  # finished in the last hour
             # The per-minute chart sits under its header and is drawn to scale: a track
             # for the whole hour, the busiest minute (all 13 tasks) filling its height.
             chart = row.find_element(By.CSS_SELECTOR, "svg.chart")
-            header = table.find_element(By.XPATH, ".//thead//th[9]")
+            header = table.find_element(By.XPATH, ".//thead//th[10]")
             assert header.text.lower() == "per minute"
             assert abs(chart.location["x"] - header.location["x"]) <= 12
             assert chart.location["x"] + chart.size["width"] <= (
@@ -132,3 +133,43 @@ def test_staff_sign_in_read_a_traceback_and_requeue_it(
         worker.stop()
         thread.join(10)
         lock.release()
+
+
+def test_staff_cancel_a_queued_task_from_its_record(
+    browser,  # noqa: F811
+    live_server,
+    django_user_model,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ready
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from django_rcoord.queues import get_result
+
+    django_user_model.objects.create_user("olga", password="a-long-pw-1", is_staff=True)
+    task_id = tasks.record.schedule("the export", delay=300)
+    wait = WebDriverWait(browser, 10)
+    browser.set_window_size(1100, 900)
+    browser.get(f"{live_server.url}/example/rcoord/dashboard/lookup/?task={task_id}")
+    wait.until(ready.presence_of_element_located((By.ID, "id_username")))
+    browser.find_element(By.ID, "id_username").send_keys("olga")
+    browser.find_element(By.ID, "id_password").send_keys("a-long-pw-1")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    record = wait.until(ready.presence_of_element_located((By.ID, "rcoord-task-record")))
+    assert record.find_element(By.CLASS_NAME, "status").text == "READY"
+    browser.find_element(By.ID, "rcoord-cancel-task").click()
+    # A confirmation page first: nothing is cancelled yet.
+    question = wait.until(ready.presence_of_element_located((By.ID, "rcoord-confirm-cancel")))
+    assert f"Cancel task {task_id}" in question.text
+    assert queue_stats("default")["delayed"] == 1
+    browser.find_element(By.ID, "rcoord-confirm-cancel-task").click()
+    record = wait.until(ready.presence_of_element_located((By.ID, "rcoord-task-record")))
+    assert record.find_element(By.CLASS_NAME, "status").text == "CANCELLED"
+    assert f"Cancelled task {task_id}." in browser.find_element(By.CLASS_NAME, "messagelist").text
+    assert not browser.find_elements(By.ID, "rcoord-cancel-task")
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert get_result(task_id).status == "CANCELLED"  # type: ignore[union-attr]
+    browser.find_element(By.LINK_TEXT, "Redis coordination").click()
+    table = wait.until(ready.presence_of_element_located((By.ID, "rcoord-queues")))
+    row = table.find_element(By.XPATH, ".//tbody/tr[td[1][text()='default']]")
+    assert row.find_element(By.CLASS_NAME, "cancelled-count").text == "1"

@@ -6,8 +6,17 @@ import pytest
 from django.urls import reverse
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import enqueue_many, get_result, queue_stats, task
+from django_rcoord.ops.metrics import read_metrics
+from django_rcoord.queues import (
+    QueueKeys,
+    enqueue_many,
+    get_result,
+    queue_stats,
+    recover_and_promote,
+    task,
+)
 from django_rcoord.queues.options import parse_rate
+from django_rcoord.queues.worker import Outcome
 from tests import tasks
 from tests.procs import wait_until
 from tests.test_queues import start_worker
@@ -49,6 +58,70 @@ def test_a_concurrency_limit_holds_across_worker_processes() -> None:
     peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
     assert len(peaks) == 6  # each ran once: held-back runs did not count as runs
     assert max(peaks) == 2
+
+
+def test_held_back_deliveries_are_not_attempts_in_the_records() -> None:
+    # Six 0.3 s runs, two permits, six worker loops in two processes: most deliveries are
+    # held back (some several times) before their run.
+    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    workers = [start_worker("--concurrency", "3") for _ in range(2)]
+    try:
+        wait_until(
+            lambda: all(getattr(get_result(i), "status", "") == "SUCCESSFUL" for i in ids),
+            timeout=40,
+        )
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait(20)
+    held_back = get_client().hgetall(QueueKeys.of("default").metrics)
+    assert any(field.startswith(b"h\x1f") for field in held_back)  # some were held back
+    for task_id in ids:
+        record = get_result(task_id)
+        assert record is not None
+        assert record.attempts == 1, record.worker_ids  # the one real run
+        assert record.errors == []  # "waiting for its concurrency" is no error
+        assert record.started_at is not None
+        assert record.finished_at is not None
+        assert record.started_at <= record.finished_at
+
+
+def test_a_held_back_delivery_leaves_the_record_as_it_was() -> None:
+    from django_rcoord.queues.worker import Done, Worker
+    from django_rcoord.queues.worker.runner import later
+    from tests.test_queues import take
+
+    task_id = tasks.at_most_two.delay(0)
+    worker = Worker(["default"])
+    job = take(worker)
+    assert get_result(task_id).attempts == 1  # type: ignore[union-attr]
+    assert worker.session.finish(Done(job, later(job, 60_000, "its concurrency of 2"), 0.0))
+    record = get_result(task_id)
+    assert record is not None
+    assert (record.status, record.worker_ids, record.errors) == ("READY", [], [])
+    assert record.started_at is None
+    assert record.last_attempted_at is None
+    assert queue_stats("default")["delayed"] == 1
+    # After a real failed attempt, a held-back delivery keeps that attempt, and only it.
+    retried = tasks.at_most_two.delay(0)
+    job = take(worker)
+    assert job.id == retried
+    failed = Outcome("retry", job.task_name, "Boom", "builtins.ValueError", delay_ms=0)
+    assert worker.session.finish(Done(job, failed, 1.0))
+    recover_and_promote(QueueKeys.of("default"))
+    job = take(worker)
+    assert job.id == retried
+    assert worker.session.finish(Done(job, later(job, 60_000, "its rate 3/s"), 0.0))
+    record = get_result(retried)
+    assert record is not None
+    assert record.status == "READY"
+    assert record.worker_ids == [worker.id]
+    assert [error["traceback"] for error in record.errors] == ["Boom"]
+    assert record.started_at is not None
+    # Held back: counted as such, not as a finished run (nor in the minute's finished).
+    metrics = read_metrics("main")
+    assert metrics.held_back == {("default", "tests.tasks.at_most_two"): 2}
+    assert metrics.tasks[("default", "tests.tasks.at_most_two")].finished == {"retried": 1}
 
 
 def test_limits_are_checked_when_the_task_is_defined() -> None:

@@ -28,6 +28,7 @@ from django_rcoord.queues import (
     get_result,
     queue_stats,
     recover_and_promote,
+    requeue_dead,
     stop_requested,
     task,
 )
@@ -200,6 +201,68 @@ def test_a_retried_task_stays_unique_and_its_dead_letter_drops_the_claim() -> No
     assert [letter["id"] for letter in dead_letters("default")] == [first]
     assert claims() == {}
     assert unique_record.delay("r") != first
+
+
+def dead_unique(marker: str, task: Any = None) -> str:
+    """A unique task's run made a dead letter (its claim dropped); its id."""
+    task_id = (task or unique_record).delay(marker)
+    worker = Worker(["default"])
+    job = take(worker)
+    assert job.id == task_id
+    assert finish(worker, job, "dead")
+    assert task_id not in claims().values()
+    return task_id
+
+
+def test_a_requeued_dead_letter_takes_its_claim_back() -> None:
+    first = dead_unique("d")
+    assert requeue_dead("default") == 1
+    assert claims() == {next(iter(claims())): first}
+    # Ready again: queueing it again queues nothing and answers its id, from any producer.
+    assert unique_record.delay("d") == first
+    assert execute_later("default", "tests.unique.record", ["d"]) == first
+    worker = Worker(["default"])
+    job = take(worker)
+    assert job.id == first
+    assert unique_record.delay("d") == first  # running
+    assert finish(worker, job, "ack")
+    assert claims() == {}
+    again = unique_record.delay("d")
+    assert again != first  # it ended: a new run is queued
+    assert cancel(again)
+    # One dead letter requeued by id takes its claim back too.
+    other = dead_unique("e")
+    assert requeue_dead("default", other) == 1
+    assert unique_record.delay("e") == other
+
+
+def test_a_requeued_dead_letters_claim_lasts_unique_for_from_the_requeue() -> None:
+    first = dead_unique("s", unique_short)
+    time.sleep(0.35)  # past its unique_for (0.3 s) counted from its first enqueue
+    assert requeue_dead("default", first) == 1
+    assert unique_short.delay("s") == first
+    time.sleep(0.35)
+    assert unique_short.delay("s") != first  # the safety net ends the new claim too
+
+
+def test_a_requeued_dead_letter_leaves_the_claim_to_a_run_that_holds_it() -> None:
+    first = dead_unique("h")
+    second = unique_record.delay("h")  # queued while the first was dead: it holds the claim
+    assert second != first
+    assert requeue_dead("default") == 1  # requeued all the same: an operator asked for it
+    assert set(claims().values()) == {second}
+    assert unique_record.delay("h") == second
+    worker = Worker(["default"])
+    runs = [take(worker), take(worker)]
+    assert {job.id for job in runs} == {first, second}
+    # The requeued run ending leaves the other's claim alone.
+    (requeued,) = [job for job in runs if job.id == first]
+    assert finish(worker, requeued, "ack")
+    assert set(claims().values()) == {second}
+    assert unique_record.delay("h") == second
+    (holder,) = [job for job in runs if job.id == second]
+    assert finish(worker, holder, "ack")
+    assert claims() == {}
 
 
 def test_a_task_made_a_dead_letter_by_recovery_drops_its_claim() -> None:

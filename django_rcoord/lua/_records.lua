@@ -34,3 +34,13 @@ local function add_error(results, task_id, entry)
         redis.call('HSET', results, field, '[' .. entry .. ']')
     end
 end
+
+-- Undo a delivery that did not run (given back, or held back by its task's limits): drop
+-- its worker id, the last of `state`'s, and when it was the only one, the start and the
+-- last attempt too (with earlier runs, the last attempt stays this delivery's time).
+local function drop_last_delivery(state)
+    state[5] = string.match(state[5], '^(.*),[^,]*$') or ''
+    if state[5] == '' then
+        state[2], state[3] = '', ''
+    end
+end

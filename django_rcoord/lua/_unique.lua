@@ -1,6 +1,7 @@
--- Unique tasks (included by the scripts that queue, finish, recover and cancel tasks). A
--- claim is a field of the group's results HASH: 'u:<sha256>' -> '<task id>|<until, ms>';
--- the message of the task holding it names the field ("unique": "u:...").
+-- Unique tasks (included by the scripts that queue, finish, recover, cancel and requeue
+-- tasks). A claim is a field of the group's results HASH: 'u:<sha256>' -> '<task id>|<until,
+-- ms>'; the message of the task holding it names the field ("unique": "u:...") and how
+-- long a claim of it lasts ("unique_ms").
 
 -- The id of the task holding claim `field` in `results`, or nil: a claim past its time (ms,
 -- server clock `now`), or whose task's message is gone from `messages`, holds nothing.
@@ -25,7 +26,8 @@ local function unique_claim(results, field, id, now, ms)
     end
 end
 
--- The claim field message `message` names, or nil (most messages name none: one search).
+-- The claim field message `message` names and how long a claim of it lasts (ms; nil when
+-- the message does not say), or nil (most messages name none: one search).
 local function unique_field(message)
     if not message or not string.find(message, '"unique"', 1, true) then
         return nil
@@ -33,7 +35,7 @@ local function unique_field(message)
     local ok, decoded = pcall(cjson.decode, message)
     local field = ok and type(decoded) == 'table' and decoded.unique
     if type(field) == 'string' and string.sub(field, 1, 2) == 'u:' then
-        return field
+        return field, tonumber(decoded.unique_ms)
     end
     return nil
 end

@@ -3,13 +3,16 @@
 -- does, its message kept in the record) and drop its unique claim. A task that is running
 -- (or taken by a worker's prefetch) is asked to stop: its stop key is set, which its code
 -- reads with stop_requested(). A finished task, a dead letter or an unknown one is left
--- alone.
+-- alone. A cancellation is counted in the group's metrics HASH, in the same step.
 -- KEYS[1]  messages HASH   KEYS[2] ready ZSET of its queue   KEYS[3] delayed ZSET of its queue
 -- KEYS[4]  results HASH of the group   KEYS[5] results expiry ZSET
 -- KEYS[6]  failures HASH   KEYS[7] errors HASH   KEYS[8] in-flight ZSET of its queue
 -- KEYS[9]  the task's stop STRING
+-- KEYS[10] metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_finish)
 -- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
 -- ARGV[3]  how long a stop request is kept, ms
+-- ARGV[4]  metric labels 'queue<US>task' ('': not counted)
+-- ARGV[5]  how long the metrics HASH outlives its last write at least, ms
 -- Returns  1 when it was cancelled, 2 when it is running and was asked to stop, 0 otherwise
 --! include _records
 --! include _unique
@@ -38,6 +41,12 @@ redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[6], id, id .. ':lost')
 redis.call('HDEL', KEYS[7], id)
 redis.call('ZADD', KEYS[5], now + result_ttl, id)
+if ARGV[4] ~= '' then
+    redis.call('HINCRBY', KEYS[10], 'c\31' .. ARGV[4], 1)
+    if redis.call('PTTL', KEYS[10]) < tonumber(ARGV[5]) then
+        redis.call('PEXPIRE', KEYS[10], ARGV[5])
+    end
+end
 for key_index = 4, 5 do
     if redis.call('PTTL', KEYS[key_index]) < result_ttl then
         redis.call('PEXPIRE', KEYS[key_index], result_ttl)

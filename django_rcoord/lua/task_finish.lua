@@ -12,7 +12,9 @@
 -- KEYS[7]  idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
 -- KEYS[8]  metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
 --          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
---          'm<US>queue<US>minute % 60' -> 'minute:finished' (the last hour, per minute)
+--          'm<US>queue<US>minute % 60' -> 'minute:finished' (the last hour, per minute);
+--          'h<US>queue<US>task' -> deliveries held back by the task's limits;
+--          'c<US>queue<US>task' -> tasks cancelled (written by task_cancel)
 --          (<US> is the byte 0x1f)
 -- KEYS[9]  this worker's last exchange STRING (JSON: its nonce, what it finished and took),
 --          so that a call retried after its reply was lost answers as the first one did
@@ -28,8 +30,11 @@
 --          KEYS[9] changes nothing and answers the stored finished flags and the tasks it took
 --          that this worker still holds
 -- ARGV[9..] ten values for each finished task: id, its queue's index (1-based, among the
---          queues), outcome ('ack' | 'retry' | 'defer' | 'dead'; 'defer': back later, not a
---          failed attempt), error text (retry, defer, dead), delay ms (retry, defer), return
+--          queues), outcome ('ack' | 'retry' | 'defer' | 'later' | 'dead'; 'defer': this
+--          worker cannot run it, back later for another, not a failed attempt but a
+--          delivery; 'later': held back by its limits before it started, not a run at all:
+--          its record loses this delivery's worker id, and it is counted as held back, not
+--          as finished), error text (retry, defer, dead), delay ms (retry, defer, later), return
 --          value JSON (ack), error entry JSON (retry, dead), metric labels
 --          'queue<US>task', run time's duration bucket, run time us
 --          A unique task acknowledged or made a dead letter drops its claim (a 'u:' field of
@@ -141,6 +146,14 @@ if count > 0 then
                 record_fields[#record_fields + 1] = ARGV[base + 6]
                 expiring[#expiring + 1] = now + result_ttl
                 expiring[#expiring + 1] = id
+            elseif outcome == 'later' then
+                state[1] = 'READY'
+                drop_last_delivery(state)
+                local delay = tonumber(ARGV[base + 5])
+                delayed[queue_index] = delayed[queue_index] or {}
+                table.insert(delayed[queue_index], now + delay)
+                table.insert(delayed[queue_index], id)
+                keep = math.max(keep, result_ttl + lease + delay)
             else
                 if outcome ~= 'defer' then  -- a deferral is not a failed attempt
                     add_error(KEYS[5], id, ARGV[base + 7])
@@ -168,7 +181,10 @@ if count > 0 then
             record_fields[#record_fields + 1] = table.concat(state, '|')
             -- Metrics, summed per field over the batch (one command per distinct field).
             local labels = ARGV[base + 8]
-            if labels ~= '' then
+            if labels ~= '' and outcome == 'later' then
+                local held_back = 'h' .. US .. labels
+                counted[held_back] = (counted[held_back] or 0) + 1
+            elseif labels ~= '' then
                 local runs = 'n' .. US .. labels .. US .. outcome .. US .. ARGV[base + 9]
                 local spent = 's' .. US .. labels .. US .. outcome
                 counted[runs] = (counted[runs] or 0) + 1

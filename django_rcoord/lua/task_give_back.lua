@@ -32,11 +32,7 @@ for index, id in ipairs(mine) do
     if states[index] then
         local state = parse_state(states[index])
         state[1] = 'READY'
-        -- Drop the last worker id (this worker's), and the start if it was the only one.
-        state[5] = string.match(state[5], '^(.*),[^,]*$') or ''
-        if state[5] == '' then
-            state[2], state[3] = '', ''
-        end
+        drop_last_delivery(state)  -- this worker's
         records[#records + 1] = id
         records[#records + 1] = table.concat(state, '|')
     end

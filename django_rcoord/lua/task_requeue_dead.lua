@@ -1,15 +1,19 @@
 -- Move the oldest dead letters of a queue (at most ARGV[4]) back to the end of their priority
--- in the queue, with fresh retries.
+-- in the queue, with fresh retries. A unique task takes its claim back (see _unique) for as
+-- long as its message says ("unique_ms"), from now, unless another run of it holds the
+-- claim: that run keeps it (a new enqueue answers its id), and both run.
 -- KEYS[1]  dead LIST   KEYS[2] ready ZSET   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: READY again)
+-- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: READY again;
+--          the unique claims)
 -- KEYS[7]  results expiry ZSET (a requeued task's record no longer expires)
--- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
+-- KEYS[8]  messages HASH (priorities, claims)   KEYS[9] queues HASH of the group (counters)
 -- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
 -- ARGV[5]  (optional) the id of the one dead letter to move
 -- Returns  how many tasks were requeued (fewer than ARGV[4]: none are left).
 --! include _ready
+--! include _unique
 local ids
 if ARGV[5] and ARGV[5] ~= '' then
     ids = {}
@@ -28,6 +32,18 @@ if moved > 0 then
         local state = redis.call('HGET', KEYS[6], id)
         if state then
             redis.call('HSET', KEYS[6], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
+        end
+    end
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local messages = redis.call('HMGET', KEYS[8], unpack(ids))
+    for index, id in ipairs(ids) do
+        local field, ms = unique_field(messages[index])
+        if field and ms and ms > 0 then
+            local holder = unique_holder(KEYS[6], KEYS[8], field, now)
+            if not holder or holder == id then
+                unique_claim(KEYS[6], field, id, now, ms)
+            end
         end
     end
     redis.call('HDEL', KEYS[4], unpack(ids))

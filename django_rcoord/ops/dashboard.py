@@ -5,8 +5,9 @@ Only active staff for whom ``RCOORD["DASHBOARD_PERMISSION"]`` says yes see it or
 it; others are sent to the admin's login (anonymous) or refused (403). Every page reads
 with bounded work: a few reads per queue group, queue and live worker, dead letters a
 page at a time, locks and semaphores looked up by name. Actions are POSTs (CSRF-checked)
-and are logged with the staff user; deleting every dead letter of a queue takes a second
-POST from a confirmation page.
+and are logged with the staff user; deleting every dead letter of a queue, and cancelling a
+queued or delayed task (from its record on the look-up page), take a second POST from a
+confirmation page.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
+from django.utils.http import urlencode
 from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -33,8 +35,10 @@ from django_rcoord.connection import REDIS_UNAVAILABLE
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.locks import lock_status
 from django_rcoord.ops.status import overview
+from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.records import (
+    READY,
     dead_letters,
     delete_dead,
     get_result,
@@ -213,6 +217,44 @@ def _confirm_delete_all(request: HttpRequest, keys: QueueKeys) -> HttpResponse:
             total=queue_stats(keys.name)["dead"],
         ),
     )
+
+
+@require_POST
+@staff_only
+def cancel_task(request: HttpRequest) -> HttpResponse:
+    """Cancel a queued or delayed task (``queues.cancel``): a first POST shows a confirmation
+    page, the second (``confirm=yes``) cancels. 400 for a value that is no task id; 409 when
+    the task is not queued or delayed (any more): running (``cancel`` then asked it to
+    stop), finished, a dead letter, or unknown."""
+    task_id = request.POST.get("task_id", "").strip()
+    if group_of_task_id(task_id) is None:
+        return error_response(request, 400, "bad_request", f"{task_id!r} is not a task id")
+    if request.POST.get("confirm") != "yes":
+        record = get_result(task_id)
+        if record is None or record.status != READY:
+            return _not_cancellable(request, task_id, record.status if record else None)
+        return TemplateResponse(
+            request,
+            "django_rcoord/dashboard/confirm_cancel.html",
+            _context(request, f"Cancel task {task_id}?", record=record),
+        )
+    if not cancel(task_id):
+        record = get_result(task_id)
+        return _not_cancellable(request, task_id, record.status if record else None)
+    logger.info("%s: cancelled task %s", request.user.get_username(), task_id)
+    _message(request, f"Cancelled task {task_id}.")
+    return redirect(f"{reverse('rcoord:dashboard-lookup')}?{urlencode({'task': task_id})}")
+
+
+def _not_cancellable(request: HttpRequest, task_id: str, status: str | None) -> HttpResponse:
+    if status is None:
+        why = "no such task is known (or its record has expired)"
+    elif status == "RUNNING":
+        why = "it is running: it was asked to stop (its code checks stop_requested())"
+    else:
+        why = f"it is {status}, not queued or delayed"
+    detail = f"Task {task_id} was not cancelled: {why}."
+    return error_response(request, 409, "not_cancellable", detail)
 
 
 def _message(request: HttpRequest, text: str) -> None:

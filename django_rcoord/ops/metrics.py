@@ -7,7 +7,11 @@ and any number of worker processes add up):
 
 - per queue, task, outcome and duration bucket: how many runs ended so;
 - per queue, task and outcome: their total run time (microseconds);
-- per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes.
+- per queue, a ring of 60 fields: tasks finished in each of the last 60 minutes;
+- per queue and task: deliveries held back by the task's rate or concurrency limit
+  before they started (not runs: not in the counts above);
+- per queue and task: tasks cancelled before they ran (counted by ``task_cancel.lua``, in
+  the same step as the cancellation).
 
 ``django_rcoord.ops.prometheus`` serves them to Prometheus.
 
@@ -30,6 +34,7 @@ __all__ = [
     "DURATION_BUCKETS",
     "OUTCOMES",
     "QueueMetrics",
+    "cancelled_in",
     "duration_bucket",
     "finished_per_minute",
     "metric_labels",
@@ -87,6 +92,8 @@ class QueueMetrics:
 
     tasks: dict[tuple[str, str], TaskMetrics] = field(default_factory=dict)
     minutes: dict[str, dict[int, int]] = field(default_factory=dict)  # queue -> minute -> n
+    cancelled: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, task) -> n
+    held_back: dict[tuple[str, str], int] = field(default_factory=dict)  # (queue, task) -> n
 
 
 def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
@@ -112,6 +119,10 @@ def _parse(items: Iterable[tuple[bytes, bytes]]) -> QueueMetrics:
             if minute.isdigit() and count.isdigit():
                 found.minutes.setdefault(labels[0], {})[int(minute)] = int(count)
             continue
+        if kind in ("c", "h") and len(labels) == 2 and value.isdigit():
+            counts = found.cancelled if kind == "c" else found.held_back
+            counts[(labels[0], labels[1])] = int(value)
+            continue
         if kind not in ("n", "s") or len(labels) < 3:
             continue
         queue, task, outcome = labels[0], labels[1], OUTCOMES.get(labels[2], labels[2])
@@ -133,3 +144,8 @@ def finished_per_minute(metrics: QueueMetrics, queue: str, now_ms: int) -> list[
     current = now_ms // 60_000
     seen = metrics.minutes.get(queue, {})
     return [seen.get(minute, 0) for minute in range(current - 59, current + 1)]
+
+
+def cancelled_in(metrics: QueueMetrics, queue: str) -> int:
+    """Tasks of ``queue`` cancelled before they ran, every task name together."""
+    return sum(count for (name, _), count in metrics.cancelled.items() if name == queue)

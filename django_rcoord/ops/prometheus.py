@@ -66,6 +66,17 @@ class _Collector:
             "Task runs that ended, by outcome (succeeded, retried, failed).",
             labels=["queue", "task", "outcome"],
         )
+        cancelled = CounterMetricFamily(
+            "rcoord_tasks_cancelled",
+            "Tasks cancelled before they ran (queued or delayed), by queue and task.",
+            labels=["queue", "task"],
+        )
+        held_back = CounterMetricFamily(
+            "rcoord_tasks_held_back",
+            "Deliveries of a task held back by its rate or concurrency limit before they "
+            "started (back in the delayed set; not runs), by queue and task.",
+            labels=["queue", "task"],
+        )
         durations = HistogramMetricFamily(
             "rcoord_task_duration_seconds", "Run time of tasks.", labels=["queue", "task"]
         )
@@ -79,7 +90,13 @@ class _Collector:
                     running += runs
                     cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
                 durations.add_metric([queue, task], cumulative, counted.seconds)
+            for (queue, task), count in sorted(metrics.cancelled.items()):
+                cancelled.add_metric([queue, task], count)
+            for (queue, task), count in sorted(metrics.held_back.items()):
+                held_back.add_metric([queue, task], count)
         yield finished
+        yield cancelled
+        yield held_back
         yield durations
 
         lateness = GaugeMetricFamily(

@@ -10,7 +10,7 @@ from typing import Any
 
 from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
-from django_rcoord.ops.metrics import finished_per_minute, metrics_from_hash
+from django_rcoord.ops.metrics import cancelled_in, finished_per_minute, metrics_from_hash
 from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.options import RunOptions
@@ -25,9 +25,9 @@ __all__ = ["overview"]
 def overview(*, client: Any = None) -> dict[str, Any]:
     """What operators look at (``rcoord_status``, the dashboard, the JSON stats): every known
     queue (counts, the age of the task that runs next, the next due delayed task, tasks
-    finished in each of the last 60 minutes), the live workers (last heartbeat, tasks
-    done, the task each runs now), the lateness of the last promotions per group and the
-    periodic schedules.
+    finished in each of the last 60 minutes, tasks cancelled before they ran), the live
+    workers (last heartbeat, tasks done, the task each runs now), the lateness of the last
+    promotions per group and the periodic schedules.
 
     Bounded work, read only: three pipelined round trips per group (its keys share one
     hash slot), whatever its number of queues, workers and tasks in flight. A worker that
@@ -184,6 +184,7 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
                 "next_due_in": first_due[0][1] / 1000 - now if first_due else None,
                 "finished_last_hour": sum(per_minute),
                 "finished_per_minute": per_minute,
+                "cancelled": cancelled_in(metrics, queue.name),
             }
         )
     workers = []

@@ -10,7 +10,8 @@ from typing import Any
 
 from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.keys import KeySpace
-from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.ops.metrics import metric_labels
+from django_rcoord.queues.keys import GROUP_KEYS_MS, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
@@ -36,8 +37,10 @@ def cancel(task_id: str, *, client: Any = None) -> bool:
 
     A running task is not interrupted (its code may be part way through a change that
     stopping it would leave half done): it is asked to stop, and its code can check
-    ``stop_requested()`` between steps. Two round trips: one reads which queue holds the
-    task, one script call cancels it (or asks it to stop) atomically.
+    ``stop_requested()`` between steps. A cancellation is counted per queue and task in
+    the queue group's metrics (``rcoord_tasks_cancelled_total``), in the same script call.
+    Two round trips: one reads which queue holds the task, one script call cancels it (or
+    asks it to stop) atomically.
     """
     group = group_of_task_id(task_id)
     if group is None:
@@ -67,8 +70,9 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
     """(KEYS, ARGV) of task_cancel for ``task_id`` of ``group`` whose message is ``body``."""
     message = decode_message(body)
     queue = message.get("queue") if message is not None else None
-    if not isinstance(queue, str):
+    if message is None or not isinstance(queue, str):
         return None
+    task_name = message.get("task")
     try:
         keys = QueueKeys.of(queue)
     except ValueError:  # InvalidName: a message no producer of this project wrote
@@ -86,8 +90,16 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.errors,
             keys.in_flight,
             stop_key(task_id, group),
+            keys.metrics,
         ],
-        [task_id, result_ttl_ms(), STOP_REQUEST_MS],
+        [
+            task_id,
+            result_ttl_ms(),
+            STOP_REQUEST_MS,
+            # Counted as the finish script counts runs (rcoord_tasks_cancelled_total).
+            metric_labels(keys.name, task_name if isinstance(task_name, str) else "?"),
+            GROUP_KEYS_MS,
+        ],
     )
 
 

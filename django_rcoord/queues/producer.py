@@ -19,7 +19,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.unique import UNIQUE_FIELD, Uniqueness, of_task
+from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
 __all__ = [
@@ -56,8 +56,9 @@ def _enqueue_call(
     claim = None
     if unique is not None:
         claim = unique.claim(task_name, args, kwargs)
-        # In the message: the scripts that end the task find its claim there.
-        extra = {**(extra or {}), UNIQUE_FIELD: claim}
+        # In the message: the scripts that end the task find its claim there, and
+        # requeue_dead how long to claim it again.
+        extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
     task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
     delay_ms, due_at_ms = when
     if unique is not None:

@@ -7,7 +7,10 @@ ms>``. The digest is of the task name and its JSON arguments (or the ``unique_ke
 function's text), so nothing a user passes reaches a key name. The task's message
 carries the field's name (``"unique"``): the scripts that end a task (acknowledged, dead
 letter, cancelled) read it there and drop the claim if it is still that task's. A claim
-also ends ``unique_for`` seconds after it was made, by the Redis server's clock.
+also ends ``unique_for`` seconds after it was made, by the Redis server's clock. A dead
+letter sent back to its queue (``requeue_dead``) takes its claim back for ``unique_for``
+seconds (``"unique_ms"`` in its message), unless another run of the task holds it then:
+that run keeps it, and both run.
 """
 
 from __future__ import annotations
@@ -20,10 +23,20 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-__all__ = ["UNIQUE_FIELD", "Uniqueness", "make_uniqueness", "of_task", "remember"]
+__all__ = [
+    "UNIQUE_FIELD",
+    "UNIQUE_MS_FIELD",
+    "Uniqueness",
+    "make_uniqueness",
+    "of_task",
+    "remember",
+]
 
 #: The message field naming a task's claim (read by the Lua helper ``_unique``).
 UNIQUE_FIELD = "unique"
+#: The message field saying how long the claim lasts, ms (``unique_for``): a dead letter
+#: sent back by ``requeue_dead`` claims again for that long.
+UNIQUE_MS_FIELD = "unique_ms"
 
 #: Keys sorted: the same keyword arguments in any order are the same task.
 _CANONICAL = DjangoJSONEncoder(separators=(",", ":"), sort_keys=True)

@@ -14,8 +14,8 @@ from django_rcoord.ops.status import overview
 
 class Command(BaseCommand):
     help = (
-        "Show every queue (ready, in flight, delayed, dead, age of the oldest ready task, "
-        "next due time), promotion lateness, periodic tasks (last and next tick, lateness), "
+        "Show every queue (ready, in flight, delayed, dead, cancelled, age of the oldest ready "
+        "task, next due time), promotion lateness, periodic tasks (last and next tick, lateness), "
         "and the live workers with their tasks."
     )
     requires_system_checks: list[str] = []
@@ -54,14 +54,14 @@ class Command(BaseCommand):
         lines = [
             (
                 f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
-                f"{'oldest ready':>13} {'next due in':>12}"
+                f"{'cancelled':>9} {'oldest ready':>13} {'next due in':>12}"
             )
         ]
         for queue in state["queues"]:
             age, due = queue["oldest_ready_age"], queue["next_due_in"]
             lines.append(
                 f"{queue['name']:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
-                f"{queue['delayed']:>8} {queue['dead']:>6} "
+                f"{queue['delayed']:>8} {queue['dead']:>6} {queue['cancelled']:>9} "
                 f"{'-' if age is None else f'{age:.1f} s':>13} "
                 f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"
             )

@@ -289,7 +289,7 @@ def _finish_args(done: Done) -> list[Any]:
     return [
         done.job.id,
         done.job.queue_index,
-        "defer" if outcome.kind == "later" else outcome.kind,  # the script's 'back later'
+        outcome.kind,
         outcome.error,
         outcome.delay_ms,
         outcome.value_json,

@@ -207,7 +207,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     result: TaskResult = TaskResult(
         task=task,
         id=record.id,
-        status=TaskResultStatus[status],  # by name (the same as the value): a dict look-up
+        status=TaskResultStatus(status),
         enqueued_at=record.enqueued_at,
         started_at=record.started_at,
         finished_at=record.finished_at,

@@ -167,8 +167,7 @@ def _fork_enqueuers(processes: int, found: Any) -> None:
     barrier = context.Barrier(processes)
     results = context.Queue()
     children = [
-        context.Process(target=_enqueue_at_once, args=(barrier, results))
-        for _ in range(processes)
+        context.Process(target=_enqueue_at_once, args=(barrier, results)) for _ in range(processes)
     ]
     for child in children:
         child.start()

@@ -38,6 +38,7 @@ SCENARIOS = (
     "semaphores",
     "ratelimit",
     "producer",
+    "task_controls",
     "autocomplete",
     "queues",
     "tasks",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -119,29 +120,73 @@ def test_a_concurrency_of_two_holds_across_three_workers_and_keeps_pace() -> Non
     assert max(peaks) == 2  # never more than two at once, and two did run together
     elapsed = max(floats(FINISHED)) - started
     ideal = tasks / 2 * seconds  # 150 x the task's run
-    # Never faster than two at a time allows; within 2x of it on a busy machine (the
-    # benchmark says how close it comes).
-    assert ideal <= elapsed < 2 * ideal + 1.5, (elapsed, ideal)
+    # Never faster than two at a time allows. Not close to it either: a run that finds the
+    # permits taken goes back for 0.5-1 s (CONCURRENCY_RECHECK), while a permit frees
+    # every 20 ms, so the permits stand idle about half the time (about 2x the ideal in
+    # the benchmark); the bound leaves room for a busy machine.
+    assert ideal <= elapsed < 4 * ideal, f"{elapsed:.2f} s, {elapsed / ideal:.2f}x the ideal"
     assert queue_stats(QUEUE) == EMPTY
 
 
 # -- rate ----------------------------------------------------------------------------------
+class RateLog:
+    """The starts a task's rate allowed, on the Redis server's clock: the exact sliding
+    window's log (member: a start, score: the server's time in us), read every 50 ms while
+    the block runs; a start stays in it for at least the window, so none is missed."""
+
+    def __init__(self, task_name: str) -> None:
+        self.key = KeySpace("ratelimit", f"task:{task_name}").key("log")
+        self.seen: dict[bytes, float] = {}
+        self._stop = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def __enter__(self) -> RateLog:
+        self._reader.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._reader.join(10)
+        self._read_once()
+
+    def _read(self) -> None:
+        while not self._stop.wait(0.05):
+            self._read_once()
+
+    def _read_once(self) -> None:
+        for member, score in get_client().zrange(self.key, 0, -1, withscores=True):
+            self.seen[member] = score / 1e6
+
+    def times(self) -> list[float]:
+        return sorted(self.seen.values())
+
+
+def shortest_span(times: list[float], count: int) -> float:
+    """The shortest time from the first to the last of ``count`` consecutive ``times``."""
+    return min(b - a for a, b in zip(times, times[count - 1 :], strict=False))
+
+
 def test_a_rate_of_twenty_a_second_holds_across_three_workers_and_keeps_pace() -> None:
     # The issue's 200 tasks take 10 s: the benchmark runs them; 60 here (3 s) keep CI short.
     tasks, per_second = 60, 20
     workers = start_workers(3, "--concurrency", "2")
     try:
         wait_for_workers(6)
-        enqueued = time.time()
-        enqueue_many([(twenty_a_second, (number,), {}) for number in range(tasks)])
-        wait_until(lambda: get_client().llen(STARTS) == tasks, timeout=60)
+        with RateLog(twenty_a_second.name) as log:
+            enqueued = time.time()
+            enqueue_many([(twenty_a_second, (number,), {}) for number in range(tasks)])
+            wait_until(lambda: get_client().llen(STARTS) == tasks, timeout=60)
     finally:
         stop_workers(workers)
+    decided = log.times()
+    assert len(decided) == tasks
+    # None early, as the server decided them: the 21st start after any start is at least a
+    # second later.
+    assert shortest_span(decided, per_second + 1) >= 1.0, shortest_span(decided, per_second + 1)
+    # As the tasks saw them (time.time() in the task, a moment after the decision, which a
+    # busy machine can stretch): about the same.
     starts = floats(STARTS)
-    # None early: the 21st start after any start is at least a second later (less 20 ms:
-    # the time is read in the task, a moment after the server's clock decided).
-    spans = [later - earlier for earlier, later in zip(starts, starts[per_second:], strict=False)]
-    assert min(spans) >= 0.98, min(spans)
+    assert shortest_span(starts, per_second + 1) >= 0.9, shortest_span(starts, per_second + 1)
     # Nor late: the last start within 10% of when the rate lets it start ((60 - 20) / 20 s
     # after the first), counted from the enqueue.
     ideal = (tasks - per_second) / per_second

@@ -271,8 +271,7 @@ def end_to_end_table(bench: Bench, tasks: dict[str, Any]) -> Table:
         row.extra["worker commands/task"] = round(statistics.median(values["wcmd"]), 2)
         rows.append(row)
     return Table(
-        f"A no-op task with each option: enqueue {count:,}, drain with 1 worker process, "
-        f"{repeats} rounds (options interleaved)",
+        f"Each option on a no-op task: enqueue, drain (1 worker process), {repeats} x {count:,}",
         "tasks/s end to end",
         rows,
         floor=rows[0].name,

@@ -258,12 +258,14 @@ def test_the_permit_of_a_worker_killed_mid_run_comes_back_within_its_lease() -> 
     survivor: list[BaseProcess] = []
     try:
         wait_until(lambda: get_client().llen(STARTS) == 1, timeout=60)
-        second = one_at_once.delay("next", 0)
-        assert victim.pid is not None
-        os.kill(victim.pid, signal.SIGKILL)  # it holds the one permit
-        killed = time.time()
-        victim.join(10)
         survivor = start_workers(1, "--lease", str(lease))
+        wait_for_workers(2)
+        second = one_at_once.delay("next", 0)
+        time.sleep(lease)  # the survivor takes it and holds it back: the permit is held
+        assert get_client().llen(STARTS) == 1
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)  # while it holds the one permit
+        killed = time.time()
         wait_until(lambda: getattr(get_result(second), "status", "") == "SUCCESSFUL", 30)
         wait_until(lambda: getattr(get_result(first), "status", "") == "SUCCESSFUL", 30)
     finally:
@@ -277,8 +279,8 @@ def test_the_permit_of_a_worker_killed_mid_run_comes_back_within_its_lease() -> 
     }
     waited = starts["next"] - killed
     # The dead holder's permit held the next run back until its lease ended (it was
-    # renewed every third of a lease: at least two thirds of one were left), and then
-    # freed it: the next run started within the lease, plus a recheck (at most 1 s) and the
-    # new worker's start.
-    assert lease / 2 < waited < lease + 4, waited
+    # renewed every third of a lease: more than a third of one was left), then came back:
+    # the next run started within the lease and a recheck (0.5-1 s), less than a second
+    # late on a busy machine.
+    assert lease / 3 < waited < lease + 2, waited
     assert sorted(get_client().lrange(RAN, 0, -1)) == [b"killed", b"next"]

@@ -379,7 +379,7 @@ def limits_table(bench: Bench, tasks: dict[str, Any]) -> Table:
         f"{rated_count / RATE_PER_SECOND:g} s"
     )
     rated.extra["most in 1 s"] = f"{max(windows)} (tasks' clock: {max(task_windows)})"
-    rated.extra["shortest 21 starts s"] = f"{min(spans):.4f} (tasks' clock: {min(task_spans):.3f})"
+    rated.extra["shortest 21 starts s"] = f"{min(spans):.4f} (tasks' clock: {min(task_spans):.4f})"
     rated.extra["first to last start s"] = round(statistics.median(first_to_last), 2)
     return Table(
         f"Limits across {LIMIT_PROCESSES} worker processes (run_email_worker --concurrency "

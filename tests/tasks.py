@@ -242,6 +242,12 @@ def unique_note(task_id: str) -> None:
     get_client().rpush("test:followed", f"{task_id} unique")
 
 
+@task(queue="default", unique_for=60)
+def unique_report(marker: str) -> None:
+    """A report that should not pile up (a periodic task slower than its schedule)."""
+    get_client().rpush(RAN, marker)
+
+
 @task(queue="default", on_success="tests.tasks.unique_note")
 def followed_by_a_unique_task() -> None:
     pass

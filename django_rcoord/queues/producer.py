@@ -389,10 +389,19 @@ def enqueue_in_script(
     queue with its writes: either both happen or neither, and a crash between them cannot
     lose the task. ``queue`` overrides a task's own (e.g. a queue in the group of the
     script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
-    is registered for pollers (once per process and hour) before the script runs."""
+    is registered for pollers (once per process and hour) before the script runs.
+    ValueError for a unique task (``unique_for``): its claim cannot be checked there."""
     kwargs = dict(kwargs or {})
-    # A project's script queues the task with enqueue_task: no unique claim is checked.
-    name, queue, priority, _ = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
+    name, queue, priority, unique = _resolve_target(
+        target, args, kwargs, queue, "enqueue_in_script"
+    )
+    if unique is not None:
+        # A project's script queues the task with enqueue_task, which checks no claim.
+        raise ValueError(
+            f"enqueue_in_script cannot keep {name!r} unique (unique_for): a project's own "
+            "script queues it without the uniqueness check; queue it with delay(), or "
+            "define it without unique_for"
+        )
     task_id, queue_keys, keys, argv = _enqueue_call(
         name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
     )

@@ -424,6 +424,8 @@ async def test_a_cancelled_framework_task_reads_failed_with_a_taskcancelled_erro
         {"tests.framework_tasks.add": {"unique_for": "300"}},
         {"tests.framework_tasks.add": {"unique_for": 30, "unique_key": "tests.nowhere.key"}},
         {"tests.framework_tasks.add": {"unique_key": "tests.test_unique_cancel.user_of"}},
+        {"tests.framework_tasks.add": {"on_success": 3}},
+        {"tests.framework_tasks.add": {"on_failure": ""}},
     ],
 )
 def test_bad_task_options_are_check_errors(options: Any) -> None:
@@ -435,7 +437,11 @@ def test_bad_task_options_are_check_errors(options: Any) -> None:
 
 
 def test_good_task_options_pass_the_checks() -> None:
-    good = {**UNIQUE_ADD, "tests.framework_tasks.boom": {"unique_for": 1, "unique_key": user_of}}
+    good = {
+        **UNIQUE_ADD,
+        "tests.framework_tasks.boom": {"unique_for": 1, "unique_key": user_of},
+        "tests.framework_tasks.add_later": {"on_success": "tests.tasks.note_finished"},
+    }
     with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": good}):
         assert check_settings() == []
 

@@ -114,11 +114,13 @@ def queue_now_in_step(
     kwargs: dict[str, Any],
     priority: int = 0,
     unique: Uniqueness | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> QueuedInStep:
-    """A run of ``task_name`` for a script to queue now (see ``QueuedInStep``); TypeError at
-    once for arguments JSON cannot carry."""
+    """A run of ``task_name`` for a script to queue now (see ``QueuedInStep``; ``extra``
+    adds fields to the message, as for ``send_message``); TypeError at once for arguments
+    JSON cannot carry."""
     keys, task_id, body, claim = _new_message(
-        task_name, queue, args, kwargs, None, priority, unique
+        task_name, queue, args, kwargs, extra, priority, unique
     )
     return QueuedInStep(
         task_id,

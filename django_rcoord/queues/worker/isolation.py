@@ -58,8 +58,10 @@ class ProcessTaskRunner:
             connection.send(job)
             answered = connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE)
             if answered:
-                *fields, follow_up = connection.recv()
-                outcome = Outcome(*fields, follow_up=follow_up)
+                kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
+                outcome = Outcome(
+                    kind, name, error, error_class, delay_ms, value, follow_up=follow_up
+                )
             else:
                 self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
                 outcome = _failed(

@@ -20,9 +20,9 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django_rcoord import __version__
 from django_rcoord.conf import conf
@@ -33,7 +33,7 @@ from django_rcoord.queues.messages import decode_message, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import TaskRecord, record_from
-from django_rcoord.queues.registry import PermanentFailure, Task, get_task
+from django_rcoord.queues.registry import PermanentFailure, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,18 @@ class TaskRunner:
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
         outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
-        return _followed_up(job, registered, outcome)
+        return followed_up(job, outcome, registered.follow_up_task, registered.options)
+
+    def follow_up(
+        self,
+        job: Job,
+        outcome: Outcome,
+        follow_up_for: Callable[[bool], FollowUp | None],
+        options: RunOptions,
+    ) -> Outcome:
+        """``outcome`` with its follow-up attached (see ``followed_up``): how the Tasks
+        framework's backend gives its tasks' follow-ups to the finish script."""
+        return followed_up(job, outcome, follow_up_for, options)
 
     def call(
         self,
@@ -273,17 +284,30 @@ class TaskRunner:
             loop.close()
 
 
-def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
-    """Attach the task's follow-up for how it ended (``on_success``, or ``on_failure`` once
-    no retry is left): the finish script queues it in the step that records the end, so it
-    runs once the record is final, and only if that end is recorded. A follow-up of another
-    queue group (another hash slot) cannot share that step: it is queued now, just before.
-    One that cannot be queued fails a successful run (it is retried, the follow-up with
-    it), and is said in a dead letter's error."""
+class FollowUp(Protocol):
+    """A task that can follow another: a ``@task``, or a Tasks framework task's adapter."""
+
+    def queued_in_step(self, task_id: str) -> QueuedInStep: ...
+
+    def delay(self, task_id: str) -> str: ...
+
+
+def followed_up(
+    job: Job,
+    outcome: Outcome,
+    follow_up_for: Callable[[bool], FollowUp | None],
+    options: RunOptions,
+) -> Outcome:
+    """Attach the follow-up ``follow_up_for(succeeded)`` names for how the run ended
+    (``on_success``, or ``on_failure`` once no retry is left): the finish script queues it
+    in the step that records the end, so it runs once the record is final, and only if that
+    end is recorded. A follow-up of another queue group (another hash slot) cannot share
+    that step: it is queued now, just before. One that cannot be queued fails a successful
+    run (it is retried, the follow-up with it), and is said in a dead letter's error."""
     if outcome.kind not in ("ack", "dead"):
         return outcome
     try:
-        follow_up = registered.follow_up_task(outcome.kind == "ack")
+        follow_up = follow_up_for(outcome.kind == "ack")
         if follow_up is not None:
             step = follow_up.queued_in_step(job.id)
             if step.queue.group == job.queue.group:
@@ -297,8 +321,8 @@ def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
             outcome.error = f"{outcome.error}\n({reason})"
             return outcome
         failed = Outcome("dead", outcome.task_name, reason, class_path(type(exc)), exception=exc)
-        if job.failures < registered.options.max_retries:
-            failed.kind, failed.delay_ms = "retry", registered.options.retry_delay_ms(job.failures)
+        if job.failures < options.max_retries:
+            failed.kind, failed.delay_ms = "retry", options.retry_delay_ms(job.failures)
         return failed
     return outcome
 

@@ -32,7 +32,7 @@ from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.worker.gates import TaskGates, Wait
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
-from django_rcoord.queues.worker.runner import Done, Job, TaskRunner, later, stopped
+from django_rcoord.queues.worker.runner import Done, Job, TaskRunner, later
 from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
@@ -73,8 +73,7 @@ class Worker:
     A running task that ``cancel()`` asked to stop is stopped where it can be: an async
     task is cancelled, a task in a child process killed; both fail with ``TaskCancelled``
     and are finished (no retry, no dead letter, no follow-up). A sync task run inline
-    cannot be interrupted: its code sees ``stop_requested()``. A task asked to stop while
-    it waits in the batch is not started.
+    cannot be interrupted: its code sees ``stop_requested()``.
     """
 
     def __init__(
@@ -129,7 +128,6 @@ class Worker:
         stop_check = conf.TASK_STOP_CHECK
         self._stop_check = None if stop_check is None else float(stop_check)
         self._next_stop_check = 0.0
-        self._stop_asked: set[str] = set()  # tasks of the batch asked to stop
         self._stop_seen: str | None = None  # the running task whose request was seen
         self._keeper: Renewal | None = None  # while run() runs
         self._keeper_failures = 0  # its turns in a row that failed
@@ -233,15 +231,17 @@ class Worker:
             return job
 
     def _run_job(self, job: Job) -> None:
-        """Run ``job`` unless cancel() asked it to stop before it started, or its limits say
-        not yet, and hold it finished for the next exchange."""
-        with self._holding:
-            asked = job.id in self._stop_asked
-            self._stop_asked.discard(job.id)
-        if asked:
-            finished = Done(job, stopped(job.task_name, "cancel() asked it to stop"), 0.0)
+        """Run ``job`` unless its limits say not yet, and hold it finished for the next
+        exchange."""
+        entry = self.gates.enter(job)
+        if isinstance(entry, Wait):
+            finished = Done(job, later(job, entry.delay_ms, entry.why), 0.0)
         else:
-            finished = self._run_within_limits(job)
+            try:
+                finished = self.runner.run(job)
+            finally:
+                self.gates.leave(entry)
+            self.prefetch.observe(finished.took_ms)
         with self._holding:
             self._running = None
             finished.at = time.monotonic()
@@ -251,17 +251,6 @@ class Worker:
                 self.processed += 1
             if not self._batch or finished.outcome.kind != "ack":
                 close_old_connections()
-
-    def _run_within_limits(self, job: Job) -> Done:
-        entry = self.gates.enter(job)
-        if isinstance(entry, Wait):
-            return Done(job, later(job, entry.delay_ms, entry.why), 0.0)
-        try:
-            finished = self.runner.run(job)
-        finally:
-            self.gates.leave(entry)
-        self.prefetch.observe(finished.took_ms)
-        return finished
 
     def take_count(self) -> int:
         """How many tasks the next take asks for (none once stopping)."""
@@ -311,7 +300,6 @@ class Worker:
             if self._batch:
                 self._give_back_held()
             self._batch.clear()
-            self._stop_asked.clear()
             self._done = []
             self._running = None
 
@@ -388,13 +376,10 @@ class Worker:
                 self._stop(job)
 
     def _stop(self, job: Job) -> None:
-        """``cancel()`` asked ``job`` to stop: stop it if it runs (the runner says whether it
-        can), or skip it when its turn comes if it waits in the batch."""
-        if job is not self._running:
-            if job in self._batch:
-                self._stop_asked.add(job.id)
-            return
-        if self._stop_seen == job.id:
+        """``cancel()`` asked ``job`` to stop: stop it if it is the running task (the runner
+        says whether it can). A task of the batch is left alone: it goes back with the batch
+        (``give_back_at``), or runs, and is stopped then."""
+        if job is not self._running or self._stop_seen == job.id:
             return
         self._stop_seen = job.id
         if self.runner.stop(job.id):
@@ -421,4 +406,3 @@ class Worker:
             logger.warning("could not give back %d task(s) (%s); trying again", len(jobs), exc)
             return
         self._batch.clear()
-        self._stop_asked.clear()

@@ -87,7 +87,8 @@ class ProcessTaskRunner:
             connection.send(job)
             answered = connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE)
             if answered:
-                outcome = Outcome(*connection.recv())
+                *fields, follow_up = connection.recv()
+                outcome = Outcome(*fields, follow_up=follow_up)
             else:
                 self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
                 outcome = _failed(
@@ -199,6 +200,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
                     outcome.error_class,
                     outcome.delay_ms,
                     outcome.value_json,
+                    outcome.follow_up,  # queued by the parent's finish script
                 )
             )
     finally:

@@ -31,6 +31,7 @@ from django_rcoord.queues.cancel import running
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
+from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import TaskRecord, record_from
 from django_rcoord.queues.registry import PermanentFailure, Task, get_task
 
@@ -52,6 +53,7 @@ class Outcome:
     delay_ms: int = 0
     value_json: str = "null"
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
+    follow_up: QueuedInStep | None = None  # queued by the finish script with this end
 
     @property
     def summary(self) -> str:
@@ -319,13 +321,22 @@ class TaskRunner:
 
 
 def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
-    """Queue the task's follow-up for how it ended (``on_success``, or ``on_failure`` once no
-    retry is left). One that cannot be queued fails a successful run (it is retried, the
-    follow-up with it), and is said in a dead letter's error."""
+    """Attach the task's follow-up for how it ended (``on_success``, or ``on_failure`` once
+    no retry is left): the finish script queues it in the step that records the end, so it
+    runs once the record is final, and only if that end is recorded. A follow-up of another
+    queue group (another hash slot) cannot share that step: it is queued now, just before.
+    One that cannot be queued fails a successful run (it is retried, the follow-up with
+    it), and is said in a dead letter's error."""
     if outcome.kind not in ("ack", "dead"):
         return outcome
     try:
-        registered.follow_up(outcome.kind == "ack", job.id)
+        follow_up = registered.follow_up_task(outcome.kind == "ack")
+        if follow_up is not None:
+            step = follow_up.queued_in_step(job.id)
+            if step.queue.group == job.queue.group:
+                outcome.follow_up = step
+            else:
+                follow_up.delay(job.id)
     except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
         reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
         reason += f"could not be queued: {exc!r}"

@@ -114,13 +114,15 @@ class QueueSession:
         ]
         for item in done:
             args += _finish_args(item)
+        keys = self._finish_keys
+        follow_up_keys, follow_up_args = _follow_ups(done)
+        if follow_up_keys:
+            keys, args = [*keys, *follow_up_keys], [*args, *follow_up_args]
         deadline = time.monotonic() + (self.lease if patience is None else patience)
         failures = 0
         while True:
             try:
-                finished, taken = run_script(
-                    "task_finish", self.client, keys=self._finish_keys, args=args
-                )
+                finished, taken = run_script("task_finish", self.client, keys=keys, args=args)
                 break
             except REDIS_ERRORS as exc:
                 if not done or time.monotonic() > deadline:
@@ -151,10 +153,11 @@ class QueueSession:
 
     def finish(self, done: Done) -> bool:
         """Finish one task on its own, taking nothing; True when this worker still held it."""
+        follow_up_keys, follow_up_args = _follow_ups([done])
         (finished,), _ = run_script(
             "task_finish",
             self.client,
-            keys=self._finish_keys,
+            keys=[*self._finish_keys, *follow_up_keys],
             args=[
                 self.worker_id,
                 self.lease_ms,
@@ -165,6 +168,7 @@ class QueueSession:
                 1,
                 "",
                 *_finish_args(done),
+                *follow_up_args,
             ],
         )
         return bool(finished)
@@ -344,6 +348,24 @@ def _finish_args(done: Done) -> list[Any]:
         duration_bucket(done.took_ms / 1000),
         round(done.took_ms * 1000),
     ]
+
+
+def _follow_ups(done: Sequence[Done]) -> tuple[list[Any], list[Any]]:
+    """The follow-up tasks of ``done`` for the finish script: (KEYS after the queues' keys,
+    ARGV after the finished tasks' values); empty when there is none."""
+    steps = [
+        (position, item.outcome.follow_up)
+        for position, item in enumerate(done, 1)
+        if item.outcome.follow_up is not None
+    ]
+    if not steps:
+        return [], []
+    keys: list[Any] = []
+    args: list[Any] = [len(steps)]
+    for position, step in steps:
+        keys += step.keys
+        args += [position, *step.args, step.claim, step.claim_ms]
+    return keys, args
 
 
 def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:

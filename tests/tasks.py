@@ -277,3 +277,26 @@ def stop_when_asked(marker: str) -> str:
             return "stopped early"
         time.sleep(0.05)
     return "ran to the end"
+
+
+@task(queue="default", max_retries=3, on_failure="tests.tasks.note_finished")
+async def sleep_until_cancelled(marker: str, seconds: float = 30) -> None:
+    """Sleeps ``seconds`` unless cancelled (then its ``finally`` still runs)."""
+    from django_rcoord.queues import current_task_id
+
+    get_client().rpush("test:started", f"{marker}:{current_task_id()}")
+    try:
+        await asyncio.sleep(seconds)
+        get_client().rpush(RAN, marker)
+    finally:
+        get_client().rpush("test:cleaned", marker)
+
+
+@task(queue="default", max_retries=3, on_failure="tests.tasks.note_finished")
+def sleep_long(marker: str, seconds: float = 30) -> None:
+    """A sync task that never checks stop_requested(): only killing its process stops it."""
+    from django_rcoord.queues import current_task_id
+
+    get_client().rpush("test:started", f"{marker}:{current_task_id()}:{os.getpid()}")
+    time.sleep(seconds)
+    get_client().rpush(RAN, marker)

@@ -61,6 +61,11 @@ class Settings:
     #: docs: async tasks are cancelled; sync tasks get TaskTimeLimitExceeded raised in the
     #: main thread, or their process is killed).
     TASK_TIMEOUT: float | None = None
+    #: While a worker runs a task, it asks Redis every this many seconds (the task's lease
+    #: renewed in the same call) whether cancel() asked it to stop: an async task is then
+    #: cancelled, one in a --isolation process child killed (None: only at the lease
+    #: renewals, every third of TASK_LEASE). Tasks shorter than this cost no check.
+    TASK_STOP_CHECK: float | None = 2.0
     #: Seconds a finished task's result record (status, times, errors, return value)
     #: is kept.
     TASK_RESULT_TTL: float = 86400

@@ -49,3 +49,15 @@ def sleep_then_return(seconds: float) -> str:
     get_client().rpush("test:framework-started", "1")
     time.sleep(seconds)
     return "woke"
+
+
+@task()
+def note_finished(result_id: str) -> str:
+    """A framework follow-up: records which task it follows and that task's status, as
+    the follow-up reads it (final: the finish script queued it)."""
+    from django_rcoord.queues import get_result
+
+    record = get_result(result_id)
+    seen = f"{result_id} {record.status if record is not None else 'none'}"
+    get_client().rpush("test:followed", seen)
+    return seen

@@ -217,8 +217,40 @@ def at_most_two(seconds: float) -> None:
 
 @task(queue="default")
 def note_finished(task_id: str) -> None:
-    """A follow-up: records which task it follows."""
-    get_client().rpush("test:followed", task_id)
+    """A follow-up: records which task it follows, and that task's status and return value
+    as the follow-up reads them (final when the finish script queued it)."""
+    from django_rcoord.queues import get_result
+
+    record = get_result(task_id)
+    seen = f"{record.status}:{record.return_value}" if record is not None else "none"
+    get_client().rpush("test:followed", f"{task_id} {seen}")
+
+
+@task(queue="reports/followers")
+def note_finished_elsewhere(task_id: str) -> None:
+    """A follow-up in another queue group (another hash slot)."""
+    get_client().rpush("test:followed", f"{task_id} elsewhere")
+
+
+@task(queue="default", on_success=note_finished_elsewhere)
+def followed_elsewhere() -> None:
+    pass
+
+
+@task(queue="default", unique_for=60, unique_key=lambda task_id: "one at a time")
+def unique_note(task_id: str) -> None:
+    get_client().rpush("test:followed", f"{task_id} unique")
+
+
+@task(queue="default", unique_for=60)
+def unique_report(marker: str) -> None:
+    """A report that should not pile up (a periodic task slower than its schedule)."""
+    get_client().rpush(RAN, marker)
+
+
+@task(queue="default", on_success="tests.tasks.unique_note")
+def followed_by_a_unique_task() -> None:
+    pass
 
 
 @task(queue="default", on_success=note_finished, on_failure="tests.tasks.note_finished")
@@ -245,3 +277,26 @@ def stop_when_asked(marker: str) -> str:
             return "stopped early"
         time.sleep(0.05)
     return "ran to the end"
+
+
+@task(queue="default", max_retries=3, on_failure="tests.tasks.note_finished")
+async def sleep_until_cancelled(marker: str, seconds: float = 30) -> None:
+    """Sleeps ``seconds`` unless cancelled (then its ``finally`` still runs)."""
+    from django_rcoord.queues import current_task_id
+
+    get_client().rpush("test:started", f"{marker}:{current_task_id()}")
+    try:
+        await asyncio.sleep(seconds)
+        get_client().rpush(RAN, marker)
+    finally:
+        get_client().rpush("test:cleaned", marker)
+
+
+@task(queue="default", max_retries=3, on_failure="tests.tasks.note_finished")
+def sleep_long(marker: str, seconds: float = 30) -> None:
+    """A sync task that never checks stop_requested(): only killing its process stops it."""
+    from django_rcoord.queues import current_task_id
+
+    get_client().rpush("test:started", f"{marker}:{current_task_id()}:{os.getpid()}")
+    time.sleep(seconds)
+    get_client().rpush(RAN, marker)

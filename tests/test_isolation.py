@@ -57,6 +57,16 @@ def test_a_task_is_stopped_inside_its_process_at_its_limit_first() -> None:
     assert ran() == []
 
 
+def test_follow_ups_of_tasks_run_in_a_child_process_are_queued_and_run() -> None:
+    succeeded = tasks.followed.delay(False)
+    failed = tasks.followed.delay(True)
+    assert Worker(["default"], burst=True, isolation="process").run() == 4
+    seen = sorted(get_client().lrange("test:followed", 0, -1))
+    assert seen == sorted(
+        [f"{succeeded} SUCCESSFUL:made".encode(), f"{failed} FAILED:None".encode()]
+    )
+
+
 def test_a_task_that_kills_its_process_fails_instead_of_the_worker() -> None:
     poison = tasks.kill_own_worker.delay()
     fine = tasks.record.delay("fine")

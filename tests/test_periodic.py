@@ -29,6 +29,7 @@ from django_rcoord.queues.periodic import (
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
+from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -253,6 +254,33 @@ def test_a_framework_task_runs_on_schedule_with_a_result() -> None:
     assert message["task"] == "tests.framework_tasks.add"
     Worker(["default"], burst=True).run()
     assert result_of(message["id"]).return_value == 5
+
+
+def test_a_tick_of_a_unique_task_still_queued_queues_nothing_and_counts_as_fired() -> None:
+    schedule = Schedule("report", "tests.tasks.unique_report", every=1, args=["r"])
+    client = get_client()
+    first = schedule.latest_tick(server_ms())
+    assert fire_due(client, first + 1, [schedule])[0] == 1
+    (queued,) = ready_messages()
+    # The next tick finds that run still queued: nothing more, and the tick is done.
+    wait_until(lambda: schedule.latest_tick(server_ms()) > first, timeout=3)
+    second = schedule.latest_tick(server_ms())
+    assert fire_due(client, second + 1, [schedule])[0] == 0
+    assert [m["id"] for m in ready_messages()] == [queued["id"]]
+    assert int(client.hget(claim_key("report"), "tick")) == second
+    assert fire_due(client, second + 1, [schedule])[0] == 0  # not queued later either
+    # Once that run has ended, the next tick queues again.
+    assert Worker(["default"], burst=True).run() == 1
+    wait_until(lambda: schedule.latest_tick(server_ms()) > second, timeout=3)
+    assert fire_due(client, server_ms(), [schedule])[0] == 1
+    assert ran() == ["r"]
+
+
+def test_a_unique_task_cannot_be_queued_by_a_projects_own_script() -> None:
+    from django_rcoord.queues import enqueue_in_script
+
+    with pytest.raises(ValueError, match=r"cannot keep 'tests\.tasks\.unique_report' unique"):
+        enqueue_in_script(tasks.unique_report, ("x",))
 
 
 def test_a_project_task_keeps_its_queue_and_priority() -> None:

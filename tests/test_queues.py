@@ -733,8 +733,19 @@ def test_a_task_that_lost_a_worker_is_taken_alone() -> None:
 
 
 # -- follow-up tasks ------------------------------------------------------------------------
-def test_follow_ups_are_queued_with_the_task_id_and_a_missing_one_fails_the_run() -> None:
+def _queued(task_name: str, queue: str = "default") -> list[dict]:
+    """The messages of ``task_name`` ready on ``queue``."""
     from django_rcoord.queues import decode_message
+
+    keys = QueueKeys.of(queue)
+    client = get_client()
+    messages = [
+        decode_message(client.hget(keys.messages, i)) for i in client.zrange(keys.ready, 0, -1)
+    ]
+    return [m for m in messages if m and m["task"] == task_name]
+
+
+def test_follow_ups_are_queued_with_the_end_they_follow_and_a_missing_one_fails_the_run() -> None:
     from django_rcoord.queues.worker import TaskRunner
 
     runner = TaskRunner("w-1")
@@ -744,19 +755,56 @@ def test_follow_ups_are_queued_with_the_task_id_and_a_missing_one_fails_the_run(
         missing_id = tasks.follow_up_missing.delay()
         worker = Worker(["default"])
         jobs = {job.id: job for job in worker.session.exchange([], 10)}
-        assert runner.run(jobs[succeeded_id]).outcome.kind == "ack"
-        assert runner.run(jobs[failed_id]).outcome.kind == "dead"
-        keys = QueueKeys.of("default")
-        client = get_client()
-        followers = [
-            decode_message(client.hget(keys.messages, i)) for i in client.zrange(keys.ready, 0, -1)
-        ]
-        assert sorted(
-            m["args"][0] for m in followers if m and m["task"] == "tests.tasks.note_finished"
-        ) == sorted([succeeded_id, failed_id])
+        done = [runner.run(jobs[succeeded_id]), runner.run(jobs[failed_id])]
+        assert [item.outcome.kind for item in done] == ["ack", "dead"]
+        # Not queued by the run: by the step that records how it ended.
+        assert _queued("tests.tasks.note_finished") == []
+        worker.session.exchange(done, 0)
+        followers = _queued("tests.tasks.note_finished")
+        assert sorted(m["args"][0] for m in followers) == sorted([succeeded_id, failed_id])
         missing = runner.run(jobs[missing_id]).outcome
         assert missing.kind == "retry"
         assert "on_success follow-up could not be queued" in missing.error
         assert "not_a_task" in missing.error
     finally:
         runner.close()
+
+
+def test_a_follow_up_reads_the_final_record_of_the_task_it_follows() -> None:
+    succeeded_id = tasks.followed.delay(False)
+    failed_id = tasks.followed.delay(True)
+    assert Worker(["default"], burst=True).run() == 4  # the two, then their follow-ups
+    seen = sorted(get_client().lrange("test:followed", 0, -1))
+    assert seen == sorted(
+        [f"{succeeded_id} SUCCESSFUL:made".encode(), f"{failed_id} FAILED:None".encode()]
+    )
+
+
+def test_a_run_whose_lease_was_lost_queues_no_follow_up() -> None:
+    from django_rcoord.queues.worker import TaskRunner
+
+    runner = TaskRunner("w-1")
+    try:
+        task_id = tasks.followed.delay(False)
+        worker = Worker(["default"])
+        (job,) = worker.session.exchange([], 1)
+        done = runner.run(job)
+        keys = QueueKeys.of("default")
+        get_client().hset(keys.owners, task_id, "another-worker")  # its lease went elsewhere
+        worker.session.exchange([done], 0)
+        assert _queued("tests.tasks.note_finished") == []  # the other run's end queues it
+    finally:
+        runner.close()
+
+
+def test_a_follow_up_in_another_group_is_queued_before_the_end_and_a_unique_one_once() -> None:
+    first = tasks.followed_elsewhere.delay()
+    assert Worker(["default"], burst=True).run() == 1
+    assert [
+        m["args"] for m in _queued("tests.tasks.note_finished_elsewhere", "reports/followers")
+    ] == [[first]]
+    # A unique follow-up keeps its claim in the finish script's step too.
+    ids = [tasks.followed_by_a_unique_task.delay() for _ in range(3)]
+    worker = Worker(["default"], burst=True, max_tasks=3)
+    assert worker.run() == 3
+    assert [m["args"] for m in _queued("tests.tasks.unique_note")] == [[ids[0]]]

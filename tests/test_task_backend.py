@@ -113,6 +113,41 @@ def test_a_task_that_raises_is_failed_at_once_with_its_traceback() -> None:
     assert queue_stats("default")["dead"] == 1
 
 
+FOLLOWED = {
+    "tests.framework_tasks.add": {"on_success": "tests.framework_tasks.note_finished"},
+    "tests.framework_tasks.boom": {"on_failure": "tests.tasks.note_finished"},
+}
+
+
+def test_task_options_give_framework_tasks_follow_ups_queued_with_their_end() -> None:
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": FOLLOWED}):
+        added = framework_tasks.add.enqueue(2, 3)
+        failed = framework_tasks.boom.enqueue("f")
+        assert run_all() == 4  # the two, then their follow-ups
+    seen = sorted(get_client().lrange("test:followed", 0, -1))
+    # A framework follow-up (on its backend, with a result of its own) and a @task one.
+    assert seen == sorted([f"{added.id} SUCCESSFUL".encode(), f"{failed.id} FAILED:None".encode()])
+    (follow_up_id,) = [
+        task_id
+        for task_id in get_client().zrange(QueueKeys.of("default").results_expiry, 0, -1)
+        if task_id.decode() not in (added.id, failed.id)
+        and result_of(task_id.decode()).task == "tests.framework_tasks.note_finished"
+    ]
+    result = framework_tasks.note_finished.get_result(follow_up_id.decode())
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == f"{added.id} SUCCESSFUL"
+
+
+def test_a_framework_follow_up_that_names_no_task_fails_the_run() -> None:
+    options = {"tests.framework_tasks.add": {"on_success": "tests.nowhere.nothing"}}
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": options}):
+        result = framework_tasks.add.enqueue(1, 1)
+        run_all()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert "on_success follow-up could not be queued" in result.errors[-1].traceback
+
+
 def test_options_can_ask_for_retries() -> None:
     tasks_setting = {
         "default": {**settings.TASKS["default"], "OPTIONS": {"MAX_RETRIES": 2}},

@@ -14,8 +14,10 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.checks import check_settings
+from django_rcoord.conf import conf
 from django_rcoord.connection import get_client
 from django_rcoord.exceptions import TaskCancelled
+from django_rcoord.ops.metrics import read_metrics
 from django_rcoord.queues import (
     QueueKeys,
     acancel,
@@ -424,6 +426,8 @@ async def test_a_cancelled_framework_task_reads_failed_with_a_taskcancelled_erro
         {"tests.framework_tasks.add": {"unique_for": "300"}},
         {"tests.framework_tasks.add": {"unique_for": 30, "unique_key": "tests.nowhere.key"}},
         {"tests.framework_tasks.add": {"unique_key": "tests.test_unique_cancel.user_of"}},
+        {"tests.framework_tasks.add": {"on_success": 3}},
+        {"tests.framework_tasks.add": {"on_failure": ""}},
     ],
 )
 def test_bad_task_options_are_check_errors(options: Any) -> None:
@@ -435,7 +439,11 @@ def test_bad_task_options_are_check_errors(options: Any) -> None:
 
 
 def test_good_task_options_pass_the_checks() -> None:
-    good = {**UNIQUE_ADD, "tests.framework_tasks.boom": {"unique_for": 1, "unique_key": user_of}}
+    good = {
+        **UNIQUE_ADD,
+        "tests.framework_tasks.boom": {"unique_for": 1, "unique_key": user_of},
+        "tests.framework_tasks.add_later": {"on_success": "tests.tasks.note_finished"},
+    }
     with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": good}):
         assert check_settings() == []
 
@@ -454,3 +462,93 @@ def test_cancel_asks_a_running_task_to_stop_and_its_code_sees_it() -> None:
     assert record is not None
     assert (record.status, record.return_value) == ("SUCCESSFUL", "stopped early")
     assert current_task_id() is None  # outside a task
+
+
+# -- stopping a running task --------------------------------------------------------------
+def stop_check() -> float:
+    """Seconds between a worker's checks for stop requests (the settings' default here)."""
+    value = conf.TASK_STOP_CHECK
+    assert value is not None
+    return float(value)
+
+
+def started_ids() -> list[str]:
+    return [entry.decode() for entry in get_client().lrange("test:started", 0, -1)]
+
+
+def cancel_when_started(task_id: str) -> float:
+    """Cancel ``task_id`` once it runs; how many seconds its record then took to read
+    FAILED (the latency from cancel() to the stop)."""
+    wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
+    assert task_id in started_ids()[0]
+    asked = time.monotonic()
+    assert cancel(task_id) is False  # running: asked to stop
+    wait_until(lambda: get_result(task_id).status == "FAILED", timeout=15)  # type: ignore[union-attr]
+    return time.monotonic() - asked
+
+
+def assert_stopped_and_finished(task_id: str, latency: float) -> None:
+    assert latency < stop_check() + 2, latency
+    record = get_result(task_id)
+    assert record is not None
+    assert record.status == "FAILED"
+    assert record.is_finished
+    assert record.attempts == 1  # not retried (max_retries=3)
+    assert record.errors[-1]["exception_class_path"] == "django_rcoord.exceptions.TaskCancelled"
+    assert "cancel() asked it to stop" in record.errors[-1]["traceback"]
+    assert dead_letters("default") == []  # finished, not a dead letter
+    assert not stop_requested(task_id)  # the request is done with
+    metrics = read_metrics(KEYS.group)
+    assert metrics.cancelled == {("default", record.task): 1}
+
+
+def test_cancel_stops_a_running_async_task_and_the_worker_runs_the_next() -> None:
+    task_id = tasks.sleep_until_cancelled.delay("async")
+    after = tasks.record.delay("after")
+    worker = start_worker("--burst")
+    latency = cancel_when_started(task_id)
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert_stopped_and_finished(task_id, latency)
+    assert [m.decode() for m in get_client().lrange("test:cleaned", 0, -1)] == ["async"]
+    assert tasks_ran() == ["after"]  # the next task ran; the sleeper did not end
+    assert get_result(after).status == "SUCCESSFUL"  # type: ignore[union-attr]
+    assert get_client().lrange("test:followed", 0, -1) == []  # no on_failure follow-up
+    assert queue_stats("default") == EMPTY
+    assert f"task {task_id} tests.tasks.sleep_until_cancelled was stopped" in output
+
+
+def test_cancel_kills_a_running_sync_task_in_its_child_process() -> None:
+    task_id = tasks.sleep_long.delay("sync")
+    after = tasks.record_pid.delay("after")
+    worker = start_worker("--burst", "--isolation", "process")
+    latency = cancel_when_started(task_id)
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert_stopped_and_finished(task_id, latency)
+    killed_pid = int(started_ids()[0].rsplit(":", 1)[1])
+    assert tasks_ran() == ["after"]
+    record = get_result(after)
+    assert record is not None
+    assert record.status == "SUCCESSFUL"
+    assert record.return_value not in (killed_pid, worker.pid)  # a new child ran it
+    assert get_client().lrange("test:followed", 0, -1) == []
+    assert queue_stats("default") == EMPTY
+
+
+def test_a_sync_task_run_inline_is_not_interrupted_and_only_sees_the_flag() -> None:
+    # Long enough for the worker to see the request (TASK_STOP_CHECK) while it runs.
+    task_id = tasks.sleep_long.delay("inline", stop_check() + 2)
+    worker = start_worker("--burst")
+    wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
+    assert cancel(task_id) is False
+    assert stop_requested(task_id)
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert "a sync task run inline cannot be interrupted" in output
+    assert tasks_ran() == ["inline"]  # it ran to its end
+    assert get_result(task_id).status == "SUCCESSFUL"  # type: ignore[union-attr]
+
+
+def tasks_ran() -> list[str]:
+    return [marker.decode() for marker in get_client().lrange(tasks.RAN, 0, -1)]

@@ -10,11 +10,17 @@
 -- ARGV[3]  task id   ARGV[4] message JSON   ARGV[5] queue name within the group
 -- ARGV[6]  priority   ARGV[7] wake-up token lifetime, ms
 -- ARGV[8]  how long the group's list of queues and this HASH outlive their last use, ms
+-- A unique task's tick (its message names its claim, see _unique) also has
+-- KEYS[7]  results HASH of the group (it holds the claims)
+-- ARGV[9]  the claim's field   ARGV[10] how long the claim lasts at most, ms
 -- Returns  {status, queued at}: status 1 queued, 2 queued and the group's list of queues was
 --          created by this call (the poller records the group again), 0 this tick (or a
---          later one) was queued here already; queued at: when this tick was queued (ms,
---          this server's clock; 0 when unknown: a later tick is recorded)
+--          later one) was queued here already, 3 not queued: a run of the unique task holds
+--          its claim (the tick counts as fired: it is not queued later); queued at: when
+--          this tick was queued or passed over (ms, this server's clock; 0 when unknown: a
+--          later tick is recorded)
 --! include _ready
+--! include _unique
 local name, tick = ARGV[1], tonumber(ARGV[2])
 local last, at = unpack(redis.call('HMGET', KEYS[1], name, name .. ':at'))
 if tonumber(last or '-1') >= tick then
@@ -24,6 +30,12 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('HSET', KEYS[1], name, ARGV[2], name .. ':at', now)
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
+if #KEYS == 7 then
+    if unique_holder(KEYS[7], KEYS[2], ARGV[9], now) then
+        return {3, now}
+    end
+    unique_claim(KEYS[7], ARGV[9], ARGV[3], now, tonumber(ARGV[10]))
+end
 local created = enqueue_now(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[5],
     tonumber(ARGV[8]), ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[7])
 return {created and 2 or 1, now}

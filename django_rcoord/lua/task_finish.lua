@@ -39,11 +39,19 @@
 --          'queue<US>task', run time's duration bucket, run time us
 --          A unique task acknowledged or made a dead letter drops its claim (a 'u:' field of
 --          KEYS[5] its message names, see _unique); one retried or deferred keeps it.
+-- Then, optionally, the follow-up tasks (on_success / on_failure) of finished tasks, queued
+-- in this step when their task is acknowledged or made a dead letter while this worker
+-- holds it: ARGV[9 + 10 * count] how many (none when absent), then nine values each: the
+-- position of its task among the finished ones, task_enqueue's short-form ARGV (id,
+-- message, queue name, priority, wake-up token lifetime, group keys' lifetime), its unique
+-- claim's field ('' for none) and how long the claim lasts, ms; and five KEYS each, after
+-- the queues' keys: task_enqueue's short-form KEYS (of a queue of this group).
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
 --          longer held it (its lease ran out and another worker has it: nothing about it
 --          is changed); taken holds {id, message, queue index, failures, record state} per
 --          task taken. A task that lost a worker before (id:lost) is taken alone, so that a
 --          task killing its workers does not count against the tasks taken with it.
+--! include _ready
 --! include _records
 --! include _unique
 -- KEYS[queue_keys(queue_index) + part] is a key of queue `queue_index` (1-based): part 1
@@ -85,6 +93,7 @@ local keep = result_ttl + lease
 
 local finished = {}
 local count = tonumber(ARGV[7])
+local follow_ups = tonumber(ARGV[9 + count * 10] or '0')
 local counted, per_minute = {}, {}
 if count > 0 then
     -- Which of them this worker still holds: owned by it and in its queue's in-flight set.
@@ -228,6 +237,26 @@ if count > 0 then
             unique_release(KEYS[5], id, messages[position])
         end
     end
+    -- Follow-up tasks, queued with the end of the run they follow: only when this worker
+    -- still held it (else its other run's worker queues them), after its record is final.
+    local first_key = #KEYS - follow_ups * 5
+    for follow_up = 1, follow_ups do
+        local base = 9 + count * 10 + (follow_up - 1) * 9
+        local task = tonumber(ARGV[base + 1])
+        local outcome = ARGV[8 + (task - 1) * 10 + 3]
+        if held[task] and (outcome == 'ack' or outcome == 'dead') then
+            local k = first_key + (follow_up - 1) * 5
+            local id, claim = ARGV[base + 2], ARGV[base + 8]
+            if claim == '' or not unique_holder(KEYS[5], KEYS[k + 1], claim, now) then
+                if claim ~= '' then
+                    unique_claim(KEYS[5], claim, id, now, tonumber(ARGV[base + 9]))
+                end
+                enqueue_now(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
+                    ARGV[base + 4], tonumber(ARGV[base + 7]), id, ARGV[base + 3],
+                    tonumber(ARGV[base + 5]), ARGV[base + 6])
+            end
+        end
+    end
 end
 if count > 0 then
     -- Finished records expire a while later; drop a few that have.
@@ -258,7 +287,7 @@ end
 
 local taken = {}
 local wanted = tonumber(ARGV[6])
-local queues = (#KEYS - 9) / 4
+local queues = (#KEYS - 9 - follow_ups * 5) / 4
 for queue_index = 1, queues do
     if #taken >= wanted then
         break

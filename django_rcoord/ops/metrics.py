@@ -11,7 +11,8 @@ and any number of worker processes add up):
 - per queue and task: deliveries held back by the task's rate or concurrency limit
   before they started (not runs: not in the counts above);
 - per queue and task: tasks cancelled before they ran (counted by ``task_cancel.lua``, in
-  the same step as the cancellation).
+  the same step as the cancellation), or stopped by their worker while running (counted
+  by ``task_stopped.lua``, which finishes the run).
 
 ``django_rcoord.ops.prometheus`` serves them to Prometheus.
 
@@ -147,5 +148,6 @@ def finished_per_minute(metrics: QueueMetrics, queue: str, now_ms: int) -> list[
 
 
 def cancelled_in(metrics: QueueMetrics, queue: str) -> int:
-    """Tasks of ``queue`` cancelled before they ran, every task name together."""
+    """Tasks of ``queue`` cancelled (before they ran, or stopped while running), every task
+    name together."""
     return sum(count for (name, _), count in metrics.cancelled.items() if name == queue)

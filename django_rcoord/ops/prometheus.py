@@ -68,7 +68,7 @@ class _Collector:
         )
         cancelled = CounterMetricFamily(
             "rcoord_tasks_cancelled",
-            "Tasks cancelled before they ran (queued or delayed), by queue and task.",
+            "Tasks cancel() cancelled: before they ran, or stopped running, by queue and task.",
             labels=["queue", "task"],
         )
         held_back = CounterMetricFamily(

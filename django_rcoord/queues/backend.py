@@ -46,13 +46,21 @@ from django_rcoord.queues.framework import (
 )
 from django_rcoord.queues.keys import split_queue_name
 from django_rcoord.queues.options import RunOptions
-from django_rcoord.queues.producer import Enqueued, asend_message, due_time, send_message
+from django_rcoord.queues.producer import (
+    Enqueued,
+    QueuedInStep,
+    asend_message,
+    due_time,
+    queue_now_in_step,
+    send_message,
+)
 from django_rcoord.queues.records import CANCELLED, FAILED, TaskRecord, aget_result, get_result
-from django_rcoord.queues.task_options import run_options_of, uniqueness_of
+from django_rcoord.queues.registry import get_task
+from django_rcoord.queues.task_options import follow_up_path, run_options_of, uniqueness_of
 from django_rcoord.validation import is_number
 
 if TYPE_CHECKING:
-    from django_rcoord.queues.worker.runner import Job, Outcome, TaskRunner
+    from django_rcoord.queues.worker.runner import FollowUp, Job, Outcome, TaskRunner
 
 __all__ = ["RedisTaskBackend", "framework_run_options", "framework_task", "run_framework_task"]
 
@@ -273,8 +281,12 @@ def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], na
         return runner.refuse(name, f"the task does not accept these arguments: {exc}")
     sender = type(backend)
     _send_robust(task_started, "task_started", sender, result)
-    outcome = runner.call(job, name, task.func, args, kwargs, backend.run_options(task))
+    options = backend.run_options(task)
+    outcome = runner.call(job, name, task.func, args, kwargs, options)
     if outcome.kind == "retry":
+        return outcome
+    outcome = runner.follow_up(job, outcome, functools.partial(follow_up_of, name), options)
+    if outcome.kind == "retry":  # its follow-up could not be queued
         return outcome
     finished = _finished(result, outcome)
     if outcome.exception is None:
@@ -287,6 +299,49 @@ def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], na
         except BaseException:  # noqa: BLE001 - handled: it failed the task
             _send_robust(task_finished, "task_finished", sender, finished)
     return outcome
+
+
+class FrameworkFollowUp:
+    """A Tasks framework task that follows another (``TASK_OPTIONS``' ``on_success`` and
+    ``on_failure``), queued on its own ``RedisTaskBackend`` with the first one's id."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def queued_in_step(self, task_id: str) -> QueuedInStep:
+        task = self.task
+        task.get_backend().validate_task(task)
+        return queue_now_in_step(
+            task.module_path,
+            task.queue_name,
+            [task_id],
+            {},
+            task.priority,
+            uniqueness_of(task.module_path),
+            extra={"backend": task.backend},
+        )
+
+    def delay(self, task_id: str) -> str:
+        return self.task.enqueue(task_id).id
+
+
+def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
+    """The follow-up ``TASK_OPTIONS`` names for the framework task at ``task_path`` (a
+    ``@task``'s name, or a framework task's dotted path on a ``RedisTaskBackend``), or
+    None. LookupError when it names neither."""
+    path = follow_up_path(task_path, succeeded)
+    if path is None:
+        return None
+    registered = get_task(path)
+    if registered is not None:
+        return registered
+    found = framework_task(path)
+    if found is None or not isinstance(found.get_backend(), RedisTaskBackend):
+        raise LookupError(
+            f"its follow-up {path!r} is neither a registered @task nor a Tasks framework "
+            "task of a RedisTaskBackend"
+        )
+    return FrameworkFollowUp(found)
 
 
 def framework_run_options(message: dict[str, Any]) -> RunOptions:

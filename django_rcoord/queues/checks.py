@@ -101,6 +101,14 @@ def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
             "The most tasks a worker takes in one call; 1 takes them one by one. The "
             "default is 32.",
         )
+    stop_check = value("TASK_STOP_CHECK")
+    if stop_check is not None and (not is_number(stop_check) or not stop_check >= 0.1):
+        bad(
+            "TASK_STOP_CHECK",
+            "None or a number of seconds of at least 0.1",
+            "How often a worker running a task asks whether cancel() asked it to stop; "
+            "the default is 2.0 (None: only when it renews the task's lease).",
+        )
     queues = value("EMAIL_QUEUES")
     hint = (
         'A non-empty list of queue names of one queue group, e.g. ["email"] or '

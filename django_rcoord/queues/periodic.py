@@ -63,8 +63,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django_rcoord.conf import conf
 from django_rcoord.keys import instance_keys
 from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
-from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.producer import GROUP_CREATED, register_group
+from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness
 from django_rcoord.scripts import run_script
 
 __all__ = [
@@ -216,12 +217,15 @@ def schedules() -> list[Schedule]:
 
 @dataclass(frozen=True)
 class Target:
-    """Where a schedule's task goes: its message's task name, queue, priority and extras."""
+    """Where a schedule's task goes: its message's task name, queue, priority and extras,
+    and its uniqueness (``unique_for``: a tick finding a run of it ready, delayed or
+    running queues nothing)."""
 
     task_name: str
     queue: str
     priority: int
     extra: dict[str, Any]
+    unique: Uniqueness | None = None
 
 
 def resolve_target(task: str) -> Target | None:
@@ -232,15 +236,23 @@ def resolve_target(task: str) -> Target | None:
     autodiscover_tasks()
     registered = get_task(task)
     if registered is not None:
-        return Target(registered.name, registered.queue, registered.priority, {})
+        return Target(registered.name, registered.queue, registered.priority, {}, registered.unique)
     try:
         from django_rcoord.queues.backend import RedisTaskBackend, framework_task
     except ImportError:  # the Tasks framework is not installed
         return None
+    from django_rcoord.queues.task_options import uniqueness_of
+
     found = framework_task(task)
     if found is None or not isinstance(found.get_backend(), RedisTaskBackend):
         return None
-    return Target(found.module_path, found.queue_name, found.priority, {"backend": found.backend})
+    return Target(
+        found.module_path,
+        found.queue_name,
+        found.priority,
+        {"backend": found.backend},
+        uniqueness_of(found.module_path),
+    )
 
 
 def unknown_tasks(raw: object) -> list[str]:
@@ -382,6 +394,10 @@ def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
     extra = {**target.extra, "periodic": {"name": schedule.name, "tick": tick / 1000}}
     if target.priority:
         extra["priority"] = target.priority
+    if target.unique is not None:
+        # As delay() writes it: the scripts that end the run release the claim.
+        claim = target.unique.claim(target.task_name, schedule.args, schedule.kwargs)
+        extra[UNIQUE_FIELD], extra[UNIQUE_MS_FIELD] = claim, target.unique.ms
     task_id, body = encode_message(
         target.task_name, target.queue, schedule.args, schedule.kwargs, extra
     )
@@ -393,21 +409,29 @@ def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
     holds the tick already), then confirm it. Returns 1 when this call queued it."""
     keys = QueueKeys.of(pending.queue)
     register_group(client, keys.group)  # so pollers watch it (once per process and hour)
-    status, queued_at = run_script(
-        "periodic_queue",
-        client,
-        keys=[keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle],
-        args=[
+    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle]
+    args = [
+        name,
+        pending.tick,
+        pending.task_id,
+        pending.message,
+        keys.queue,
+        pending.priority,
+        WAKE_TOKEN_MS,
+        GROUP_KEYS_MS,
+    ]
+    claim, claim_ms = _unique_claim(pending.message)
+    if claim is not None:
+        script_keys.append(keys.results)
+        args += [claim, claim_ms]
+    status, queued_at = run_script("periodic_queue", client, keys=script_keys, args=args)
+    if status == _HELD:
+        logger.info(
+            "periodic %s: tick %s not queued: a run of its unique task is ready, delayed "
+            "or running",
             name,
-            pending.tick,
-            pending.task_id,
-            pending.message,
-            keys.queue,
-            pending.priority,
-            WAKE_TOKEN_MS,
-            GROUP_KEYS_MS,
-        ],
-    )
+            _at(pending.tick).isoformat(),
+        )
     if status == GROUP_CREATED:
         register_group(client, keys.group, force=True)
     run_script(
@@ -416,7 +440,21 @@ def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
         keys=[claim_key(name), lateness_key(name)],
         args=[pending.tick, queued_at, LATENESS_SAMPLES, GROUP_KEYS_MS],
     )
-    return 1 if status else 0
+    return 1 if status in (1, GROUP_CREATED) else 0
+
+
+#: What periodic_queue answers when a run of the tick's unique task holds its claim.
+_HELD = 3
+
+
+def _unique_claim(message: bytes | str) -> tuple[str | None, int]:
+    """(the unique claim a pending tick's message names, how long it lasts, ms), or
+    (None, 0) for a task that is not unique."""
+    body = decode_message(message) or {}
+    claim, claim_ms = body.get(UNIQUE_FIELD), body.get(UNIQUE_MS_FIELD)
+    if isinstance(claim, str) and claim.startswith("u:") and isinstance(claim_ms, int):
+        return claim, claim_ms
+    return None, 0
 
 
 def schedule_status(client: Any, now_ms: int) -> list[dict[str, Any]]:

@@ -49,17 +49,9 @@ def _enqueue_call(
     short form (fewer arguments to send), unless ``full`` (the shape of ``enqueue_task``,
     for a project's own script) or ``unique`` (the unique form: the script may answer the
     id of the task already holding the claim)."""
-    keys = QueueKeys.of(queue)
-    if check_priority(priority):
-        # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
-        extra = {**(extra or {}), "priority": priority}
-    claim = None
-    if unique is not None:
-        claim = unique.claim(task_name, args, kwargs)
-        # In the message: the scripts that end the task find its claim there, and
-        # requeue_dead how long to claim it again.
-        extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
-    task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
+    keys, task_id, body, claim = _new_message(
+        task_name, queue, args, kwargs, extra, priority, unique
+    )
     delay_ms, due_at_ms = when
     if unique is not None:
         return (
@@ -76,6 +68,68 @@ def _enqueue_call(
             [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
         )
     return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
+
+
+def _new_message(
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    extra: dict[str, Any] | None,
+    priority: int,
+    unique: Uniqueness | None,
+) -> tuple[QueueKeys, str, str, str | None]:
+    """(the queue's keys, a new task id, its message JSON, its unique claim or None)."""
+    keys = QueueKeys.of(queue)
+    if check_priority(priority):
+        # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
+        extra = {**(extra or {}), "priority": priority}
+    claim = None
+    if unique is not None:
+        claim = unique.claim(task_name, args, kwargs)
+        # In the message: the scripts that end the task find its claim there, and
+        # requeue_dead how long to claim it again.
+        extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
+    task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
+    return keys, task_id, body, claim
+
+
+class QueuedInStep(NamedTuple):
+    """A task that another script of the group queues now, in its own atomic step (the
+    finish script queues follow-up tasks so): the new task's id, its queue's keys,
+    task_enqueue's short-form KEYS and ARGV, and its unique claim ('' and 0: none)."""
+
+    task_id: str
+    queue: QueueKeys
+    keys: Sequence[Any]
+    args: list[Any]
+    claim: str
+    claim_ms: int
+
+
+def queue_now_in_step(
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    priority: int = 0,
+    unique: Uniqueness | None = None,
+    extra: dict[str, Any] | None = None,
+) -> QueuedInStep:
+    """A run of ``task_name`` for a script to queue now (see ``QueuedInStep``; ``extra``
+    adds fields to the message, as for ``send_message``); TypeError at once for arguments
+    JSON cannot carry."""
+    keys, task_id, body, claim = _new_message(
+        task_name, queue, args, kwargs, extra, priority, unique
+    )
+    return QueuedInStep(
+        task_id,
+        keys,
+        enqueue_now_keys(keys),
+        [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
+        claim or "",
+        unique.ms if unique is not None else 0,
+    )
 
 
 def _full_keys(keys: QueueKeys) -> list[str]:
@@ -337,10 +391,19 @@ def enqueue_in_script(
     queue with its writes: either both happen or neither, and a crash between them cannot
     lose the task. ``queue`` overrides a task's own (e.g. a queue in the group of the
     script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
-    is registered for pollers (once per process and hour) before the script runs."""
+    is registered for pollers (once per process and hour) before the script runs.
+    ValueError for a unique task (``unique_for``): its claim cannot be checked there."""
     kwargs = dict(kwargs or {})
-    # A project's script queues the task with enqueue_task: no unique claim is checked.
-    name, queue, priority, _ = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
+    name, queue, priority, unique = _resolve_target(
+        target, args, kwargs, queue, "enqueue_in_script"
+    )
+    if unique is not None:
+        # A project's script queues the task with enqueue_task, which checks no claim.
+        raise ValueError(
+            f"enqueue_in_script cannot keep {name!r} unique (unique_for): a project's own "
+            "script queues it without the uniqueness check; queue it with delay(), or "
+            "define it without unique_for"
+        )
     task_id, queue_keys, keys, argv = _enqueue_call(
         name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
     )

@@ -16,10 +16,12 @@ from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
+    QueuedInStep,
     aenqueue_message,
     check_priority,
     due_time,
     enqueue_message,
+    queue_now_in_step,
 )
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
@@ -158,17 +160,24 @@ class Task:
             unique=self.unique,
         )
 
-    def follow_up(self, succeeded: bool, task_id: str) -> str | None:
-        """Queue the task's ``on_success`` (``succeeded``) or ``on_failure`` follow-up with
-        ``task_id`` as its one argument; the follow-up's id, or None when there is none.
-        LookupError when it names a task that is not registered."""
+    def follow_up_task(self, succeeded: bool) -> Task | None:
+        """The task that follows a run that succeeded (``on_success``) or failed for good
+        (``on_failure``), or None when there is none. LookupError when it names a task
+        that is not registered."""
         follow_up = self.on_success if succeeded else self.on_failure
         if follow_up is None:
             return None
         found = get_task(follow_up) if isinstance(follow_up, str) else follow_up
         if found is None:
             raise LookupError(f"its follow-up {follow_up!r} is not a registered task")
-        return found.delay(task_id)
+        return found
+
+    def queued_in_step(self, *args: Any, **kwargs: Any) -> QueuedInStep:
+        """A run with these arguments for another script of its queue's group to queue in
+        its own step (``producer.queue_now_in_step``): the worker's finish script queues
+        follow-ups so."""
+        self.check_arguments(args, kwargs)
+        return queue_now_in_step(self.name, self.queue, args, kwargs, self.priority, self.unique)
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""

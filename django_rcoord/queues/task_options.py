@@ -5,8 +5,9 @@
     RCOORD = {"TASK_OPTIONS": {"myapp.tasks.export": {"unique_for": 300, "timeout": 600}}}
 
 Every option ``@task`` takes for a run (``max_retries``, ``timeout``, the retry waits,
-``rate``, ``concurrency``, ``limit_key``) and for uniqueness (``unique_for``,
-``unique_key``) can be set here.
+``rate``, ``concurrency``, ``limit_key``), for uniqueness (``unique_for``,
+``unique_key``) and its follow-ups (``on_success``, ``on_failure``: a ``@task``'s name or
+a framework task's dotted path) can be set here.
 
 Each known option has one entry in ``OPTIONS`` (what it must be); the system check
 rcoord.E033 reports unknown options and bad values, so a new option is one entry here
@@ -26,7 +27,14 @@ from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, unique_for_problem
 from django_rcoord.validation import callable_problem
 
-__all__ = ["OPTIONS", "RUN_OPTIONS", "problems", "run_options_of", "uniqueness_of"]
+__all__ = [
+    "OPTIONS",
+    "RUN_OPTIONS",
+    "follow_up_path",
+    "problems",
+    "run_options_of",
+    "uniqueness_of",
+]
 
 
 def _unique_key_problem(value: Any) -> str | None:
@@ -62,8 +70,20 @@ RUN_OPTIONS = (
     "limit_key",
 )
 
+
+def _follow_up_problem(value: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return None
+    return (
+        f"must be the name of a @task or the dotted path of a Tasks framework task, not {value!r}"
+    )
+
+
 #: The options a task may have: name -> a function saying why a value is wrong (None: fine).
 OPTIONS: dict[str, Callable[[Any], str | None]] = {
+    # The task queued when it succeeds / fails for good (see queues.backend.follow_up_of).
+    "on_success": _follow_up_problem,
+    "on_failure": _follow_up_problem,
     # Seconds the task stays unique at most (see django_rcoord.queues.unique).
     "unique_for": unique_for_problem,
     # A callable (or its dotted path) of the task's arguments returning a str.
@@ -121,3 +141,11 @@ def uniqueness_of(task_path: str) -> Uniqueness | None:
 def _resolve(path: str) -> Callable[..., str]:
     found: Callable[..., str] = import_string(path)
     return found
+
+
+def follow_up_path(task_path: str, succeeded: bool) -> str | None:
+    """What ``TASK_OPTIONS`` names to follow the task at ``task_path`` when it succeeded
+    (``on_success``) or failed for good (``on_failure``), or None."""
+    options = conf.TASK_OPTIONS.get(task_path) or {}
+    found = options.get("on_success" if succeeded else "on_failure")
+    return found if isinstance(found, str) else None

@@ -8,7 +8,9 @@ with Django set up, and kept for the next tasks): the child raises
 does), and the parent kills the child ``HARD_LIMIT_GRACE`` seconds later if the task
 has not ended by then, records the run as failed, and starts a new child for the
 next task. A task that kills its process (a crash, ``os._exit``, the OOM killer)
-fails too, instead of taking the worker down with it.
+fails too, instead of taking the worker down with it. A task ``cancel()`` asked to
+stop (``stop``, called by the worker's keeper) is killed the same way, sync or async,
+and fails with ``TaskCancelled``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,6 +33,7 @@ from django_rcoord.queues.worker.runner import (
     TaskRunner,
     class_path,
     run_options_of,
+    stopped,
 )
 
 logger = logging.getLogger(__name__)
@@ -47,6 +51,29 @@ class ProcessTaskRunner:
         self.worker_id = worker_id
         self._process: Any = None
         self._connection: Connection | None = None
+        # The task the child runs and whether stop() killed it, for stop() from the
+        # worker's keeper thread.
+        self._guard = threading.Lock()
+        self._running: str | None = None
+        self._stopped = False
+
+    def stop(self, task_id: str) -> bool:
+        """Kill the child while it runs task ``task_id`` (``cancel()`` asked it to stop):
+        the run fails with ``TaskCancelled`` and the next task gets a new child. Any
+        thread; True when it was killed."""
+        with self._guard:
+            process = self._process
+            if self._running != task_id or process is None:
+                return False
+            logger.warning(
+                "worker %s: task %s was asked to stop; killing its process %s",
+                self.worker_id,
+                task_id,
+                process.pid,
+            )
+            self._stopped = True
+            process.kill()
+            return True
 
     def run(self, job: Job) -> Done:
         """Run ``job`` in the child; never raises."""
@@ -55,10 +82,15 @@ class ProcessTaskRunner:
         limit = options.time_limit
         try:
             connection = self._child()
+            with self._guard:
+                self._running, self._stopped = job.id, False
             connection.send(job)
             answered = connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE)
             if answered:
-                outcome = Outcome(*connection.recv())
+                kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
+                outcome = Outcome(
+                    kind, name, error, error_class, delay_ms, value, follow_up=follow_up
+                )
             else:
                 self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
                 outcome = _failed(
@@ -75,9 +107,21 @@ class ProcessTaskRunner:
                 process.join(5)
                 code = process.exitcode
             reason = _exit_reason(code) if code is not None else repr(exc)
-            outcome = _failed(
-                job, options, ChildProcessError, f"the task's process died ({reason})"
-            )
+            if self._stopped:
+                why = "its process was killed: cancel() asked it to stop"
+                outcome = stopped(job.task_name, why)
+            else:
+                outcome = _failed(
+                    job, options, ChildProcessError, f"the task's process died ({reason})"
+                )
+        finally:
+            with self._guard:
+                self._running, killed = None, self._stopped
+            if killed and self._process is not None:
+                # It answered before stop() killed it: the next task needs a new child.
+                process = self._process
+                self._forget_child()
+                process.join()
         return Done(job, outcome, (time.perf_counter() - started) * 1000)
 
     def close(self) -> None:
@@ -158,6 +202,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
                     outcome.error_class,
                     outcome.delay_ms,
                     outcome.value_json,
+                    outcome.follow_up,  # queued by the parent's finish script
                 )
             )
     finally:

@@ -5,7 +5,9 @@ not yet acknowledged) and moves tasks between those states; the Redis side is it
 ``QueueSession``, running a task is its ``TaskRunner``, how many to take is its
 ``PrefetchPolicy``. Its keeper, a job on the process's renewer
 (``django_rcoord.renewal``), renews the leases of what it holds, acknowledges
-finished tasks that wait and gives back the tasks queued behind a long one.
+finished tasks that wait and gives back the tasks queued behind a long one; while a
+task runs, it asks (in the same call that renews the leases) whether ``cancel()`` asked
+it to stop, every ``RCOORD["TASK_STOP_CHECK"]`` seconds, and has the runner stop it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ class Worker:
 
     ``isolation="inline"`` (the default) runs tasks in this process; ``"process"`` runs
     them in a child process, which is killed at a task's time limit (see ``isolation``).
+
+    A running task that ``cancel()`` asked to stop is stopped where it can be: an async
+    task is cancelled, a task in a child process killed; both fail with ``TaskCancelled``
+    and are finished (no retry, no dead letter, no follow-up). A sync task run inline
+    cannot be interrupted: its code sees ``stop_requested()``.
     """
 
     def __init__(
@@ -117,6 +124,11 @@ class Worker:
         self._done: list[Done] = []
         self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
         self._next_renewal = 0.0
+        # Asking whether cancel() asked the running task to stop (None: at renewals only).
+        stop_check = conf.TASK_STOP_CHECK
+        self._stop_check = None if stop_check is None else float(stop_check)
+        self._next_stop_check = 0.0
+        self._stop_seen: str | None = None  # the running task whose request was seen
         self._keeper: Renewal | None = None  # while run() runs
         self._keeper_failures = 0  # its turns in a row that failed
         self._keeper_retry_at = 0.0  # after a failed turn, not before (time.monotonic())
@@ -213,6 +225,8 @@ class Worker:
                 close_old_connections()
             job = self._batch.popleft()
             self._running, self._running_since = job, time.monotonic()
+            if self._stop_check is not None:
+                self._next_stop_check = self._running_since + self._stop_check
             self._wake_keeper()
             return job
 
@@ -251,6 +265,7 @@ class Worker:
         have run with its reply lost, and only the same call (its nonce) is answered as it
         ran."""
         with self._holding:
+            self._finish_stopped()
             if self._pending is None:
                 self._pending = (list(self._done), take)
             done, wanted = self._pending
@@ -259,6 +274,13 @@ class Worker:
             finished = {id(item) for item in done}
             self._done = [item for item in self._done if id(item) not in finished]
             self._batch.extend(jobs)
+
+    def _finish_stopped(self) -> None:
+        """Finish the runs stopped because cancel() asked, each in its own call (rare: not
+        worth a place in the finish-and-take call)."""
+        for item in [item for item in self._done if item.outcome.kind == "stopped"]:
+            self.session.finish_stopped(item)
+            self._done = [other for other in self._done if other is not item]
 
     def _settle(self, *, patience: float | None = None) -> None:
         """On the way out: acknowledge what ran, give back what did not start. Never
@@ -319,13 +341,16 @@ class Worker:
             due = min(due, self._done[0].at + ACK_AFTER_MS / 1000)
         if self._running is not None and self._batch:
             due = min(due, self.prefetch.give_back_at(self._running_since))
+        if self._running is not None and self._stop_check is not None:
+            due = min(due, self._next_stop_check)
         return due
 
     def _keep(self) -> None:
         """The keeper thread's turn: acknowledge the tasks that ended more than
         ``ACK_AFTER_MS`` ago; once the running task has run past the prefetch budget, give
         back what waits behind it; every third of a lease, renew the leases of everything
-        held."""
+        held (and, while a task runs, every ``TASK_STOP_CHECK`` seconds), and stop what
+        cancel() asked to stop."""
         now = time.monotonic()
         if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
             self._exchange_held(0, patience=0)
@@ -335,11 +360,36 @@ class Worker:
             and now >= self.prefetch.give_back_at(self._running_since)
         ):
             self._give_back_held()
-        if now >= self._next_renewal:
-            lost = self.session.renew(self._held())  # raising, it stays due
+        checking = (
+            self._running is not None
+            and self._stop_check is not None
+            and now >= self._next_stop_check
+        )
+        if now >= self._next_renewal or checking:
+            lost, stop = self.session.renew(self._held())  # raising, it stays due
             self._next_renewal = now + self.lease / 3
+            if self._stop_check is not None:
+                self._next_stop_check = now + self._stop_check
             for job in lost:
                 logger.warning("task %s: lease lost while held (it will run again)", job.id)
+            for job in stop:
+                self._stop(job)
+
+    def _stop(self, job: Job) -> None:
+        """``cancel()`` asked ``job`` to stop: stop it if it is the running task (the runner
+        says whether it can). A task of the batch is left alone: it goes back with the batch
+        (``give_back_at``), or runs, and is stopped then."""
+        if job is not self._running or self._stop_seen == job.id:
+            return
+        self._stop_seen = job.id
+        if self.runner.stop(job.id):
+            logger.info("task %s: cancel() asked it to stop; stopping it", job.id)
+        else:
+            logger.info(
+                "task %s: cancel() asked it to stop; a sync task run inline cannot be "
+                "interrupted: it runs on (its code sees stop_requested())",
+                job.id,
+            )
 
     def _held(self) -> list[Job]:
         """The tasks this worker holds: taken, running, and run but not yet acknowledged."""

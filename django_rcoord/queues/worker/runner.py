@@ -20,19 +20,20 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django_rcoord import __version__
 from django_rcoord.conf import conf
-from django_rcoord.exceptions import TaskNotRunnable, TaskTimeLimitExceeded
+from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable, TaskTimeLimitExceeded
 from django_rcoord.queues.cancel import running
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
+from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import TaskRecord, record_from
-from django_rcoord.queues.registry import PermanentFailure, Task, get_task
+from django_rcoord.queues.registry import PermanentFailure, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -40,9 +41,10 @@ logger = logging.getLogger(__name__)
 @dataclass
 class Outcome:
     """How a run ended: ``kind`` 'ack', 'retry', 'defer' (cannot run here), 'later' (its
-    limits say not yet: it did not run) or 'dead'; for failures the error text (a
-    traceback), the error entry of the result record and the retry delay; for 'ack' the
-    return value as JSON."""
+    limits say not yet: it did not run), 'stopped' (``cancel()`` asked it to stop and the
+    worker did: finished by ``QueueSession.finish_stopped``) or 'dead'; for failures the
+    error text (a traceback), the error entry of the result record and the retry delay;
+    for 'ack' the return value as JSON."""
 
     kind: str
     task_name: str
@@ -51,6 +53,7 @@ class Outcome:
     delay_ms: int = 0
     value_json: str = "null"
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
+    follow_up: QueuedInStep | None = None  # queued by the finish script with this end
 
     @property
     def summary(self) -> str:
@@ -116,6 +119,12 @@ def later(job: Job, delay_ms: int, why: str) -> Outcome:
     return Outcome("later", job.task_name, f"waiting for {why}", delay_ms=delay_ms)
 
 
+def stopped(task_name: str, reason: str) -> Outcome:
+    """A run the worker stopped because ``cancel()`` asked: it fails with ``TaskCancelled``
+    and is finished (no retry, no dead letter, no follow-up)."""
+    return Outcome("stopped", task_name, f"TaskCancelled: {reason}", class_path(TaskCancelled))
+
+
 def not_runnable(task_name: str, reason: str) -> Outcome:
     """A task that cannot run anywhere (bad message, wrong arguments): dead."""
     return Outcome("dead", task_name, reason, class_path(TaskNotRunnable))
@@ -148,6 +157,23 @@ class TaskRunner:
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self._loop: asyncio.AbstractEventLoop | None = None  # for async def tasks
+        # The async task being awaited, by task id, for stop() from the worker's keeper
+        # thread; and the id of the one stop() cancelled.
+        self._guard = threading.Lock()
+        self._awaiting: tuple[str, asyncio.Future[Any]] | None = None
+        self._stopped: str | None = None
+
+    def stop(self, task_id: str) -> bool:
+        """Stop the run of task ``task_id`` because ``cancel()`` asked, from any thread: an
+        async task is cancelled (at its next ``await``), and fails with ``TaskCancelled``.
+        A sync one cannot be interrupted (Python cannot stop a thread): it goes on, and its
+        code sees ``stop_requested()``. True when it was cancelled."""
+        with self._guard:
+            if self._awaiting is None or self._awaiting[0] != task_id or self._loop is None:
+                return False
+            self._stopped = task_id
+            self._loop.call_soon_threadsafe(self._awaiting[1].cancel)
+            return True
 
     def run(self, job: Job) -> Done:
         """Run ``job``: never raises (what the task raises is its outcome)."""
@@ -181,7 +207,18 @@ class TaskRunner:
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
         outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
-        return _followed_up(job, registered, outcome)
+        return followed_up(job, outcome, registered.follow_up_task, registered.options)
+
+    def follow_up(
+        self,
+        job: Job,
+        outcome: Outcome,
+        follow_up_for: Callable[[bool], FollowUp | None],
+        options: RunOptions,
+    ) -> Outcome:
+        """``outcome`` with its follow-up attached (see ``followed_up``): how the Tasks
+        framework's backend gives its tasks' follow-ups to the finish script."""
+        return followed_up(job, outcome, follow_up_for, options)
 
     def call(
         self,
@@ -202,13 +239,15 @@ class TaskRunner:
                     value = function(*args, **kwargs)
                 if inspect.isawaitable(value):
                     left = limit and max(0.0, limit - (time.monotonic() - started))
-                    value = self._await(value, left, limit)
+                    value = self._await(value, left, limit, job.id)
         except PermanentFailure as exc:
             return Outcome(
                 "dead", name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc
             )
         # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
         except (Exception, SystemExit) as exc:  # noqa: BLE001
+            if isinstance(exc, TaskCancelled) and self._stopped == job.id:
+                return stopped(name, f"{exc}")
             outcome = Outcome(
                 "dead", name, traceback.format_exc(), class_path(type(exc)), exception=exc
             )
@@ -251,13 +290,34 @@ class TaskRunner:
             DEFAULT_OPTIONS.retry_delay_ms(deliveries - 1),
         )
 
-    def _await(self, awaitable: Any, left: float | None, limit: float | None = None) -> Any:
+    def _await(
+        self, awaitable: Any, left: float | None, limit: float | None = None, task_id: str = ""
+    ) -> Any:
         """Run an async task to its end on this runner's own event loop; cancelled (and
         ``TaskTimeLimitExceeded`` raised) after ``left`` seconds, what is left of its time
-        limit of ``limit``."""
+        limit of ``limit``; cancelled (and ``TaskCancelled`` raised) when ``stop(task_id)``
+        is called meanwhile."""
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(_within(awaitable, left, limit))
+        with self._guard:
+            self._stopped = None
+        return self._loop.run_until_complete(self._stoppable(awaitable, left, limit, task_id))
+
+    async def _stoppable(
+        self, awaitable: Any, left: float | None, limit: float | None, task_id: str
+    ) -> Any:
+        run = asyncio.ensure_future(awaitable)
+        with self._guard:
+            self._awaiting = (task_id, run)
+        try:
+            return await _within(run, left, limit)
+        except asyncio.CancelledError:
+            if self._stopped != task_id:
+                raise
+            raise TaskCancelled("cancelled while running: cancel() asked it to stop") from None
+        finally:
+            with self._guard:
+                self._awaiting = None
 
     def close(self) -> None:
         """Close the event loop of async tasks (and, with it, their async clients)."""
@@ -271,14 +331,36 @@ class TaskRunner:
             loop.close()
 
 
-def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
-    """Queue the task's follow-up for how it ended (``on_success``, or ``on_failure`` once no
-    retry is left). One that cannot be queued fails a successful run (it is retried, the
-    follow-up with it), and is said in a dead letter's error."""
+class FollowUp(Protocol):
+    """A task that can follow another: a ``@task``, or a Tasks framework task's adapter."""
+
+    def queued_in_step(self, task_id: str) -> QueuedInStep: ...
+
+    def delay(self, task_id: str) -> str: ...
+
+
+def followed_up(
+    job: Job,
+    outcome: Outcome,
+    follow_up_for: Callable[[bool], FollowUp | None],
+    options: RunOptions,
+) -> Outcome:
+    """Attach the follow-up ``follow_up_for(succeeded)`` names for how the run ended
+    (``on_success``, or ``on_failure`` once no retry is left): the finish script queues it
+    in the step that records the end, so it runs once the record is final, and only if that
+    end is recorded. A follow-up of another queue group (another hash slot) cannot share
+    that step: it is queued now, just before. One that cannot be queued fails a successful
+    run (it is retried, the follow-up with it), and is said in a dead letter's error."""
     if outcome.kind not in ("ack", "dead"):
         return outcome
     try:
-        registered.follow_up(outcome.kind == "ack", job.id)
+        follow_up = follow_up_for(outcome.kind == "ack")
+        if follow_up is not None:
+            step = follow_up.queued_in_step(job.id)
+            if step.queue.group == job.queue.group:
+                outcome.follow_up = step
+            else:
+                follow_up.delay(job.id)
     except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
         reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
         reason += f"could not be queued: {exc!r}"
@@ -286,8 +368,8 @@ def _followed_up(job: Job, registered: Task, outcome: Outcome) -> Outcome:
             outcome.error = f"{outcome.error}\n({reason})"
             return outcome
         failed = Outcome("dead", outcome.task_name, reason, class_path(type(exc)), exception=exc)
-        if job.failures < registered.options.max_retries:
-            failed.kind, failed.delay_ms = "retry", registered.options.retry_delay_ms(job.failures)
+        if job.failures < options.max_retries:
+            failed.kind, failed.delay_ms = "retry", options.retry_delay_ms(job.failures)
         return failed
     return outcome
 
@@ -322,6 +404,14 @@ def log_outcome(done: Done, held: bool) -> None:
             name,
             outcome.error,
             outcome.delay_ms / 1000,
+        )
+    elif outcome.kind == "stopped":
+        logger.warning(
+            "task %s %s was stopped on attempt %d (ran %.1f ms): cancel() asked it to stop",
+            job.id,
+            name,
+            attempt,
+            took_ms,
         )
     elif outcome.kind == "retry":
         # With the task's exception: its traceback for the log and error trackers.

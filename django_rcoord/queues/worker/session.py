@@ -19,6 +19,7 @@ from typing import Any
 from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import duration_bucket, metric_labels
+from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.worker.runner import Done, Job, log_outcome
@@ -33,6 +34,8 @@ IDLE_CHECK = 1.0
 #: IDLE_CHECK, renewing it), ms.
 IDLE_REGISTRATION_MS = int((IDLE_CHECK + 2) * 1000)
 RECOVER_BATCH = 500
+#: What task_renew answers for a task held that cancel() asked to stop.
+STOP_REQUESTED = 2
 
 
 class QueueSession:
@@ -111,13 +114,15 @@ class QueueSession:
         ]
         for item in done:
             args += _finish_args(item)
+        keys = self._finish_keys
+        follow_up_keys, follow_up_args = _follow_ups(done)
+        if follow_up_keys:
+            keys, args = [*keys, *follow_up_keys], [*args, *follow_up_args]
         deadline = time.monotonic() + (self.lease if patience is None else patience)
         failures = 0
         while True:
             try:
-                finished, taken = run_script(
-                    "task_finish", self.client, keys=self._finish_keys, args=args
-                )
+                finished, taken = run_script("task_finish", self.client, keys=keys, args=args)
                 break
             except REDIS_ERRORS as exc:
                 if not done or time.monotonic() > deadline:
@@ -148,10 +153,11 @@ class QueueSession:
 
     def finish(self, done: Done) -> bool:
         """Finish one task on its own, taking nothing; True when this worker still held it."""
+        follow_up_keys, follow_up_args = _follow_ups([done])
         (finished,), _ = run_script(
             "task_finish",
             self.client,
-            keys=self._finish_keys,
+            keys=[*self._finish_keys, *follow_up_keys],
             args=[
                 self.worker_id,
                 self.lease_ms,
@@ -162,6 +168,7 @@ class QueueSession:
                 1,
                 "",
                 *_finish_args(done),
+                *follow_up_args,
             ],
         )
         return bool(finished)
@@ -178,14 +185,22 @@ class QueueSession:
         )
 
     # -- what the worker holds ---------------------------------------------------
-    def renew(self, jobs: Sequence[Job]) -> list[Job]:
-        """Extend the leases of ``jobs`` (one call per queue); returns those no longer held."""
+    def renew(self, jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
+        """Extend the leases of ``jobs`` (one call per queue); returns those no longer held,
+        and those held that ``cancel()`` asked to stop (read in the same call)."""
         lost: list[Job] = []
+        stop: list[Job] = []
         for queue, queue_jobs in _by_queue(jobs):
-            held = run_script(
+            flags = run_script(
                 "task_renew",
                 self.client,
-                keys=[queue.owners, queue.in_flight, queue.results, queue.results_expiry],
+                keys=[
+                    queue.owners,
+                    queue.in_flight,
+                    queue.results,
+                    queue.results_expiry,
+                    *(stop_key(job.id, queue.group) for job in queue_jobs),
+                ],
                 args=[
                     self.worker_id,
                     self.lease_ms,
@@ -193,8 +208,43 @@ class QueueSession:
                     *(job.id for job in queue_jobs),
                 ],
             )
-            lost += [job for job, flag in zip(queue_jobs, held, strict=True) if not flag]
-        return lost
+            for job, flag in zip(queue_jobs, flags, strict=True):
+                if not flag:
+                    lost.append(job)
+                elif flag == STOP_REQUESTED:
+                    stop.append(job)
+        return lost, stop
+
+    def finish_stopped(self, done: Done) -> bool:
+        """Finish a run stopped because ``cancel()`` asked (its outcome 'stopped'): FAILED
+        with its TaskCancelled error, not retried, not a dead letter, no follow-up (see
+        task_stopped.lua), and log it. True when this worker still held it."""
+        job, queue = done.job, done.job.queue
+        held = run_script(
+            "task_stopped",
+            self.client,
+            keys=[
+                queue.messages,
+                queue.owners,
+                queue.failures,
+                queue.errors,
+                queue.results,
+                queue.results_expiry,
+                queue.in_flight,
+                stop_key(job.id, queue.group),
+                queue.metrics,
+            ],
+            args=[
+                self.worker_id,
+                job.id,
+                result_ttl_ms(),
+                done.outcome.error_entry,
+                metric_labels(queue.name, done.outcome.task_name),
+                GROUP_KEYS_MS,
+            ],
+        )
+        log_outcome(done, bool(held))
+        return bool(held)
 
     def give_back(self, jobs: Sequence[Job]) -> None:
         """Tasks taken but not run (the worker is stopping, or they waited behind a long
@@ -298,6 +348,24 @@ def _finish_args(done: Done) -> list[Any]:
         duration_bucket(done.took_ms / 1000),
         round(done.took_ms * 1000),
     ]
+
+
+def _follow_ups(done: Sequence[Done]) -> tuple[list[Any], list[Any]]:
+    """The follow-up tasks of ``done`` for the finish script: (KEYS after the queues' keys,
+    ARGV after the finished tasks' values); empty when there is none."""
+    steps = [
+        (position, item.outcome.follow_up)
+        for position, item in enumerate(done, 1)
+        if item.outcome.follow_up is not None
+    ]
+    if not steps:
+        return [], []
+    keys: list[Any] = []
+    args: list[Any] = [len(steps)]
+    for position, step in steps:
+        keys += step.keys
+        args += [position, *step.args, step.claim, step.claim_ms]
+    return keys, args
 
 
 def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:

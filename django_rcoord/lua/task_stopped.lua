@@ -1,0 +1,53 @@
+-- Finish a run that its worker stopped because cancel() asked (an async task cancelled, or
+-- its child process killed): record it FAILED with its error (a TaskCancelled entry),
+-- finished, with no retry and no dead letter, as a cancelled queued task is finished: its
+-- message moves into its record, its unique claim is dropped, its stop request deleted,
+-- and it is counted as cancelled in the group's metrics. Nothing changes unless the worker
+-- still holds it (owner and lease).
+-- KEYS[1]  messages HASH   KEYS[2] owners HASH   KEYS[3] failures HASH   KEYS[4] errors HASH
+-- KEYS[5]  results HASH of the group   KEYS[6] results expiry ZSET
+-- KEYS[7]  in-flight ZSET of its queue   KEYS[8] the task's stop STRING
+-- KEYS[9]  metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_cancel)
+-- ARGV[1]  worker id   ARGV[2] task id   ARGV[3] how long a finished result is kept, ms
+-- ARGV[4]  error entry JSON (appended to the record's errors)
+-- ARGV[5]  metric labels 'queue<US>task' ('': not counted)
+-- ARGV[6]  how long the metrics HASH outlives its last write at least, ms
+-- Returns  1 when it was finished, 0 when the worker no longer held it (nothing changed)
+--! include _records
+--! include _unique
+local worker, id = ARGV[1], ARGV[2]
+if redis.call('HGET', KEYS[2], id) ~= worker or not redis.call('ZSCORE', KEYS[7], id) then
+    return 0
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local result_ttl = tonumber(ARGV[3])
+redis.call('ZREM', KEYS[7], id)
+redis.call('HDEL', KEYS[2], id)
+local state = load_state(KEYS[5], id)
+state[1] = 'FAILED'
+state[4] = now
+save_state(KEYS[5], id, state)
+add_error(KEYS[5], id, ARGV[4])
+local message = redis.call('HGET', KEYS[1], id)
+if message then
+    redis.call('HSET', KEYS[5], id .. ':m', message)
+    unique_release(KEYS[5], id, message)
+end
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[3], id, id .. ':lost')
+redis.call('HDEL', KEYS[4], id)
+redis.call('DEL', KEYS[8])
+redis.call('ZADD', KEYS[6], now + result_ttl, id)
+if ARGV[5] ~= '' then
+    redis.call('HINCRBY', KEYS[9], 'c\31' .. ARGV[5], 1)
+    if redis.call('PTTL', KEYS[9]) < tonumber(ARGV[6]) then
+        redis.call('PEXPIRE', KEYS[9], ARGV[6])
+    end
+end
+for key_index = 5, 6 do
+    if redis.call('PTTL', KEYS[key_index]) < result_ttl then
+        redis.call('PEXPIRE', KEYS[key_index], result_ttl)
+    end
+end
+return 1

@@ -171,3 +171,38 @@ def test_task_options_give_framework_tasks_their_run_options(settings) -> None:
     from django_rcoord.checks import check_settings
 
     assert "rcoord.E033" in [message.id for message in check_settings()]
+
+
+# -- a task with both limits ----------------------------------------------------------------
+@task(name="tests.limits.rated_and_limited", queue="limits", rate="2/m", concurrency=1)
+def rated_and_limited(number: int) -> None:
+    pass
+
+
+def test_a_run_held_back_by_its_concurrency_does_not_use_up_its_rate() -> None:
+    from django_rcoord.queues.worker import Worker
+    from django_rcoord.queues.worker.gates import Pass, Wait
+    from django_rcoord.semaphores import Semaphore
+    from tests.test_queues import take
+
+    worker = Worker(["limits"])
+    rated_and_limited.delay(1)
+    job = take(worker)
+    # Another run holds the one permit: this one is held back (it does not start).
+    other_run = Semaphore(f"task:{rated_and_limited.name}", 1, timeout=60)
+    permit = other_run.acquire()
+    assert permit is not None
+    held_back = worker.gates.enter(job)
+    assert isinstance(held_back, Wait)
+    assert "concurrency" in held_back.why
+    other_run.release(permit)
+    # Two a minute, none started yet (the other run took its permit by hand): two start.
+    for _ in range(2):
+        entry = worker.gates.enter(job)
+        assert isinstance(entry, Pass), entry
+        worker.gates.leave(entry)
+    # The third is over the rate, and gives back the permit it took meanwhile.
+    over = worker.gates.enter(job)
+    assert isinstance(over, Wait)
+    assert "rate" in over.why
+    assert other_run.acquire() is not None

@@ -71,20 +71,30 @@ class TaskGates:
             )
 
     def _enter(self, key: str, options: RunOptions) -> Pass | Wait:
+        # The permit first: a run held back by its concurrency must not use up a start of
+        # its rate (the sliding window counts every allowed hit).
+        taken = Pass()
+        if options.concurrency is not None:
+            semaphore = Semaphore(key, options.concurrency, timeout=self.lease, client=self._client)
+            identifier = semaphore.acquire(wait=0)
+            if identifier is None:
+                recheck = CONCURRENCY_RECHECK * (0.5 + random.random() / 2)
+                return Wait(int(recheck * 1000), f"its concurrency of {options.concurrency}")
+            taken = Pass(semaphore, identifier)
         rate = options.rate_limit
         if rate is not None:
             runs, seconds = rate
-            result = hit(key, runs, seconds, algorithm="sliding", client=self._client)
+            try:
+                result = hit(key, runs, seconds, algorithm="sliding", client=self._client)
+            except REDIS_ERRORS:
+                self.leave(taken)
+                raise
             if not result.allowed:
+                self.leave(taken)
                 return Wait(max(1, round(result.retry_after * 1000)), f"its rate {options.rate}")
-        if options.concurrency is None:
-            return Pass()
-        semaphore = Semaphore(key, options.concurrency, timeout=self.lease, client=self._client)
-        identifier = semaphore.acquire(wait=0)
-        if identifier is None:
-            recheck = CONCURRENCY_RECHECK * (0.5 + random.random() / 2)
-            return Wait(int(recheck * 1000), f"its concurrency of {options.concurrency}")
-        return Pass(semaphore, identifier, semaphore.keep(identifier))
+        if taken.semaphore is not None and taken.identifier is not None:
+            taken.renewal = taken.semaphore.keep(taken.identifier)
+        return taken
 
     def leave(self, taken: Pass) -> None:
         """Give back what the run took; never raises (a permit not given back ends with its

@@ -26,7 +26,9 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.worker import Worker
 from tests.procs import start_process, wait_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+# The measured figures, as tests: the limits themselves are tested on every server
+# and on the cluster by tests/test_task_limits.py; these run once, in README's command.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.once]
 
 QUEUE = "measured"
 KEYS = QueueKeys.of(QUEUE)

@@ -16,6 +16,7 @@ import importlib
 import os
 import signal
 import sys
+import threading
 import time
 
 from benchmarks import report
@@ -112,11 +113,32 @@ def main(argv: list[str] | None = None) -> None:
                 report.save_chart(result)
             sys.stdout.flush()
     finally:
-        stop_redis(server)
+        try:
+            _cleaning_up.set()
+        finally:  # also when a signal's SystemExit lands on the line above
+            stop_redis(server)
+    if _signalled:  # a signal's SystemExit swallowed (see _exit_on_signal): its exit code
+        raise SystemExit(128 + _signalled[0])
+
+
+_signalled: list[int] = []
+_cleaning_up = threading.Event()
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    """End the run through ``main``'s clean-up. A ``SystemExit`` raised while Python runs a
+    ``__del__`` (the garbage collector runs them between any two lines) is printed and
+    swallowed, so the signal is sent again every 0.2 s until the clean-up has begun."""
+    if not _signalled:
+        _signalled.append(signum)
+        threading.Thread(target=_signal_again, args=(signum,), daemon=True).start()
+    if not _cleaning_up.is_set():
+        raise SystemExit(128 + signum)
+
+
+def _signal_again(signum: int) -> None:
+    while not _cleaning_up.wait(0.2):
+        os.kill(os.getpid(), signum)
 
 
 # -- one scenario on its own -----------------------------------------------------------------

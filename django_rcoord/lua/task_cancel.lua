@@ -16,6 +16,7 @@
 -- Returns  1 when it was cancelled, 2 when it is running and was asked to stop, 0 otherwise
 --! include _records
 --! include _unique
+--! include _cancelled
 local id = ARGV[1]
 local message = redis.call('HGET', KEYS[1], id)
 if not message then
@@ -30,26 +31,6 @@ if redis.call('ZREM', KEYS[2], id) + redis.call('ZREM', KEYS[3], id) == 0 then
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local result_ttl = tonumber(ARGV[2])
-local state = load_state(KEYS[4], id)
-state[1] = 'CANCELLED'
-state[4] = now
-save_state(KEYS[4], id, state)
-redis.call('HSET', KEYS[4], id .. ':m', message)
-unique_release(KEYS[4], id, message)
-redis.call('HDEL', KEYS[1], id)
-redis.call('HDEL', KEYS[6], id, id .. ':lost')
-redis.call('HDEL', KEYS[7], id)
-redis.call('ZADD', KEYS[5], now + result_ttl, id)
-if ARGV[4] ~= '' then
-    redis.call('HINCRBY', KEYS[10], 'c\31' .. ARGV[4], 1)
-    if redis.call('PTTL', KEYS[10]) < tonumber(ARGV[5]) then
-        redis.call('PEXPIRE', KEYS[10], ARGV[5])
-    end
-end
-for key_index = 4, 5 do
-    if redis.call('PTTL', KEYS[key_index]) < result_ttl then
-        redis.call('PEXPIRE', KEYS[key_index], result_ttl)
-    end
-end
+record_cancelled(KEYS[1], KEYS[6], KEYS[7], KEYS[4], KEYS[5], KEYS[10], id, message,
+    'CANCELLED', now, tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5]))
 return 1

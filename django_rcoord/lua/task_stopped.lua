@@ -15,39 +15,18 @@
 -- Returns  1 when it was finished, 0 when the worker no longer held it (nothing changed)
 --! include _records
 --! include _unique
+--! include _cancelled
 local worker, id = ARGV[1], ARGV[2]
 if redis.call('HGET', KEYS[2], id) ~= worker or not redis.call('ZSCORE', KEYS[7], id) then
     return 0
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local result_ttl = tonumber(ARGV[3])
 redis.call('ZREM', KEYS[7], id)
 redis.call('HDEL', KEYS[2], id)
-local state = load_state(KEYS[5], id)
-state[1] = 'FAILED'
-state[4] = now
-save_state(KEYS[5], id, state)
+redis.call('DEL', KEYS[8])
 add_error(KEYS[5], id, ARGV[4])
 local message = redis.call('HGET', KEYS[1], id)
-if message then
-    redis.call('HSET', KEYS[5], id .. ':m', message)
-    unique_release(KEYS[5], id, message)
-end
-redis.call('HDEL', KEYS[1], id)
-redis.call('HDEL', KEYS[3], id, id .. ':lost')
-redis.call('HDEL', KEYS[4], id)
-redis.call('DEL', KEYS[8])
-redis.call('ZADD', KEYS[6], now + result_ttl, id)
-if ARGV[5] ~= '' then
-    redis.call('HINCRBY', KEYS[9], 'c\31' .. ARGV[5], 1)
-    if redis.call('PTTL', KEYS[9]) < tonumber(ARGV[6]) then
-        redis.call('PEXPIRE', KEYS[9], ARGV[6])
-    end
-end
-for key_index = 5, 6 do
-    if redis.call('PTTL', KEYS[key_index]) < result_ttl then
-        redis.call('PEXPIRE', KEYS[key_index], result_ttl)
-    end
-end
+record_cancelled(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], id, message, 'FAILED',
+    now, tonumber(ARGV[3]), ARGV[5], tonumber(ARGV[6]))
 return 1

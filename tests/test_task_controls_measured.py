@@ -12,13 +12,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import threading
 import time
 from multiprocessing.process import BaseProcess
 from typing import Any
 
 import pytest
 
+from benchmarks.task_controls import RateLog, shortest_span
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues import enqueue_many, get_result, queue_stats, task
@@ -131,50 +131,14 @@ def test_a_concurrency_of_two_holds_across_three_workers_and_keeps_pace() -> Non
 
 
 # -- rate ----------------------------------------------------------------------------------
-class RateLog:
-    """The starts a task's rate allowed, on the Redis server's clock: the exact sliding
-    window's log (member: a start, score: the server's time in us), read every 50 ms while
-    the block runs; a start stays in it for at least the window, so none is missed."""
-
-    def __init__(self, task_name: str) -> None:
-        self.key = KeySpace("ratelimit", f"task:{task_name}").key("log")
-        self.seen: dict[bytes, float] = {}
-        self._stop = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-
-    def __enter__(self) -> RateLog:
-        self._reader.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._reader.join(10)
-        self._read_once()
-
-    def _read(self) -> None:
-        while not self._stop.wait(0.05):
-            self._read_once()
-
-    def _read_once(self) -> None:
-        for member, score in get_client().zrange(self.key, 0, -1, withscores=True):
-            self.seen[member] = score / 1e6
-
-    def times(self) -> list[float]:
-        return sorted(self.seen.values())
-
-
-def shortest_span(times: list[float], count: int) -> float:
-    """The shortest time from the first to the last of ``count`` consecutive ``times``."""
-    return min(b - a for a, b in zip(times, times[count - 1 :], strict=False))
-
-
 def test_a_rate_of_twenty_a_second_holds_across_three_workers_and_keeps_pace() -> None:
     # The issue's 200 tasks take 10 s: the benchmark runs them; 60 here (3 s) keep CI short.
     tasks, per_second = 60, 20
     workers = start_workers(3, "--concurrency", "2")
     try:
         wait_for_workers(6)
-        with RateLog(twenty_a_second.name) as log:
+        log_key = KeySpace("ratelimit", f"task:{twenty_a_second.name}").key("log")
+        with RateLog(get_client(), log_key) as log:
             enqueued = time.time()
             enqueue_many([(twenty_a_second, (number,), {}) for number in range(tasks)])
             wait_until(lambda: get_client().llen(STARTS) == tasks, timeout=60)

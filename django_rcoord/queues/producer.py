@@ -61,12 +61,7 @@ def _enqueue_call(
             [*_full_args(task_id, body, keys, when, priority), claim, unique.ms],
         )
     if not (full or delay_ms or due_at_ms):
-        return (
-            task_id,
-            keys,
-            enqueue_now_keys(keys),
-            [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
-        )
+        return task_id, keys, enqueue_now_keys(keys), _now_args(task_id, body, keys, priority)
     return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
 
 
@@ -126,7 +121,7 @@ def queue_now_in_step(
         task_id,
         keys,
         enqueue_now_keys(keys),
-        [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS],
+        _now_args(task_id, body, keys, priority),
         claim or "",
         unique.ms if unique is not None else 0,
     )
@@ -143,6 +138,11 @@ def _full_keys(keys: QueueKeys) -> list[str]:
         keys.schedule,
         keys.idle,
     ]
+
+
+def _now_args(task_id: str, body: str, keys: QueueKeys, priority: int) -> list[Any]:
+    """The six ARGV of task_enqueue's short form (queue a task now)."""
+    return [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS]
 
 
 def _full_args(

@@ -207,7 +207,7 @@ class TaskRunner:
         except TypeError as exc:
             return not_runnable(name, f"the task does not accept these arguments: {exc}")
         outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
-        return followed_up(job, outcome, registered.follow_up_task, registered.options)
+        return self.follow_up(job, outcome, registered.follow_up_task, registered.options)
 
     def follow_up(
         self,
@@ -216,9 +216,35 @@ class TaskRunner:
         follow_up_for: Callable[[bool], FollowUp | None],
         options: RunOptions,
     ) -> Outcome:
-        """``outcome`` with its follow-up attached (see ``followed_up``): how the Tasks
-        framework's backend gives its tasks' follow-ups to the finish script."""
-        return followed_up(job, outcome, follow_up_for, options)
+        """Attach the follow-up ``follow_up_for(succeeded)`` names for how the run ended
+        (``on_success``, or ``on_failure`` once no retry is left): the finish script queues it
+        in the step that records the end, so it runs once the record is final, and only if that
+        end is recorded. A follow-up of another queue group (another hash slot) cannot share
+        that step: it is queued now, just before. One that cannot be queued fails a successful
+        run (it is retried, the follow-up with it), and is said in a dead letter's error."""
+        if outcome.kind not in ("ack", "dead"):
+            return outcome
+        try:
+            follow_up = follow_up_for(outcome.kind == "ack")
+            if follow_up is not None:
+                step = follow_up.queued_in_step(job.id)
+                if step.queue.group == job.queue.group:
+                    outcome.follow_up = step
+                else:
+                    follow_up.delay(job.id)
+        except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
+            reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
+            reason += f"could not be queued: {exc!r}"
+            if outcome.kind == "dead":
+                outcome.error = f"{outcome.error}\n({reason})"
+                return outcome
+            failed = Outcome(
+                "dead", outcome.task_name, reason, class_path(type(exc)), exception=exc
+            )
+            if job.failures < options.max_retries:
+                failed.kind, failed.delay_ms = "retry", options.retry_delay_ms(job.failures)
+            return failed
+        return outcome
 
     def call(
         self,
@@ -337,41 +363,6 @@ class FollowUp(Protocol):
     def queued_in_step(self, task_id: str) -> QueuedInStep: ...
 
     def delay(self, task_id: str) -> str: ...
-
-
-def followed_up(
-    job: Job,
-    outcome: Outcome,
-    follow_up_for: Callable[[bool], FollowUp | None],
-    options: RunOptions,
-) -> Outcome:
-    """Attach the follow-up ``follow_up_for(succeeded)`` names for how the run ended
-    (``on_success``, or ``on_failure`` once no retry is left): the finish script queues it
-    in the step that records the end, so it runs once the record is final, and only if that
-    end is recorded. A follow-up of another queue group (another hash slot) cannot share
-    that step: it is queued now, just before. One that cannot be queued fails a successful
-    run (it is retried, the follow-up with it), and is said in a dead letter's error."""
-    if outcome.kind not in ("ack", "dead"):
-        return outcome
-    try:
-        follow_up = follow_up_for(outcome.kind == "ack")
-        if follow_up is not None:
-            step = follow_up.queued_in_step(job.id)
-            if step.queue.group == job.queue.group:
-                outcome.follow_up = step
-            else:
-                follow_up.delay(job.id)
-    except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
-        reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
-        reason += f"could not be queued: {exc!r}"
-        if outcome.kind == "dead":
-            outcome.error = f"{outcome.error}\n({reason})"
-            return outcome
-        failed = Outcome("dead", outcome.task_name, reason, class_path(type(exc)), exception=exc)
-        if job.failures < options.max_retries:
-            failed.kind, failed.delay_ms = "retry", options.retry_delay_ms(job.failures)
-        return failed
-    return outcome
 
 
 def log_outcome(done: Done, held: bool) -> None:

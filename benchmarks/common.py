@@ -16,14 +16,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 import redis
 from django.conf import settings
 from redis.utils import HIREDIS_AVAILABLE
 
-from django_rcoord.embedded import EmbeddedRedis, free_port, process_alive
+if TYPE_CHECKING:
+    from django_rcoord.embedded import EmbeddedRedis
 
 # -- the server ------------------------------------------------------------------------------
 
@@ -35,6 +36,10 @@ def bench_redis() -> EmbeddedRedis:
     Persistence is off: the benchmarks measure the coordination algorithms, not
     this machine's disk, and the autocomplete indexes would make AOF rewrites.
     """
+    # Imported here, as in stop_redis: the ASGI scenario's "before" rows import this module
+    # beside django_rcoord as it was before native async, which lacks process_alive.
+    from django_rcoord.embedded import EmbeddedRedis, free_port
+
     return EmbeddedRedis(
         tempfile.mkdtemp(prefix="rcoord-bench-"),
         port=free_port(),
@@ -45,6 +50,8 @@ def bench_redis() -> EmbeddedRedis:
 def stop_redis(server: EmbeddedRedis) -> None:
     """Stop ``server``, also when it was interrupted while starting (it does not answer
     yet): then its process is ended by its pid (it keeps no data)."""
+    from django_rcoord.embedded import process_alive
+
     if server.stop():
         return
     pid = server.pid()

@@ -31,12 +31,15 @@ from benchmarks.common import (
     RoundTrips,
     ScenarioResult,
     Table,
+    TextTable,
     missing,
     read_result,
     report,
     spawn_workers,
     stop_workers,
 )
+from benchmarks.queues import GUARANTEE_COLUMNS
+from benchmarks.queues import GUARANTEES as QUEUE_GUARANTEES
 from benchmarks.runner import run_benchmark
 
 NAME = "tasks"
@@ -52,6 +55,38 @@ PEER_MODULES = {"rq-framework": "django_tasks_rq", "streams-framework": "django_
 DJANGO_6_ONLY = {
     "streams-framework": "pip install 'django~=6.1' 'django-tasks-redis>=0.4' (Python >= 3.12)"
 }
+#: What each system guarantees, read from its code (defaults unless said): the columns
+#: of the queue benchmark's table, so speed is read beside safety.
+GUARANTEES = {
+    "rcoord-framework": (
+        *QUEUE_GUARANTEES["django-rcoord"][:3],
+        "yes (the framework's -100..100 within a queue: priority, then FIFO)",
+        "yes (get_result: one script call; TASK_RESULT_TTL 1 day)",
+    ),
+    "rq-framework": (
+        *QUEUE_GUARANTEES["rq"][:3],
+        "no: only the highest priority (100) goes to the front of its queue",
+        "yes (RQ's job hash; result_ttl 500 s)",
+    ),
+    "streams-framework": (
+        (
+            "XREADGROUP leaves the entry pending for its consumer; a script marks the task "
+            "RUNNING; XACK and XDEL after the run"
+        ),
+        (
+            "no: a worker's sweep (XPENDING, XCLAIM) puts a task pending for "
+            "REDIS_CLAIM_TIMEOUT (300 s) back to READY; failed after REDIS_MAX_DELIVERIES "
+            "(5) starts"
+        ),
+        (
+            "a task still running after REDIS_CLAIM_TIMEOUT (no heartbeat); a worker dying "
+            "between its run and its ack"
+        ),
+        "three levels (a stream each for priority > 0, 0, < 0)",
+        "yes (a hash per task, read by one HGETALL; REDIS_RESULT_TTL 30 days)",
+    ),
+}
+GUARANTEES["rcoord-task"] = GUARANTEES["rcoord-framework"]
 FRAMEWORK_NOOPS = {
     "rcoord-framework": "rcoord_noop",
     "rq-framework": "rq_noop",
@@ -248,8 +283,18 @@ def run(bench: Bench) -> ScenarioResult:
         "commands/task: counted by the server (inside scripts included); bytes/result: "
         "the server's used_memory after the run, per stored result",
     )
+    guarantees = TextTable(
+        "What each system guarantees (read from its code; defaults unless said)",
+        GUARANTEE_COLUMNS,
+        [(SYSTEMS[system], *GUARANTEES[system]) for system in SYSTEMS],
+    )
     return ScenarioResult(
-        NAME, "Django's Tasks framework", [table], params={"count": count}, repeats=repeats
+        NAME,
+        "Django's Tasks framework",
+        [table],
+        params={"count": count},
+        repeats=repeats,
+        text_tables=[guarantees],
     )
 
 

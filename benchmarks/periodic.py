@@ -80,8 +80,7 @@ def run(bench: Bench) -> ScenarioResult:
         catch_ups = int(client.hget(claim_key("beat"), "catch_ups") or 0)
         if len(samples) + catch_ups != len(ticks):
             raise RuntimeError(
-                f"{len(samples)} lateness samples and {catch_ups} catch-ups for "
-                f"{len(ticks)} fires"
+                f"{len(samples)} lateness samples and {catch_ups} catch-ups for {len(ticks)} fires"
             )
         lateness = [
             late

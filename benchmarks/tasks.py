@@ -25,6 +25,7 @@ import time
 import django
 
 from benchmarks.common import (
+    TURN,
     Bench,
     Gate,
     Measurement,
@@ -32,7 +33,9 @@ from benchmarks.common import (
     ScenarioResult,
     Table,
     TextTable,
+    measure_side_by_side,
     missing,
+    ping_operation,
     read_result,
     report,
     spawn_workers,
@@ -245,6 +248,100 @@ def run_system(bench: Bench, system: str, count: int, repeats: int) -> Measureme
     return row
 
 
+def unavailable(system: str) -> str | None:
+    """Why ``system`` cannot run here, or None."""
+    if system in DJANGO_6_ONLY and django.VERSION < (6, 0):
+        return f"needs Django 6 (django.tasks), this is Django {django.get_version()}"
+    module = PEER_MODULES.get(system)
+    if module:
+        try:
+            __import__(module)
+        except ImportError:
+            how = DJANGO_6_ONLY.get(system, "pip install --group bench")
+            return f"{module} not installed ({how})"
+    return None
+
+
+#: Finished tasks each system's reads go round (one result read again and again would
+#: measure a hot cache line, not a lookup).
+READ_TASKS = 50
+
+
+def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
+    """``get_result`` of finished tasks through the Tasks framework, ours and
+    django-tasks-redis's, with the commands under them as references, the rows taking
+    turns (``measure_side_by_side``): what a page polling a task's status pays per poll."""
+    from benchmarks import framework_tasks
+    from django_rcoord.queues import get_result
+    from django_rcoord.queues.records import _record_keys, _result_script
+    from django_rcoord.scripts import run_script
+
+    client = bench.client
+    client.flushdb()
+    ours = framework_tasks.rcoord_noop
+    ids = [ours.enqueue().id for _ in range(READ_TASKS)]
+    _drain("rcoord-framework")()
+    keys = _record_keys(ids[0])
+    turn = iter(range(1 << 62))
+
+    def next_id(of: list[str]) -> str:
+        return of[next(turn) % READ_TASKS]
+
+    operations = [
+        ping_operation(client, 1),
+        (
+            "django-rcoord task.get_result (RedisTaskBackend)",
+            "1",
+            lambda: ours.get_result(next_id(ids)),
+        ),
+        ("django-rcoord queues.get_result", "1", lambda: get_result(next_id(ids))),
+        (
+            "bare EVALSHA of task_result (no decoding)",
+            "1",
+            lambda: run_script(_result_script(), client, keys=keys, args=(next_id(ids),)),
+        ),
+    ]
+    theirs = SYSTEMS["streams-framework"] + " task.get_result"
+    reason = unavailable("streams-framework")
+    if reason is None:
+        from django_tasks_redis.utils import get_result_key  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        streams = framework_tasks.streams_noop
+        their_ids = [streams.enqueue().id for _ in range(READ_TASKS)]
+        _drain("streams-framework")()
+        backend = streams.get_backend()
+        their_keys = [get_result_key(backend.key_prefix, backend.alias, i) for i in their_ids]
+        operations[2:2] = [(theirs, "1", lambda: streams.get_result(next_id(their_ids)))]
+        operations.append(
+            (
+                "bare HGETALL of a django-tasks-redis result (no decoding)",
+                "1",
+                lambda: client.hgetall(next_id(their_keys)),
+            )
+        )
+    rows = measure_side_by_side(operations, count=count, repeats=repeats)
+    if reason is not None:
+        rows.insert(2, missing(theirs, "1", reason))
+    by_name = {row.name: row for row in rows}
+    if not by_name[theirs].missing:
+        for row in rows[1:]:
+            if not row.missing:
+                row.extra["vs django-tasks-redis"] = f"{row.median / by_name[theirs].median:.2f}x"
+    for operation_id in ids:
+        status = str(ours.get_result(operation_id).status)
+        if "SUCCESSFUL" not in status:
+            raise RuntimeError(f"a read task is {status}, not SUCCESSFUL")
+    return Table(
+        f"get_result of {READ_TASKS} finished tasks, side by side, {repeats} x {count:,}",
+        "reads/s",
+        rows,
+        floor=rows[0].name,
+        extra_columns=("vs django-tasks-redis",),
+        note="each row a read of one finished task's whole result, in turns of "
+        f"{TURN} with the others (sync calls; one client, one connection each)",
+    )
+
+
 def run(bench: Bench) -> ScenarioResult:
     count = bench.pick(quick=300, full=5000)
     repeats = bench.repeats_or(3)
@@ -252,18 +349,10 @@ def run(bench: Bench) -> ScenarioResult:
     RoundTrips.install()
     rows = []
     for system in SYSTEMS:
-        if system in DJANGO_6_ONLY and django.VERSION < (6, 0):
-            reason = f"needs Django 6 (django.tasks), this is Django {django.get_version()}"
+        reason = unavailable(system)
+        if reason:
             rows.append(missing(SYSTEMS[system], "", reason))
             continue
-        module = PEER_MODULES.get(system)
-        if module:
-            try:
-                __import__(module)
-            except ImportError:
-                how = DJANGO_6_ONLY.get(system, "pip install --group bench")
-                rows.append(missing(SYSTEMS[system], "", f"{module} not installed ({how})"))
-                continue
         rows.append(run_system(bench, system, count, repeats))
     table = Table(
         f"Enqueue, run (1 worker process) and get the result of {count:,} no-op tasks, "
@@ -288,10 +377,13 @@ def run(bench: Bench) -> ScenarioResult:
         GUARANTEE_COLUMNS,
         [(SYSTEMS[system], *GUARANTEES[system]) for system in SYSTEMS],
     )
+    reads = get_result_side_by_side(
+        bench, count=bench.pick(quick=300, full=3000), repeats=bench.pick(quick=3, full=5)
+    )
     return ScenarioResult(
         NAME,
         "Django's Tasks framework",
-        [table],
+        [table, reads],
         params={"count": count},
         repeats=repeats,
         text_tables=[guarantees],

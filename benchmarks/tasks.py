@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 
 import django
 
@@ -282,6 +283,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     ids = [ours.enqueue().id for _ in range(READ_TASKS)]
     _drain("rcoord-framework")()
     keys = _record_keys(ids[0])
+    assert keys is not None, "a task id of this backend names its record's keys"
     turn = iter(range(1 << 62))
 
     def next_id(of: list[str]) -> str:
@@ -309,7 +311,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         streams = framework_tasks.streams_noop
         their_ids = [streams.enqueue().id for _ in range(READ_TASKS)]
         _drain("streams-framework")()
-        backend = streams.get_backend()
+        backend: Any = streams.get_backend()
         their_keys = [get_result_key(backend.key_prefix, backend.alias, i) for i in their_ids]
         operations[2:2] = [(theirs, "1", lambda: streams.get_result(next_id(their_ids)))]
         operations.append(

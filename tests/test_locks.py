@@ -16,7 +16,16 @@ from django_rcoord.connection import get_client, is_cluster
 from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.exceptions import LockNotReplicated
 from django_rcoord.keys import KeySpace
-from django_rcoord.locks import Lock, LockLost, LockTimeout, acquire_lock, protocol, release_lock
+from django_rcoord.locks import (
+    Lock,
+    LockLost,
+    LockTimeout,
+    acquire_lock,
+    new_identifier,
+    protocol,
+    release_lock,
+)
+from django_rcoord.scripts import run_script
 from tests import cluster
 from tests.procs import run_in_processes, start_process, wait_until
 
@@ -79,6 +88,24 @@ def increment_under_lock(
             client.rpush(TOKENS, lock.token)
         done += 1
     return done
+
+
+def non_fair_sections(name: str, seconds: float) -> tuple[int, float]:
+    """Non-atomic increments under a non-fair lock for ``seconds``: (sections, longest wait).
+    The holder's TTL and the wait are a minute: a lost wake-up would show as a long wait."""
+    client = get_client()
+    sections, longest = 0, 0.0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        lock = Lock(name, timeout=60, wait=60, fair=False)
+        started = time.monotonic()
+        assert lock.acquire()
+        longest = max(longest, time.monotonic() - started)
+        value = int(client.get(COUNTER) or 0)
+        client.set(COUNTER, value + 1)
+        lock.release()
+        sections += 1
+    return sections, longest
 
 
 def hold_lock_then_release(name: str, hold: float, fair: bool = True) -> None:
@@ -510,6 +537,103 @@ def test_non_fair_waiters_do_not_poll_redis() -> None:
     after = client.info("commandstats")["cmdstat_evalsha"]["calls"]
     assert after - before <= 3  # an attempt, one BLPOP for the whole wait, a last attempt
     holder.release()
+
+
+def waiter_asks(name: str, block_ms: int, *, woken: bool) -> int:
+    """One attempt of a waiter, as ``acquire`` sends it (``woken``: a plain wake-up woke it)."""
+    keys = [lock_key(name, part) for part in protocol.KEY_PARTS]
+    args = protocol.acquire_args(new_identifier(), 30_000, block_ms, woken)
+    return int(run_script("lock_acquire", get_client(), keys=keys, args=args))
+
+
+def test_a_non_fair_release_wakes_nobody_more_until_the_woken_waiter_asks() -> None:
+    client = get_client()
+    signal = lock_key("one-awake", "signal")
+    holder = Lock("one-awake", timeout=30, wait=0, fair=False)
+    assert holder.acquire()
+    assert Lock("one-awake", wait=0.05, fair=False).acquire() is False  # raises the flag
+    holder.release()
+    # A wake-up nobody took is dropped by the next grant, which lets the release wake again.
+    assert holder.acquire()
+    holder.release()
+    assert client.lrange(signal, 0, -1) == [b"1"]
+    # A blocked waiter takes it (as its BLPOP would) and has not asked yet.
+    assert client.lpop(signal) == b"1"
+    for _ in range(3):  # meanwhile the releaser comes straight back, again and again
+        assert holder.acquire()
+        holder.release()
+        # Another waiter woken now would only find the lock taken again.
+        assert not client.exists(signal)
+    assert holder.acquire()
+    # The woken waiter asks, loses to the releaser, and waits again: the next release wakes it.
+    assert waiter_asks("one-awake", 5000, woken=True) < 0
+    holder.release()
+    assert client.lrange(signal, 0, -1) == [b"1"]
+
+
+def test_a_woken_non_fair_waiter_that_never_asks_holds_the_others_up_a_second_at_most() -> None:
+    client = get_client()
+    signal = lock_key("woken-and-gone", "signal")
+    holder = Lock("woken-and-gone", timeout=30, wait=0, fair=False)
+    assert holder.acquire()
+    assert waiter_asks("woken-and-gone", 5000, woken=False) < 0  # the flag: 6 s
+    holder.release()
+    assert client.lpop(signal) == b"1"  # taken by a waiter that then died
+    assert holder.acquire()
+    holder.release()
+    assert not client.exists(signal)
+    time.sleep(1.05)
+    assert holder.acquire()
+    holder.release()
+    assert client.lrange(signal, 0, -1) == [b"1"]
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="reads one server's command statistics")
+def test_non_fair_processes_wake_a_waiter_far_less_than_once_per_release() -> None:
+    """Four processes in a tight loop on one non-fair lock: exclusive, no waiter ever waits
+    long (the holder's TTL is a minute, so a lost wake-up would show), and a release wakes
+    a waiter only when none woken earlier is still to ask: not once per release."""
+    client = get_client()
+
+    def calls(command: str) -> int:
+        return client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
+
+    pushed = calls("rpush")
+    results = run_in_processes(non_fair_sections, [("few-wake-ups", 2.0)] * 4)
+    pushed = calls("rpush") - pushed
+    sections = sum(done for done, _ in results)
+    assert int(client.get(COUNTER)) == sections
+    assert all(done > 0 for done, _ in results)
+    assert max(longest for _, longest in results) < 10
+    # Before, while the others waited, each release pushed one: about one per section.
+    assert pushed < sections / 4, (pushed, sections)
+
+
+async def test_a_non_fair_async_waiter_is_woken_while_the_releaser_keeps_coming_back() -> None:
+    holder = Lock("async-busy-non-fair", timeout=30, wait=5, fair=False)
+    waiter = Lock("async-busy-non-fair", timeout=30, wait=20, fair=False)
+
+    async def wait_for_it() -> float:
+        assert await waiter.aacquire()
+        acquired_at = time.monotonic()
+        await waiter.arelease()
+        return acquired_at
+
+    waited_for = asyncio.create_task(wait_for_it())
+    deadline = time.monotonic() + 10
+    while not waited_for.done():
+        if await holder.aacquire(wait=0):  # straight back, as long as the waiter is out
+            await holder.arelease()
+        await asyncio.sleep(0)  # the waiter's wake-up gets its turn
+        assert time.monotonic() < deadline
+    await waited_for
+    # And once the releaser stops coming back, its release wakes the waiter at once.
+    assert await holder.aacquire()
+    waited_for = asyncio.create_task(wait_for_it())
+    await asyncio.sleep(0.2)
+    released_at = time.monotonic()
+    await holder.arelease()
+    assert await waited_for - released_at < 1
 
 
 class CountingRedis(redis.Redis):

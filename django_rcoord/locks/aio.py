@@ -43,7 +43,9 @@ class AsyncLock(LockBase):
         try:
             while True:
                 attempt = asyncio.ensure_future(
-                    self._atry_acquire(client, identifier, protocol.block_ms(deadline, now), pause)
+                    self._atry_acquire(
+                        client, identifier, protocol.block_ms(deadline, now), woken, pause
+                    )
                 )
                 try:
                     result = await asyncio.shield(attempt)
@@ -85,11 +87,11 @@ class AsyncLock(LockBase):
                 waiting.leave()
 
     async def _atry_acquire(
-        self, client: Any, identifier: str, block_ms: int, pause: float = 0.0
+        self, client: Any, identifier: str, block_ms: int, woken: bool = False, pause: float = 0.0
     ) -> int:
         if pause:  # inside the shielded attempt: a waiter cancelled meanwhile still asks
             await asyncio.sleep(pause)
-        args = (identifier, self._ttl_ms, block_ms)
+        args = self._acquire_args(identifier, block_ms, woken)
         replicas = conf.LOCK_REPLICAS
         if not replicas:
             return int(await arun_script("lock_acquire", client, keys=self._keys, args=args))

@@ -83,6 +83,11 @@ class LockBase:
         self.holder_ttl = protocol.holder_ttl(result)
         return protocol.wait_after_refusal(self.holder_ttl, deadline, now)
 
+    def _acquire_args(
+        self, identifier: str, block_ms: int, woken: bool
+    ) -> tuple[str, int, int, int]:
+        return protocol.acquire_args(identifier, self._ttl_ms, block_ms, woken)
+
     def _release_args(self, identifier: str) -> tuple[str, int, int]:
         return protocol.release_args(identifier, self._ttl_ms, conf.LOCK_REPLICAS, self.fair)
 

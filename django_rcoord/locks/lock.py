@@ -16,10 +16,13 @@ Redis in Action 6.2 done right:
   replaced as soon as its lock expires;
 - ``fair=False`` trades that order for throughput: a release frees the lock and
   wakes one waiter with a plain wake-up, the waiter asks again, and whoever asks
-  first wins (often the releaser coming straight back). A waiter that loses that
-  race pauses after its next wake-ups before asking again (``protocol.race_backoff``),
-  so a busy lock is not slowed by a failed try per release. Waiters still ask only
-  when woken, and tokens and compare-and-act are the same.
+  first wins (often the releaser coming straight back). Until the woken waiter has
+  asked, later releases wake nobody else (it will ask; another would only find the
+  lock taken again); a wake-up a grant drops, or one out for a second, no longer
+  counts. A waiter that loses the race pauses after its next wake-ups before asking
+  again (``protocol.race_backoff``), so a busy lock is not slowed by a failed try
+  per release. Waiters still ask only when woken, and tokens and compare-and-act
+  are the same.
 
 ``Lock`` is its sync face (``sync.SyncLock``: acquire, release, extend, owned,
 ``with``) and its async face (``aio.AsyncLock``: aacquire, arelease, aextend,

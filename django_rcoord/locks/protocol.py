@@ -28,6 +28,14 @@ def block_ms(deadline: float, now: float) -> int:
     return int(remaining * 1000) + 1 if remaining > 0 else 0
 
 
+def acquire_args(
+    identifier: str, lock_ttl_ms: int, block_ms: int, woken: bool
+) -> tuple[str, int, int, int]:
+    """The acquire script's ARGV. ``woken``: the caller asks because a plain wake-up woke
+    it, so the release that sent it may wake a waiter again from now on."""
+    return identifier, lock_ttl_ms, block_ms, 1 if woken else 0
+
+
 def holder_ttl(result: int) -> float | None:
     """The holder's remaining TTL in seconds from a refused attempt's reply (None: none)."""
     return -result / 1000 if result < 0 else None

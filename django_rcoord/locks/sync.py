@@ -38,7 +38,7 @@ class SyncLock(LockBase):
         woken = False
         backoff = 0.0
         while True:
-            result = self._try_acquire(client, identifier, protocol.block_ms(deadline, now))
+            result = self._try_acquire(client, identifier, protocol.block_ms(deadline, now), woken)
             if result > 0:
                 self._granted(holder, identifier, result)
                 return True
@@ -57,9 +57,10 @@ class SyncLock(LockBase):
                 time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             now = time.monotonic()
 
-    def _try_acquire(self, client: Any, identifier: str, block_ms: int) -> int:
-        """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms."""
-        args = (identifier, self._ttl_ms, block_ms)
+    def _try_acquire(self, client: Any, identifier: str, block_ms: int, woken: bool = False) -> int:
+        """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms.
+        ``woken``: a plain wake-up woke the caller since its last attempt."""
+        args = self._acquire_args(identifier, block_ms, woken)
         replicas = conf.LOCK_REPLICAS
         if not replicas:
             return int(run_script("lock_acquire", client, keys=self._keys, args=args))

@@ -61,14 +61,13 @@ def run_script(
     package: str = "django_rcoord",
 ) -> Any:
     """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
-    script = get_script(name, package)
+    script, sha = _evalsha_of(name, package)
     client_class: type = type(client)
     if _is_pipeline(client_class):
         return script(keys=keys, args=args, client=client)
     # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ does more per
     # call (an import, tuple copies, the SHA1 encoded again), and a lock cycle runs two
     # scripts.
-    sha = _sha_bytes(script)
     try:
         return client.evalsha(sha, len(keys), *keys, *args)
     except NoScriptError:
@@ -77,8 +76,10 @@ def run_script(
 
 
 @functools.cache
-def _sha_bytes(script: Script) -> bytes:
-    return script.sha.encode()
+def _evalsha_of(name: str, package: str) -> tuple[Script, bytes]:
+    """The script and its SHA1 as bytes, found with one look-up per call."""
+    script = get_script(name, package)
+    return script, script.sha.encode()
 
 
 @functools.cache

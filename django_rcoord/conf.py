@@ -1,5 +1,6 @@
 """The ``RCOORD`` settings dict, read at call time so ``override_settings`` always works
-(the dict is looked up once, and again whenever ``setting_changed`` says it changed)."""
+(each value is looked up once, and again whenever ``setting_changed`` says ``RCOORD``
+changed)."""
 
 from __future__ import annotations
 
@@ -128,12 +129,6 @@ class _Found:
     user_settings: Mapping[str, Any] | None = None
 
 
-@receiver(setting_changed)
-def _forget_user_settings(*, setting: str, **kwargs: Any) -> None:
-    if setting == "RCOORD":
-        _Found.user_settings = None
-
-
 def get(name: str) -> Any:
     """Return the value of ``RCOORD[name]``, or its default."""
     if name not in DEFAULTS:
@@ -143,14 +138,27 @@ def get(name: str) -> Any:
 
 class RcoordSettings:
     """Attribute access to the settings (``conf.TASK_LEASE``): each read returns the
-    project's ``RCOORD`` value, or the default, at the time of the read."""
+    project's ``RCOORD`` value, or the default, as the settings are at the time of the
+    read. A value read is kept as an attribute of this object until ``setting_changed``
+    says ``RCOORD`` changed: a hot path then reads a setting as a plain attribute."""
 
     def __getattr__(self, name: str) -> Any:
+        # Only called for a name not kept yet.
         try:
-            return get(name)
+            value = get(name)
         except KeyError:
             raise AttributeError(f"{name!r} is not an RCOORD setting") from None
+        self.__dict__[name] = value
+        return value
 
 
+_settings = RcoordSettings()
 #: Typed as ``Settings``: ``conf.TASK_LEASE`` is a float to the type checker.
-conf = cast(Settings, RcoordSettings())
+conf = cast(Settings, _settings)
+
+
+@receiver(setting_changed)
+def _forget_user_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "RCOORD":
+        _Found.user_settings = None
+        vars(_settings).clear()

@@ -61,24 +61,26 @@ def run_script(
     package: str = "django_rcoord",
 ) -> Any:
     """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
-    script = get_script(name, package)
+    script, sha = _evalsha_of(name, package)
     client_class: type = type(client)
     if _is_pipeline(client_class):
         return script(keys=keys, args=args, client=client)
-    # EVALSHA straight from the SHA1 as bytes: redis-py's Script.__call__ does more per
-    # call (an import, tuple copies, the SHA1 encoded again), and a lock cycle runs two
-    # scripts.
-    sha = _sha_bytes(script)
+    # EVALSHA straight from the SHA1 as bytes, through execute_command (what evalsha()
+    # reaches after two more calls that repack every argument): redis-py's
+    # Script.__call__ does more per call (an import, tuple copies, the SHA1 encoded
+    # again), and a lock cycle runs two scripts, a producer one per task.
     try:
-        return client.evalsha(sha, len(keys), *keys, *args)
+        return client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
     except NoScriptError:
         client.script_load(script.script)
-        return client.evalsha(sha, len(keys), *keys, *args)
+        return client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
 
 
 @functools.cache
-def _sha_bytes(script: Script) -> bytes:
-    return script.sha.encode()
+def _evalsha_of(name: str, package: str) -> tuple[Script, bytes]:
+    """The script and its SHA1 as bytes, found with one look-up per call."""
+    script = get_script(name, package)
+    return script, script.sha.encode()
 
 
 @functools.cache
@@ -101,12 +103,12 @@ async def arun_script(
     On an async pipeline the call is queued (the pipeline loads missing
     scripts before it runs) and the pipeline is returned.
     """
-    script = get_script(name, package)
+    script, sha = _evalsha_of(name, package)
     if isinstance(client, AsyncPipeline):
         client.scripts.add(script)
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        return client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
     try:
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
+        return await client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
     except NoScriptError:
         await client.script_load(script.script)
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
+        return await client.execute_command("EVALSHA", sha, len(keys), *keys, *args)

@@ -7,6 +7,7 @@ otherwise on a 3-master cluster this module starts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -101,7 +102,7 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
         "lock": [key.decode() for key in lock._keys],
         "queue": [
             value
-            for value in vars(QueueKeys.of("group-n0/mail")).values()
+            for value in dataclasses.astuple(QueueKeys.of("group-n0/mail"))
             if value.startswith("rcoord:")
         ],
     }

@@ -130,6 +130,50 @@ def test_arguments_json_cannot_carry_are_a_type_error_at_enqueue() -> None:
     assert body["kwargs"] == {"b": "1.50"}
 
 
+@pytest.mark.parametrize("c_encoder", [True, False], ids=["c-encoder", "encoder"])
+def test_a_message_is_the_json_djangos_encoder_writes_of_it(
+    c_encoder: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    from django_rcoord.queues import messages
+
+    if not c_encoder:  # the path of a Python without json's C encoder
+        monkeypatch.setattr(messages, "_MAKE_ENCODER", None)
+    encoder = DjangoJSONEncoder(separators=(",", ":"))
+    calls: list[tuple[str, str, Any, dict[str, Any], dict[str, Any] | None]] = [
+        ("t", "q", (1, 1.5, None, True), {}, None),
+        (
+            'odd "name" \u00e9',
+            'gr"oup/q\n',
+            ["\u00e9", datetime.date(2026, 1, 2)],
+            {"b": decimal.Decimal("1.50")},
+            {"priority": 3, "unique": "u:x"},
+        ),
+        ("t", "q", [], {"nested": {"list": [[], {}]}}, {}),
+    ]
+    for name, queue, args, kwargs, extra in calls:
+        task_id, body = messages.encode_message(name, queue, args, kwargs, extra)
+        message = json.loads(body)
+        assert body == encoder.encode(
+            {
+                "id": task_id,
+                "task": name,
+                "queue": queue,
+                "args": args,
+                "kwargs": kwargs,
+                "enqueued_at": message["enqueued_at"],
+                **(extra or {}),
+            }
+        )
+    circular: list[Any] = []
+    circular.append(circular)
+    with pytest.raises(TypeError, match="Circular reference"):
+        messages.encode_message("t", "q", circular, {})
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        messages.encode_message("t", "q", [], {"a": object()})
+
+
 async def test_arguments_the_task_does_not_accept_are_a_type_error_at_enqueue() -> None:
     for call in (
         tasks.record.delay,

@@ -89,14 +89,14 @@ class QueueKeys:
             metrics=space.key("metrics"),
         )
 
-
-@functools.lru_cache(maxsize=1024)
-@functools.lru_cache(maxsize=1024)
-def enqueue_now_keys(keys: QueueKeys) -> tuple[bytes, ...]:
-    """The KEYS of task_enqueue's short form (queue a task now), encoded once per queue."""
-    return tuple(
-        key.encode() for key in (keys.messages, keys.ready, keys.queues, keys.wake, keys.idle)
-    )
+    @functools.cached_property
+    def enqueue_now(self) -> tuple[bytes, ...]:
+        """The KEYS of task_enqueue's short form (queue a task now), encoded once per queue
+        (an attribute after the first read: a look-up keyed by these keys would hash them
+        all per task)."""
+        return tuple(
+            key.encode() for key in (self.messages, self.ready, self.queues, self.wake, self.idle)
+        )
 
 
 @functools.lru_cache(maxsize=1024)

@@ -9,13 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
     QueueKeys,
-    enqueue_now_keys,
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
@@ -61,7 +61,7 @@ def _enqueue_call(
             [*_full_args(task_id, body, keys, when, priority), claim, unique.ms],
         )
     if not (full or delay_ms or due_at_ms):
-        return task_id, keys, enqueue_now_keys(keys), _now_args(task_id, body, keys, priority)
+        return task_id, keys, keys.enqueue_now, _now_args(task_id, body, keys, priority)
     return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
 
 
@@ -120,7 +120,7 @@ def queue_now_in_step(
     return QueuedInStep(
         task_id,
         keys,
-        enqueue_now_keys(keys),
+        keys.enqueue_now,
         _now_args(task_id, body, keys, priority),
         claim or "",
         unique.ms if unique is not None else 0,
@@ -167,7 +167,9 @@ def check_priority(priority: Any) -> int:
 
 #: Seconds a process trusts its last registration of a group (see ``register_group``).
 REGISTRY_REFRESH = 3600.0
-_registered: dict[tuple[str, str], float] = {}  # (registry key, group) -> when, monotonic
+#: (key prefix, group) -> until when (``time.monotonic()``) this process trusts its last
+#: registration of the group.
+_registered: dict[tuple[str, str], float] = {}
 
 #: What task_enqueue returns when it created the group's list of queues.
 GROUP_CREATED = 2
@@ -176,11 +178,13 @@ GROUP_CREATED = 2
 def _registration(group: str, force: bool) -> tuple[list[str], list[Any]] | None:
     """KEYS and ARGV of group_register when this process has not registered ``group``
     lately (or ``force``), else None."""
-    keys = registry_keys()
-    last = _registered.get((keys[0], group))
-    if not force and last is not None and time.monotonic() - last < REGISTRY_REFRESH:
+    if not force and time.monotonic() < _registered.get((conf.KEY_PREFIX, group), 0.0):
         return None
-    return list(keys), [group, GROUP_KEYS_MS, WAKE_TOKEN_MS]
+    return list(registry_keys()), [group, GROUP_KEYS_MS, WAKE_TOKEN_MS]
+
+
+def _registered_now(group: str) -> None:
+    _registered[(conf.KEY_PREFIX, group)] = time.monotonic() + REGISTRY_REFRESH
 
 
 def register_group(client: Any, group: str, *, force: bool = False) -> None:
@@ -190,7 +194,7 @@ def register_group(client: Any, group: str, *, force: bool = False) -> None:
     call = _registration(group, force)
     if call is not None:
         run_script("group_register", client, keys=call[0], args=call[1])
-        _registered[(call[0][0], group)] = time.monotonic()
+        _registered_now(group)
 
 
 async def aregister_group(client: Any, group: str, *, force: bool = False) -> None:
@@ -198,7 +202,7 @@ async def aregister_group(client: Any, group: str, *, force: bool = False) -> No
     call = _registration(group, force)
     if call is not None:
         await arun_script("group_register", client, keys=call[0], args=call[1])
-        _registered[(call[0][0], group)] = time.monotonic()
+        _registered_now(group)
 
 
 class Enqueued(NamedTuple):
@@ -211,11 +215,11 @@ class Enqueued(NamedTuple):
 
 def _enqueued(task_id: str, reply: Any) -> Enqueued:
     """The ``Enqueued`` of a task_enqueue ``reply`` (1, 2, or a unique claim's holder)."""
+    if type(reply) is int:
+        return Enqueued(task_id, True)
     if isinstance(reply, bytes):
         return Enqueued(reply.decode(), False)
-    if isinstance(reply, str):  # a client that decodes replies
-        return Enqueued(reply, False)
-    return Enqueued(task_id, True)
+    return Enqueued(reply, False)  # a client that decodes replies
 
 
 def send_message(

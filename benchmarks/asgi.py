@@ -117,11 +117,19 @@ def _servers(url: str, before_dir: Path | None) -> Any:
     }
     if before_dir is not None:
         ports[BEFORE] = free_port()
-        # The old django_rcoord comes first on the path; the site module is this one.
+        # The old django_rcoord comes first on the path; the site module is this one. Its
+        # keys have their own prefix: its row ends at the time limit with requests still
+        # waiting in the server, and those would otherwise wait on the same lock and limit
+        # as the next rows' servers, speaking the old protocol (its waiters take a lock's
+        # hand-over for a plain wake-up: the lock then stays with nobody until its TTL).
         commands[BEFORE] = (
             _uvicorn(ports[BEFORE]),
             before_dir,
-            {**env, "PYTHONPATH": f"{before_dir}{os.pathsep}{ROOT}"},
+            {
+                **env,
+                "PYTHONPATH": f"{before_dir}{os.pathsep}{ROOT}",
+                "RCOORD_BENCH_KEY_PREFIX": "rcoord-before",
+            },
         )
     # Each server logs to a file, not a pipe: a pipe nobody reads during the run fills up
     # (64 KiB of warnings) and then blocks every thread of the server that logs.

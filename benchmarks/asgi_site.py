@@ -2,7 +2,8 @@
 
 Served by uvicorn as ``benchmarks.asgi_site:application`` and by gunicorn as
 ``benchmarks.asgi_site:wsgi_application``; Redis comes from
-``RCOORD_BENCH_REDIS_URL``. Every view holds its lock or permit for
+``RCOORD_BENCH_REDIS_URL``, its keys' prefix from ``RCOORD_BENCH_KEY_PREFIX``
+(default ``rcoord``). Every view holds its lock or permit for
 ``RCOORD_BENCH_HOLD`` seconds (default 2 ms):
 
 - ``/locked/async/`` and ``/locked/sync/``: ``@locked("bench-hot", wait=60)``;
@@ -40,6 +41,7 @@ if not settings.configured:
         },
         RCOORD={
             "CONNECTION": "default",
+            "KEY_PREFIX": os.environ.get("RCOORD_BENCH_KEY_PREFIX", "rcoord"),
             "CONCURRENCY_LIMITS": [
                 {
                     "name": "bench-limited",

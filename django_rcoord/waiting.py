@@ -52,10 +52,24 @@ def _socket_timeout_cap(client: Any) -> float:
 
 @functools.lru_cache(maxsize=32)
 def _default_socket_timeout(connection_class: type) -> float | None:
-    parameter = inspect.signature(connection_class).parameters.get("socket_timeout")
-    if parameter is None or not isinstance(parameter.default, (int, float)):
-        return None
-    return float(parameter.default)
+    # The default may be a base class's that the class's __init__ reaches through **kwargs
+    # (redis-py 8's Connection: AbstractConnection's 5 s), which the class's signature hides.
+    for cls in connection_class.__mro__:
+        init = vars(cls).get("__init__")
+        if init is None:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters
+        except (TypeError, ValueError):
+            return None
+        parameter = parameters.get("socket_timeout")
+        if parameter is not None:
+            if not isinstance(parameter.default, (int, float)):
+                return None
+            return float(parameter.default)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            return None
+    return None
 
 
 def wait_for_signal(client: Any, key: str, seconds: float) -> bool:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import statistics
 import threading
 import time
@@ -26,6 +27,7 @@ from django_rcoord.locks import (
     release_lock,
 )
 from django_rcoord.scripts import run_script
+from django_rcoord.waiting import _socket_timeout_cap
 from tests import cluster
 from tests.procs import run_in_processes, start_process, wait_until
 
@@ -791,11 +793,35 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
         primary.stop()
 
 
-def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(redis_url: str) -> None:
+@pytest.mark.parametrize("transport", ["tcp", "unix"])
+def test_a_waiters_block_stays_under_the_socket_timeout_its_connections_get(
+    transport: str,
+) -> None:
+    """Whatever the installed redis-py gives a connection by default (5 s since redis-py 6:
+    on TCP a base class of its Connection sets it; none before), a sync waiter's single
+    BLPOP blocks less than that. A pool made from a URL (as django-redis makes its pools)
+    leaves the default out of its kwargs. Nothing connects."""
+    url = "unix:///nonexistent.sock" if transport == "unix" else "redis://127.0.0.1:1/0"
+    client = redis.Redis.from_url(url)
+    pool = client.connection_pool
+    socket_timeout = pool.connection_class(**pool.connection_kwargs).socket_timeout
+    cap = _socket_timeout_cap(client)
+    if socket_timeout:
+        assert cap < socket_timeout
+    else:
+        assert cap == math.inf
+
+
+@pytest.mark.parametrize("where", ["own", "inherited"])
+def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(
+    redis_url: str, where: str
+) -> None:
     """redis-py 6+ gives connections a 5 s socket timeout by default without putting it in
     the pool's kwargs: a waiter's BLPOP must stay under it, not fail with a TimeoutError
     (the @locked view answered 503 after 5 s of waiting). A connection class whose
-    default is 1 s shows it in 2.5 s."""
+    default is 1 s shows it in 2.5 s. ``inherited``: the default is a base class's that
+    the class's ``__init__`` reaches through ``**kwargs``, as redis-py 8's Connection
+    reaches AbstractConnection's (the class's own signature does not show it)."""
     if is_cluster(get_client()):
         pytest.skip("one server's connection class; the cluster's clients set socket_timeout")
     base = redis.ConnectionPool.from_url(redis_url).connection_class
@@ -804,7 +830,12 @@ def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(redis_url
         def __init__(self, *args: Any, socket_timeout: float | None = 1.0, **kwargs: Any):
             super().__init__(*args, socket_timeout=socket_timeout, **kwargs)
 
-    pool = redis.ConnectionPool.from_url(redis_url, connection_class=OneSecondDefault)
+    class PassesItOn(OneSecondDefault):
+        def __init__(self, **kwargs: Any):
+            super().__init__(**kwargs)
+
+    connection_class = OneSecondDefault if where == "own" else PassesItOn
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=connection_class)
     assert "socket_timeout" not in pool.connection_kwargs
     client = redis.Redis(connection_pool=pool)
     holder = Lock("default-timeout", timeout=10, client=client)

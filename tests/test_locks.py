@@ -65,8 +65,11 @@ def blocked_clients(key: str) -> int:
     return int(info["blocked_clients"])
 
 
-def wait_in_line(name: str, tag: str, hold: float) -> None:
-    """Wait for the lock, note the order it came in and the token, hold it, release."""
+def wait_in_line(name: str, tag: str, hold: float, go: str | None = None) -> None:
+    """Wait for the lock, note the order it came in and the token, hold it, release.
+    ``go``: a list to pop from first (the test says when to start asking)."""
+    if go is not None:
+        assert get_client().blpop([go], timeout=60) is not None
     lock = Lock(name, timeout=30, wait=60)
     assert lock.acquire()
     get_client().rpush("test:order", f"{tag}:{lock.token}")
@@ -300,7 +303,8 @@ def test_a_release_nobody_waits_for_pushes_no_wake_up() -> None:
     assert 700 < client.pttl(waiting) <= 1201
     lock.release()
     (handover,) = client.lrange(signal, 0, -1)
-    assert handover.startswith(f"{token + 1}:30000:".encode())
+    # Handed over under a grant lease of a second, until its waiter confirms it.
+    assert handover.startswith(f"{token + 1}:1000:".encode())
     newcomer = Lock("quiet-release", timeout=10, wait=0)
     assert newcomer.acquire()  # claimed: nobody is locked out until the TTL
     assert newcomer.token == token + 1
@@ -316,11 +320,20 @@ def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_
     holder = Lock("line", timeout=30, wait=0)
     assert holder.acquire()
     first_token = token_of(holder)
-    waiters = []
+    # A waiter asks again each second (protocol.RECHECK) and so rejoins Redis's line of
+    # blocked clients: the processes start first (slow on a busy machine) and are then told
+    # to ask one after the other, each once the previous one is blocked on the lock.
+    waiters = [
+        start_process(wait_in_line, "line", str(tag), 0.01, f"test:go:{tag}") for tag in range(4)
+    ]
     try:
+        wait_until(functools.partial(blocked_count_is, signal, 4))  # each on its go list
         for tag in range(4):
-            waiters.append(start_process(wait_in_line, "line", str(tag), 0.2))
-            wait_until(functools.partial(blocked_count_is, signal, tag + 1))
+            client.rpush(f"test:go:{tag}", 1)
+            # Popped its go list and blocked again: on the lock's signal list.
+            wait_until(
+                lambda: client.llen(f"test:go:{tag}") == 0 and blocked_count_is(signal, 4)  # noqa: B023
+            )
         holder.release()
         # Handed over to the first waiter: a newcomer finds it held, never free.
         assert Lock("line", wait=0).acquire() is False

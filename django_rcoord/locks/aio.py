@@ -54,6 +54,10 @@ class AsyncLock(LockBase):
                         lambda done: self._give_back_late_grant(done, client, identifier)
                     )
                     raise
+                except Exception:
+                    # The server may have granted it before the reply was lost.
+                    spawn(self._arelease_identifier(client, identifier))
+                    raise
                 if result > 0:
                     self._agranted(holder, identifier, result, client)
                     return True
@@ -73,10 +77,9 @@ class AsyncLock(LockBase):
                 token = await waiting.take(block)
                 grant = None if token is None else protocol.handover(token)
                 if grant is not None:
-                    grant_identifier, fencing_token, ttl_ms = grant
+                    grant_identifier, fencing_token, _lease_ms = grant
                     self._agranted(holder, grant_identifier, fencing_token, client)
-                    if ttl_ms != self._ttl_ms:
-                        await self._aextend_handover(client, holder, grant_identifier)
+                    await self._aconfirm_handover(client, holder, grant_identifier)
                     if holder in self._holds:
                         return True
                 woken = token is not None
@@ -106,9 +109,9 @@ class AsyncLock(LockBase):
             raise self._not_replicated(acknowledged)
         return result
 
-    async def _aextend_handover(self, client: Any, holder: Any, identifier: str) -> None:
-        """A lock handed over with another TTL than this lock's gets this lock's; if it was
-        lost meanwhile, the caller goes on waiting."""
+    async def _aconfirm_handover(self, client: Any, holder: Any, identifier: str) -> None:
+        """A lock handed over is confirmed: extended from its grant lease to this lock's TTL;
+        if the grant lapsed meanwhile, the caller goes on waiting (and asks again)."""
         try:
             extended = await self._aextend_identifier(client, identifier, self._ttl_ms)
         except BaseException:

@@ -21,10 +21,22 @@ def ttl_ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+#: How long a release's hand-over holds the lock for its waiter until the waiter confirms it
+#: (extends it to its own TTL); ``lock_release.lua``'s GRANT_LEASE_MS. A waiter that took the
+#: hand-over and then stalled, died or lost the reply keeps the lock from the others this
+#: long, never for the lock's TTL.
+GRANT_LEASE = 1.0
+
+#: The longest a waiter blocks before it asks Redis again: a grant nobody confirmed ends
+#: within ``GRANT_LEASE`` and the next waiter to ask takes the lock, so a live waiter holds
+#: it within ``GRANT_LEASE + RECHECK`` of a holder's release or death, whatever the TTL.
+RECHECK = 1.0
+
+
 def block_ms(deadline: float, now: float) -> int:
-    """The acquire script's ARGV[3]: how long the caller may block if refused (0: it will
-    not wait, and raises no "someone waits" flag)."""
-    remaining = deadline - now
+    """The acquire script's ARGV[3]: how long the caller may block if refused, at most
+    ``RECHECK`` (0: it will not wait, and raises no "someone waits" flag)."""
+    remaining = min(deadline - now, RECHECK)
     return int(remaining * 1000) + 1 if remaining > 0 else 0
 
 
@@ -43,11 +55,13 @@ def holder_ttl(result: int) -> float | None:
 
 def wait_after_refusal(holder_ttl: float | None, deadline: float, now: float) -> float | None:
     """Seconds to block for a wake-up after a refused attempt, or None when out of time. A
-    waiter never blocks past the holder's TTL: a holder that died is replaced on time."""
+    waiter never blocks past the holder's TTL (a holder that died is replaced on time) nor
+    longer than ``RECHECK`` (a grant its waiter never confirmed is taken over on time)."""
     remaining = deadline - now
     if remaining <= 0:
         return None
-    return min(remaining, remaining if holder_ttl is None else holder_ttl)
+    block = min(remaining, RECHECK)
+    return block if holder_ttl is None else min(block, holder_ttl)
 
 
 #: A non-fair waiter that was woken and still lost the race (a newcomer, often the releaser,
@@ -64,8 +78,9 @@ def race_backoff(previous: float) -> float:
 
 
 def handover(token: bytes) -> tuple[str, int, int] | None:
-    """(identifier, fencing token, TTL ms) of a lock handed over by a release, or None for a
-    plain wake-up (``b"1"``)."""
+    """(identifier, fencing token, lease ms) of a lock handed over by a release, or None for
+    a plain wake-up (``b"1"``). The waiter holds it once it has extended it to its own TTL
+    (``lock_extend.lua``, with the identifier): a grant is confirmed, or it lapses."""
     fields = token.split(b":", 2)
     if len(fields) != 3:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from types import TracebackType
 from typing import Any, TypeVar
@@ -18,6 +19,8 @@ from django_rcoord.waiting import pop_signal
 
 _Held = TypeVar("_Held", bound="SyncLock")
 
+logger = logging.getLogger(__name__)
+
 
 class SyncLock(LockBase):
     @property
@@ -33,6 +36,19 @@ class SyncLock(LockBase):
         """
         holder, identifier, wait = self._start(wait)
         client = self.client
+        # Identifiers a grant may have been made to that the caller does not hold yet: given
+        # back if the caller raises (a reply cut after the server ran the call, an alarm, a
+        # KeyboardInterrupt), instead of holding the lock for nobody until its TTL.
+        pending = [identifier]
+        try:
+            return self._acquire_until(holder, client, identifier, wait, pending)
+        except BaseException:
+            self._give_back(client, pending)
+            raise
+
+    def _acquire_until(
+        self, holder: Any, client: Any, identifier: str, wait: float, pending: list[str]
+    ) -> bool:
         now = time.monotonic()
         deadline = now + wait
         woken = False
@@ -48,14 +64,26 @@ class SyncLock(LockBase):
             if block is None:
                 return False
             token = pop_signal(client, self._signal_key, block)
-            grant = None if token is None else self._take_handover(client, token)
-            if grant is not None:
-                self._granted(holder, *grant)
-                return True
+            handover = None if token is None else protocol.handover(token)
+            if handover is not None:
+                pending.append(handover[0])
+                if self._extend_identifier(client, handover[0], self._ttl_ms):
+                    self._granted(holder, handover[0], handover[1])
+                    return True
+                # The grant lapsed before this waiter confirmed it: ask again.
             woken = token is not None
             if woken and backoff:
                 time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
             now = time.monotonic()
+
+    def _give_back(self, client: Any, identifiers: list[str]) -> None:
+        """Release whatever of ``identifiers`` holds the lock (compare-and-release: one
+        that does not is left alone), as well as the connection allows."""
+        for identifier in identifiers:
+            try:
+                self._release_identifier(client, identifier)
+            except Exception as exc:  # noqa: BLE001 (the caller's own error is raised)
+                logger.warning("Could not give back lock %r: %s", self.name, exc)
 
     def _try_acquire(self, client: Any, identifier: str, block_ms: int, woken: bool = False) -> int:
         """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms.
@@ -74,18 +102,6 @@ class SyncLock(LockBase):
             self._release_identifier(client, identifier)
             raise self._not_replicated(acknowledged)
         return result
-
-    def _take_handover(self, client: Any, token: bytes) -> tuple[str, int] | None:
-        """(identifier, fencing token) of the lock a release handed to this waiter, or None
-        for a plain wake-up. A hand-over made with another TTL than this lock's is extended
-        to this lock's (a second round trip, only then)."""
-        handover = protocol.handover(token)
-        if handover is None:
-            return None
-        identifier, fencing_token, ttl_ms = handover
-        if ttl_ms != self._ttl_ms and not self._extend_identifier(client, identifier, self._ttl_ms):
-            return None
-        return identifier, fencing_token
 
     def _granted(self, holder: Any, identifier: str, token: int) -> Hold:
         hold = self._holds.add(holder, identifier, token)

@@ -1,7 +1,8 @@
 -- Take a lock if it is free, or claim a hand-over no waiter took, and hand out its next
 -- fencing token. A caller that is refused and will wait raises the "someone waits" flag, so
 -- that releases hand the lock over or wake a waiter (lock_release.lua) instead of just
--- deleting it.
+-- deleting it. A call retried with the caller's identifier (its reply was lost) answers the
+-- lock the caller already holds.
 -- KEYS[1]  owner key (STRING: the holder's identifier, with a TTL)
 -- KEYS[2]  fence key (STRING counter: the last fencing token granted for this name)
 -- KEYS[3]  signal key (LIST: at most one wake-up, a hand-over "<token>:<ttl ms>:<identifier>"
@@ -13,8 +14,10 @@
 -- ARGV[2]  lock TTL in milliseconds
 -- ARGV[3]  how long the caller may block for a wake-up if refused, ms (0: it will not wait)
 -- ARGV[4]  1 when the caller asks because a plain wake-up woke it, else 0
--- Returns  the fencing token (> 0) when the lock was taken;
+-- Returns  the fencing token (> 0) when the lock was taken (or was already the caller's);
 --          otherwise minus the holder's remaining TTL in milliseconds (<= 0; 0 when it has none).
+
+--! include _fence
 
 -- The plain wake-up the flag says is out was answered (its waiter asks now) or is gone (the
 -- list was cleared): the next release wakes a waiter again.
@@ -35,14 +38,25 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if redis.call('DEL', KEYS[3]) == 1 then
         wake_up_answered()
     end
-    return redis.call('INCR', KEYS[2])
+    return next_fencing_token(KEYS[2], ARGV[2])
+end
+
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+    -- The caller's own grant, asked for again (a reply lost on the way and the call resent).
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    local token = redis.call('GET', KEYS[2])
+    if token then
+        return tonumber(token)
+    end
+    return next_fencing_token(KEYS[2], ARGV[2])
 end
 
 -- A hand-over nobody took (its waiter gave up, or is between two waits) goes to this caller.
 local handover = redis.call('LINDEX', KEYS[3], 0)
 if handover then
     local token, identifier = string.match(handover, '^(%d+):%d+:(.+)$')
-    if identifier and identifier == redis.call('GET', KEYS[1]) then
+    if identifier and identifier == holder then
         redis.call('DEL', KEYS[3])
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
         return tonumber(token)

@@ -7,15 +7,22 @@
 --          its value: until when, in server ms, a plain wake-up is out whose waiter has not
 --          asked yet; 1: none is)
 -- ARGV[1]  identifier of the caller
--- ARGV[2]  lock TTL in milliseconds (of a hand-over, and the lifetime of an untaken wake-up)
+-- ARGV[2]  lock TTL in milliseconds (the fence counter's lifetime is counted from it; a
+--          hand-over and an untaken wake-up live no longer)
 -- ARGV[3]  1: hand the lock over to the waiter who pops the wake-up; 0: free it and wake one
 --          (non-fair locks; and fair ones whose grants replicas must acknowledge)
 -- Returns  1 when released, 0 when the caller no longer held the lock (nothing is changed).
+
+--! include _fence
 
 -- How long a plain wake-up counts as out before its waiter asks (at most; no longer than the
 -- wake-up itself lives): a woken waiter pauses 32 ms at most (protocol.RACE_BACKOFF_MAX), and
 -- one that died meanwhile holds the others up no longer than this.
 local WAKE_UP_OUT_MS = 1000
+-- How long a hand-over holds the lock for the waiter it goes to before that waiter confirms
+-- it (protocol.GRANT_LEASE): a waiter that popped it and then stalled, died or lost the
+-- reply keeps the others out this long, not for the lock's whole TTL.
+local GRANT_LEASE_MS = 1000
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
@@ -29,13 +36,18 @@ end
 if ARGV[3] == '1' then
     -- The hand-over goes to the waiter blocked longest (Redis serves BLPOP first come, first
     -- served). The lock is never free in between, so a newcomer cannot barge in: the
-    -- waiter holds it as "<token>:<ttl>:<identifier>" says, without asking again.
-    local token = redis.call('INCR', KEYS[2])
+    -- waiter holds it as "<token>:<lease>:<identifier>" says once it extends it to its own TTL
+    -- (a confirmation: a grant nobody confirms ends with its lease, and the next waiter to
+    -- ask takes the lock).
+    local token = string.format('%d', next_fencing_token(KEYS[2], ARGV[2]))
     -- Only the releaser could derive it, and it is unique per grant.
     local identifier = redis.sha1hex(ARGV[1] .. ':' .. token)
-    redis.call('SET', KEYS[1], identifier, 'PX', ARGV[2])
+    local lease = math.min(GRANT_LEASE_MS, tonumber(ARGV[2]))
+    redis.call('SET', KEYS[1], identifier, 'PX', lease)
     redis.call('DEL', KEYS[3])
-    redis.call('RPUSH', KEYS[3], token .. ':' .. ARGV[2] .. ':' .. identifier)
+    redis.call('RPUSH', KEYS[3], token .. ':' .. lease .. ':' .. identifier)
+    -- An untaken hand-over ends with its lease (a newcomer may claim it until then).
+    redis.call('PEXPIRE', KEYS[3], lease)
     if waiting ~= '1' then
         -- The next non-fair release wakes a waiter: a plain wake-up on the list is replaced.
         redis.call('SET', KEYS[4], 1, 'KEEPTTL')
@@ -54,7 +66,6 @@ else
     redis.call('DEL', KEYS[3])
     redis.call('RPUSH', KEYS[3], 1)
     redis.call('SET', KEYS[4], now + math.min(WAKE_UP_OUT_MS, tonumber(ARGV[2])), 'KEEPTTL')
+    redis.call('PEXPIRE', KEYS[3], ARGV[2])
 end
--- An untaken wake-up ends with the hand-over it carries.
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return 1

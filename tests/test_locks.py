@@ -604,10 +604,14 @@ def test_a_woken_non_fair_waiter_that_never_asks_holds_the_others_up_a_second_at
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="reads one server's command statistics")
-def test_non_fair_processes_wake_a_waiter_far_less_than_once_per_release() -> None:
-    """Four processes in a tight loop on one non-fair lock: exclusive, no waiter ever waits
-    long (the holder's TTL is a minute, so a lost wake-up would show), and a release wakes
-    a waiter only when none woken earlier is still to ask: not once per release."""
+def test_non_fair_processes_in_a_tight_loop_lose_no_wake_up() -> None:
+    """Four processes in a tight loop on one non-fair lock: exclusive, and no waiter ever
+    waits long (the holder's TTL is a minute, so a lost wake-up would show). That a release
+    wakes nobody while a waiter woken earlier has not asked is shown step by step, on what the
+    server holds, by test_a_non_fair_release_wakes_nobody_more_until_the_woken_waiter_asks;
+    how many wake-ups a section costs depends on how the processes are scheduled (it rises
+    on a busy machine, where holders are descheduled mid-section), so it is measured by the
+    benchmarks (``python -m benchmarks --only locks``) and only printed here."""
     client = get_client()
 
     def calls(command: str) -> int:
@@ -620,8 +624,7 @@ def test_non_fair_processes_wake_a_waiter_far_less_than_once_per_release() -> No
     assert int(client.get(COUNTER)) == sections
     assert all(done > 0 for done, _ in results)
     assert max(longest for _, longest in results) < 10
-    # Before, while the others waited, each release pushed one: about one per section.
-    assert pushed < sections / 4, (pushed, sections)
+    print(f"\nnon-fair, four processes: {pushed / sections:.2f} wake-ups a section")
 
 
 async def test_a_non_fair_async_waiter_is_woken_while_the_releaser_keeps_coming_back() -> None:

@@ -41,6 +41,12 @@ logger = logging.getLogger(__name__)
 #: Seconds after a task's time limit before its process is killed: time for the task to
 #: end on its own once ``TaskTimeLimitExceeded`` was raised in it.
 HARD_LIMIT_GRACE = 1.0
+#: Seconds a child may take to start (a fresh interpreter sets Django up) and begin a task
+#: before it is killed. A task's time limit counts from when it began in the child, not
+#: from when it was sent: a slow start on a busy machine is not the task's time.
+CHILD_START_LIMIT = 120.0
+#: What the child sends when it begins a task, before the task's outcome.
+_BEGUN = "begun"
 
 
 class ProcessTaskRunner:
@@ -85,12 +91,21 @@ class ProcessTaskRunner:
             with self._guard:
                 self._running, self._stopped = job.id, False
             connection.send(job)
-            answered = connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE)
+            begun = connection.poll(CHILD_START_LIMIT)
+            if begun:
+                connection.recv()  # _BEGUN: the time limit counts from now
+            answered = begun and connection.poll(
+                None if limit is None else limit + HARD_LIMIT_GRACE
+            )
             if answered:
                 kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
                 outcome = Outcome(
                     kind, name, error, error_class, delay_ms, value, follow_up=follow_up
                 )
+            elif not begun:
+                why = f"its process did not begin it within {CHILD_START_LIMIT:g} s"
+                self._kill(f"task {job.id}: {why}")
+                outcome = _failed(job, options, ChildProcessError, why)
             else:
                 self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
                 outcome = _failed(
@@ -193,6 +208,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
                 return
             if job is None:
                 return
+            connection.send(_BEGUN)
             outcome = runner.run(job).outcome
             connection.send(
                 (

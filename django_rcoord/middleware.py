@@ -3,7 +3,9 @@
 Rules come from ``RCOORD["CONCURRENCY_LIMITS"]``. A request covered by a rule
 takes a permit of a fair ``Semaphore`` before the view runs and holds it until
 the response is finished (for a streaming response, until its last chunk or
-until the server closes it), refreshed while it runs. A request that gets no
+until the server closes it), refreshed while it runs, for at most the rule's
+``max_hold`` seconds when it has one (a client that never reads the body then
+holds its permit no longer). A request that gets no
 permit within the rule's ``wait`` gets a 503 with ``Retry-After``.
 """
 
@@ -93,7 +95,7 @@ class ConcurrencyLimitMiddleware:
             )
         if identifier is None:
             return self._too_busy(request)
-        return _Permit(semaphore, identifier, semaphore.keep(identifier))
+        return _Permit(semaphore, identifier, semaphore.keep(identifier, max_hold=rule.max_hold))
 
     async def _aacquire(
         self, rule: ConcurrencyRule, request: HttpRequest
@@ -109,7 +111,8 @@ class ConcurrencyLimitMiddleware:
             )
         if identifier is None:
             return self._too_busy(request)
-        return _Permit(semaphore, identifier, semaphore.akeep(identifier), is_async=True)
+        renewal = semaphore.akeep(identifier, max_hold=rule.max_hold)
+        return _Permit(semaphore, identifier, renewal, is_async=True)
 
     def _too_busy(self, request: HttpRequest) -> HttpResponse:
         return error_response(
@@ -124,13 +127,19 @@ class ConcurrencyLimitMiddleware:
         self, request: HttpRequest, rules: list[ConcurrencyRule]
     ) -> list[_Permit] | HttpResponse:
         permits: list[_Permit] = []
-        for rule in rules:
-            outcome = self._acquire(rule, request)
-            if isinstance(outcome, HttpResponse):
-                _release(permits)
-                return outcome
-            if outcome is not None:
-                permits.append(outcome)
+        try:
+            for rule in rules:
+                outcome = self._acquire(rule, request)
+                if isinstance(outcome, HttpResponse):
+                    _release(permits)
+                    return outcome
+                if outcome is not None:
+                    permits.append(outcome)
+        except BaseException:
+            # A later rule's step raised (a user look-up with the database down, an auth
+            # backend's error): the permits already taken go back now, not at the lease's end.
+            _release(permits)
+            raise
         return permits
 
     async def _aacquire_all(
@@ -147,6 +156,9 @@ class ConcurrencyLimitMiddleware:
                     permits.append(outcome)
         except asyncio.CancelledError:
             spawn(_arelease(permits))
+            raise
+        except BaseException:
+            await _arelease(permits)
             raise
         return permits
 

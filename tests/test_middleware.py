@@ -8,11 +8,12 @@ import time
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.test import Client, override_settings
 
 from django_rcoord.semaphores import Semaphore
 from tests import views
-from tests.procs import close_thread_connections
+from tests.procs import close_thread_connections, wait_until
 
 MIDDLEWARE = [*settings.MIDDLEWARE, "django_rcoord.middleware.ConcurrencyLimitMiddleware"]
 
@@ -238,3 +239,71 @@ async def test_async_fail_open_with_redis_down(
             "django_rcoord/errors/503.html",
             "django_rcoord/errors/base.html",
         ]
+
+
+class UnreachableUserBackend(ModelBackend):
+    """An auth backend whose user look-up fails (the database down while the session's user
+    loads): the request's user raises when the middleware's "user" rule reads it."""
+
+    def get_user(self, user_id: object) -> None:
+        raise RuntimeError("the users' database is down")
+
+    async def aget_user(self, user_id: object) -> None:
+        raise RuntimeError("the users' database is down")
+
+
+RAISING_USER = override_settings(AUTHENTICATION_BACKENDS=[f"{__name__}.UnreachableUserBackend"])
+GLOBAL_THEN_USER = (
+    {"name": "site", "path": "^/limited/", "limit": 3, "timeout": 0.6},
+    {"name": "per-user", "path": "^/limited/", "limit": 1, "timeout": 0.6, "scope": "user"},
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@RAISING_USER
+@limits(*GLOBAL_THEN_USER)
+def test_a_user_rule_whose_look_up_raises_gives_back_the_permits_taken_before(
+    django_user_model,
+) -> None:
+    """The global rule's permit was taken, then the user rule's look-up raised: the permit
+    goes back with the error (before, it stayed held and refreshed for the process's life)."""
+    user = django_user_model.objects.create_user("ada", password="pw")
+    client = Client(raise_request_exception=False)
+    client.force_login(user, backend=f"{__name__}.UnreachableUserBackend")
+    for _ in range(5):  # more than the global limit: each would have kept one
+        assert client.get("/limited/slow/", {"sleep": 0}).status_code == 500
+    assert Semaphore("site", 3).holders() == 0
+    assert Client().get("/limited/slow/", {"sleep": 0}).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@RAISING_USER
+@limits(*GLOBAL_THEN_USER)
+async def test_async_a_user_rule_whose_look_up_raises_gives_back_the_permits_taken_before(
+    django_user_model, async_client
+) -> None:
+    user = await django_user_model.objects.acreate_user("bob", password="pw")
+    await async_client.aforce_login(user, backend=f"{__name__}.UnreachableUserBackend")
+    async_client.raise_request_exception = False
+    for _ in range(5):
+        response = await async_client.get("/limited/slow-async/")
+        assert response.status_code == 500
+    assert await Semaphore("site", 3).aholders() == 0
+
+
+@limits(
+    {"name": "stream", "path": "^/limited/streaming", "limit": 1, "timeout": 0.3, "max_hold": 0.3}
+)
+def test_a_permit_is_refreshed_no_longer_than_its_max_hold(client) -> None:
+    """A client that reads only the start of a streaming body keeps its permit refreshed
+    while the body is pending; ``max_hold`` caps that: past it the permit is no longer
+    refreshed and its lease ends (the server's clock decides), body read or not."""
+    response = client.get("/limited/streaming/")
+    chunks = iter(response.streaming_content)
+    assert next(chunks) == b"chunk 0\n"
+    semaphore = Semaphore("stream", 1)
+    assert semaphore.holders() == 1
+    # Refreshed every 0.1 s until 0.3 s, then its last lease (0.3 s) runs out.
+    wait_until(lambda: semaphore.holders() == 0, timeout=10)
+    assert client.get("/limited/streaming/").status_code == 200
+    assert list(chunks) == [b"chunk 1\n", b"chunk 2\n"]  # the slow reader still gets its body

@@ -20,7 +20,17 @@ from django_rcoord.identity import client_ip, requester
 from django_rcoord.semaphores.semaphore import Semaphore
 from django_rcoord.validation import is_number, is_positive_int
 
-RULE_KEYS = {"name", "path", "url_names", "limit", "timeout", "wait", "scope", "fail_open"}
+RULE_KEYS = {
+    "name",
+    "path",
+    "url_names",
+    "limit",
+    "timeout",
+    "wait",
+    "scope",
+    "fail_open",
+    "max_hold",
+}
 SCOPES = ("global", "user", "ip")
 
 
@@ -34,6 +44,7 @@ class ConcurrencyRule:
     wait: float
     scope: str
     fail_open: bool
+    max_hold: float | None = None
 
     def covers(self, request: HttpRequest, view_names: Sequence[str]) -> bool:
         if self.path is not None and self.path.search(request.path_info):
@@ -100,6 +111,9 @@ def rule_problems(raw: object) -> list[tuple[str, str]]:
             problems.append(("rcoord.E010", f"{where}: 'wait' must be a number >= 0"))
         if rule.get("scope", "global") not in SCOPES:
             problems.append(("rcoord.E010", f"{where}: 'scope' must be one of {SCOPES}"))
+        max_hold = rule.get("max_hold")
+        if max_hold is not None and (not is_number(max_hold) or not max_hold > 0):
+            problems.append(("rcoord.E010", f"{where}: 'max_hold' must be a positive number"))
         if not isinstance(rule.get("fail_open", True), bool):
             problems.append(("rcoord.E010", f"{where}: 'fail_open' must be True or False"))
     return problems
@@ -122,6 +136,7 @@ def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:
             wait=float(rule.get("wait", 0)),
             scope=rule.get("scope", "global"),
             fail_open=rule.get("fail_open", True),
+            max_hold=float(rule["max_hold"]) if rule.get("max_hold") is not None else None,
         )
         for rule in raw
     )

@@ -185,18 +185,31 @@ class Semaphore:
             )
         )
 
-    def keep(self, identifier: str) -> Renewal:
+    def keep(self, identifier: str, *, max_hold: float | None = None) -> Renewal:
         """Refresh a held permit every third of its lease, on the process's renewer, until
         the returned renewal is cancelled or the permit is found lapsed. For holders that
-        may outlive a lease (the concurrency-limit middleware's requests)."""
+        may outlive a lease (the concurrency-limit middleware's requests). ``max_hold``:
+        seconds after which it is no longer refreshed (the permit then ends within its
+        lease), whatever its holder is doing."""
+        until = None if max_hold is None else time.monotonic() + max_hold
 
         def refresh() -> bool:
+            if until is not None and time.monotonic() >= until:
+                return self._held_too_long(max_hold)
             if self.refresh(identifier):
                 return True
             logger.warning("Permit of semaphore %r lapsed while held", self.name)
             return False
 
         return keep_alive(self.timeout / 3, refresh, f"refreshing a permit of {self.name!r}")
+
+    def _held_too_long(self, max_hold: float | None) -> bool:
+        logger.warning(
+            "Permit of semaphore %r held past its max_hold of %ss: no longer refreshed",
+            self.name,
+            max_hold,
+        )
+        return False
 
     def holders(self) -> int:
         """How many permits are held now (expired leases not counted)."""
@@ -307,10 +320,13 @@ class Semaphore:
             )
         )
 
-    def akeep(self, identifier: str) -> Renewal:
+    def akeep(self, identifier: str, *, max_hold: float | None = None) -> Renewal:
         """``keep`` for async code: refreshed on the running event loop."""
+        until = None if max_hold is None else time.monotonic() + max_hold
 
         async def refresh() -> bool:
+            if until is not None and time.monotonic() >= until:
+                return self._held_too_long(max_hold)
             if await self.arefresh(identifier):
                 return True
             logger.warning("Permit of semaphore %r lapsed while held", self.name)

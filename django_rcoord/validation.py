@@ -21,6 +21,18 @@ def is_positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def parse_int_in(raw: str, low: int, high: int) -> int | None:
+    """The int ``raw`` spells in ASCII digits if it lies from ``low`` to ``high``, else None.
+    Its length is checked before ``int()`` reads it: a number thousands of digits long from
+    a query string is refused, never converted (Python refuses over 4,300 digits with a
+    ValueError, and spends time on fewer)."""
+    digits = raw.lstrip("0") or "0"  # int() counts leading zeros against its limit too
+    if not raw.isascii() or not raw.isdigit() or len(digits) > len(str(high)):
+        return None
+    value = int(digits)
+    return value if low <= value <= high else None
+
+
 #: Most items one script call may move: a call's work (and Redis's pause while it runs)
 #: stays bounded, and Lua's unpack() stays far below its limit (about 8,000 values).
 MAX_BATCH = 1000

@@ -16,6 +16,7 @@ from django_rcoord.autocomplete import MAX_LIMIT, autocomplete_page, is_guild_me
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import encode_name
+from django_rcoord.validation import parse_int_in
 
 #: Longest query accepted, in characters.
 MAX_QUERY_LENGTH = 100
@@ -51,8 +52,8 @@ def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
         return _private(_bad_request(f"q must be at most {MAX_QUERY_LENGTH} characters"))
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
         return _private(_bad_request("q must not hold control characters"))
-    raw_limit = request.GET.get("limit", str(conf.AUTOCOMPLETE_LIMIT))
-    if not raw_limit.isascii() or not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    limit = parse_int_in(request.GET.get("limit", str(conf.AUTOCOMPLETE_LIMIT)), 1, MAX_LIMIT)
+    if limit is None:
         return _private(_bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}"))
     permission = import_string(conf.AUTOCOMPLETE_PERMISSION)
     if not permission(request, guild):
@@ -63,7 +64,7 @@ def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
         )
     try:
         results, cursor = autocomplete_page(
-            guild, query, int(raw_limit), after=request.GET.get("after") or None
+            guild, query, limit, after=request.GET.get("after") or None
         )
     except ValueError as exc:  # a malformed cursor, or one from another query
         return _private(_bad_request(f"after: {exc}"))

@@ -105,3 +105,15 @@ def test_fuzzed_queries_never_give_a_500(client, member, query, limit, after) ->
     response = client.get(URL.format("knights"), params)
     assert response.status_code in (200, 400), response.content
     assert response["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize("limit", ["9" * 5000, "0" * 5000 + "5", "1" + "0" * 30])
+def test_a_number_thousands_of_digits_long_is_a_400_for_anyone(client, limit) -> None:
+    """Read with a bound before int() (which refuses over 4,300 digits with a ValueError):
+    a 400, never a 500, for an anonymous client too."""
+    response = client.get(URL.format("knights"), {"q": "E", "limit": limit})
+    if limit.lstrip("0") == "5":  # leading zeros spell a small number: a fine limit
+        assert response.status_code in (200, 403)
+    else:
+        assert response.status_code == 400
+        assert response.json()["error"] == "bad_request"

@@ -160,6 +160,14 @@ def test_dead_letters_are_paged_with_their_tracebacks(client, staff) -> None:
     assert len(second.context["letters"]) == 5
     assert client.get(url + "?page=nope").context["page"] == 1
     assert client.get(url + "?page=99").context["page"] == 2
+    # A page number thousands of digits long is read with a bound, not by int(): no 500.
+    huge = client.get(url, {"page": "9" * 5000})
+    assert huge.status_code == 200
+    assert huge.context["page"] == 1
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    back = client.post(action, {"action": "requeue", "page": "9" * 5000})
+    assert back.status_code == 302
+    assert "page=" not in back["Location"]
 
 
 def test_requeue_and_delete_one_or_all_are_logged_with_the_user(client, staff, caplog) -> None:

@@ -47,11 +47,14 @@ from django_rcoord.queues.records import (
 )
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import semaphore_status
+from django_rcoord.validation import parse_int_in
 
 logger = logging.getLogger(__name__)
 
 #: Dead letters shown per page.
 DEAD_PER_PAGE = 25
+#: The largest page number read from a request (a page past the last shows the last).
+MAX_PAGE = 10**9
 #: Chart size (px) of the finished-per-minute bars: 60 bars of 2 px with 1 px gaps.
 CHART_WIDTH, CHART_HEIGHT = 180, 28
 
@@ -154,9 +157,7 @@ def dead(request: HttpRequest, queue: str) -> HttpResponse:
     keys = _queue(queue)
     total = queue_stats(keys.name)["dead"]
     pages = max(1, math.ceil(total / DEAD_PER_PAGE))
-    raw_page = request.GET.get("page", "1")
-    page = int(raw_page) if raw_page.isascii() and raw_page.isdigit() else 1
-    page = min(max(page, 1), pages)
+    page = min(parse_int_in(request.GET.get("page", "1"), 1, MAX_PAGE) or 1, pages)
     letters = dead_letters(keys.name, limit=DEAD_PER_PAGE, offset=(page - 1) * DEAD_PER_PAGE)
     return TemplateResponse(
         request,
@@ -200,8 +201,8 @@ def dead_action(request: HttpRequest, queue: str) -> HttpResponse:
     )
     _message(request, f"{'Requeued' if action == 'requeue' else 'Deleted'} {count} dead letter(s).")
     back = reverse("rcoord:dashboard-dead", args=[keys.name])
-    page = request.POST.get("page", "")
-    if page.isascii() and page.isdigit():
+    page = parse_int_in(request.POST.get("page", ""), 1, MAX_PAGE)
+    if page is not None:
         back += f"?page={page}"
     return redirect(back)
 

@@ -52,13 +52,39 @@ def _check_fail_open(fail_open: object, decorator: str) -> None:
         raise ImproperlyConfigured(f"{decorator}: fail_open must be True or False.")
 
 
+def _escape_key_value(text: str) -> str:
+    """A value filled into a key template, with ``%`` and ``:`` escaped: a URL argument or
+    a user's field cannot spell the separators of the template around it (a user named
+    ``ip`` asking for item ``127.0.0.1:x`` of ``"dl:{user.username}:{item_id}"`` would
+    otherwise share an anonymous visitor's key). Values without either are unchanged."""
+    return text.replace("%", "%25").replace(":", "%3A")
+
+
+class _SignedInUser:
+    """``user`` in a key template when someone is signed in: ``{user}`` is ``user:<pk>``
+    (the middleware's "user" scope's name; never the username, which anyone may choose to
+    read like another key's), and every attribute is the user's own (``{user.pk}``)."""
+
+    def __init__(self, user: Any, requester: str) -> None:
+        self._user = user
+        self._requester = requester
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._user, name)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._user[key]
+
+
 class _AnonymousUser:
     """``user`` in a key template when nobody is signed in: every ``{user...}`` field is
     ``ip:<client address>``, so anonymous clients are keyed apart, as the middleware's
     "user" scope keys them, instead of sharing one ``None`` key."""
 
     def __init__(self, requester: str) -> None:
-        self.requester = requester
+        self._requester = requester
 
     def __getattr__(self, name: str) -> _AnonymousUser:
         if name.startswith("__"):
@@ -68,11 +94,24 @@ class _AnonymousUser:
     def __getitem__(self, key: object) -> _AnonymousUser:
         return self
 
-    def __format__(self, spec: str) -> str:
-        return format(self.requester, spec)
 
-    def __str__(self) -> str:  # "{user!s}"
-        return self.requester
+class _KeyFormatter(string.Formatter):
+    """``str.format`` for key templates: each value filled in is escaped
+    (``_escape_key_value``), except the requester that ``{user}`` stands for (``user:<pk>``
+    or ``ip:<address>``, whose one ``:`` is the project's own), whatever its conversion."""
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if isinstance(value, (_SignedInUser, _AnonymousUser)):
+            return value
+        return super().convert_field(value, conversion)
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if isinstance(value, (_SignedInUser, _AnonymousUser)):
+            return format(value._requester, format_spec)
+        return _escape_key_value(format(value, format_spec))
+
+
+_key_formatter = _KeyFormatter()
 
 
 class _KeyFunction:
@@ -108,10 +147,14 @@ class _KeyFunction:
         """The name (or, from an async callable, an awaitable of it)."""
         if callable(self.key):
             return self.key(request, *args, **kwargs)
-        if self.uses_user and not is_signed_in(user):
-            user = _AnonymousUser(requester(request, user))
+        if self.uses_user:
+            who = requester(request, user)
+            if is_signed_in(user):
+                user = _SignedInUser(user, who)
+            else:
+                user = _AnonymousUser(f"ip:{_escape_key_value(who.removeprefix('ip:'))}")
         try:
-            return self.key.format(*args, **{"user": user, **kwargs})
+            return _key_formatter.vformat(self.key, args, {"user": user, **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:
             raise ImproperlyConfigured(
                 f"{self.decorator} key {self.key!r} on view {self.view_name} names {exc}, which "

@@ -18,6 +18,7 @@ from django.http import HttpResponse
 from django.test import Client, override_settings
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from django_rcoord.connection import get_client
 from django_rcoord.decorators import locked, rate_limited
 from django_rcoord.locks import Lock
 from django_rcoord.responses import error_response
@@ -594,3 +595,21 @@ def test_locked_takes_a_non_fair_lock_when_asked(client) -> None:
     second = client.get("/counter/visits/").json()
     assert first["fair"] is False
     assert second["token"] > first["token"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("prefix", ["dl", "dl-by-username"])
+def test_a_user_cannot_spell_another_clients_key(prefix: str, django_user_model) -> None:
+    """A user named ``ip`` asks for item ``127.0.0.1:victim-item`` of ``"dl:{user}:{item_id}"``
+    (or ``{user.username}``): before, both filled in to the anonymous visitor's key for item
+    ``victim-item`` (``dl:ip:127.0.0.1:victim-item``) and spent its limit. Each value is
+    escaped, and ``{user}`` is ``user:<pk>`` for a signed-in user."""
+    sneaky = Client()
+    sneaky.force_login(django_user_model.objects.create_user("ip", password="pw"))
+    assert sneaky.get(f"/{prefix}/127.0.0.1:victim-item/").status_code == 200
+    assert sneaky.get(f"/{prefix}/127.0.0.1:victim-item/").status_code == 429  # its own limit
+    visitor = Client(REMOTE_ADDR="127.0.0.1")
+    assert visitor.get(f"/{prefix}/victim-item/").status_code == 200
+    assert visitor.get(f"/{prefix}/victim-item/").status_code == 429
+    keys = list(get_client().scan_iter(match="*ratelimit*"))
+    assert len(keys) == 2, keys  # one each

@@ -30,6 +30,8 @@ urlpatterns = [
     path("purchase-fail-open/<int:item_id>/", views.purchase_fail_open),
     path("async-purchase-fail-open/<int:item_id>/", views.async_purchase_fail_open),
     path("download-strict/", views.download_strict),
+    path("dl/<str:item_id>/", views.download_item),
+    path("dl-by-username/<str:item_id>/", views.download_item_by_username),
     path("download-strict-async/", views.download_strict_async),
     path("outlive/", views.outlive),
     path("outlive-async/", views.outlive_async),

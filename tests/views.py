@@ -110,6 +110,16 @@ async def download_strict_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse("file")
 
 
+@rate_limited("dl:{user}:{item_id}", limit=1, seconds=60)
+def download_item(request: HttpRequest, item_id: str) -> HttpResponse:
+    return HttpResponse(f"item {item_id}")
+
+
+@rate_limited("dl:{user.username}:{item_id}", limit=1, seconds=60)
+def download_item_by_username(request: HttpRequest, item_id: str) -> HttpResponse:
+    return HttpResponse(f"item {item_id}")
+
+
 #: Called inside the views below, while they hold their lock (a test sets it).
 while_locked: list = []
 

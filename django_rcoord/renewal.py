@@ -9,7 +9,8 @@ and none while nothing is due: no thread per lease, no task per lease.
 
 A job returns the seconds until it is due again, or None when it is done (its
 lease is lost or no longer needed). A job that raises is logged and tried again
-after its ``retry`` delay.
+after its ``retry`` delay; one that raises past ``Exception`` is logged and
+stopped, and every other job goes on.
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ class _Renewer:
             except Exception:
                 logger.exception("%s failed; trying again in %ss", renewal.name, renewal.retry)
                 delay = renewal.retry
+            except BaseException:
+                # Past Exception (a SystemExit, a stray KeyboardInterrupt): that job ends,
+                # and the thread goes on with every other renewal of the process.
+                logger.exception("%s raised past Exception; it is stopped", renewal.name)
+                delay = None
             with self._lock:
                 renewal.running = False
                 self._changed.notify_all()  # a cancel() may wait for this run
@@ -267,6 +273,10 @@ class _LoopRenewer:
         except Exception:
             logger.exception("%s failed; trying again in %ss", renewal.name, renewal.retry)
             delay = renewal.retry
+        except BaseException:
+            # That job ends; the loop and its other renewals go on.
+            logger.exception("%s raised past Exception; it is stopped", renewal.name)
+            delay = None
         finally:
             renewal.run = None
         wake_at, renewal.wake_at = renewal.wake_at, None

@@ -61,6 +61,60 @@ def test_a_job_that_returns_false_is_done_and_one_that_raises_is_tried_again() -
         renewal.cancel()
 
 
+class _PastException(BaseException):
+    """What a job might raise past ``Exception`` (SystemExit, a stray KeyboardInterrupt)."""
+
+
+def test_a_job_that_raises_past_exception_is_stopped_and_every_other_goes_on() -> None:
+    """Before, it ended the process's renewal thread: every lock and permit of the process
+    stopped renewing, and cancel() of the job hung."""
+    raised: list[int] = []
+    renewed: list[int] = []
+
+    def fatal() -> bool:
+        raised.append(1)
+        raise _PastException
+
+    def healthy() -> bool:
+        renewed.append(1)
+        return True
+
+    broken = keep_alive(0.02, fatal, "a job raising past Exception")
+    other = keep_alive(0.02, healthy, "a healthy lease")
+    try:
+        wait_until(lambda: raised == [1] and len(renewed) >= 5, timeout=10)
+        broken.cancel()  # returns: no run is left in flight
+        count = len(renewed)
+        wait_until(lambda: len(renewed) >= count + 3, timeout=10)  # still renewed
+        assert raised == [1]  # stopped, not tried again
+    finally:
+        other.cancel()
+
+
+def test_an_async_job_that_raises_past_exception_is_stopped_and_the_loop_goes_on() -> None:
+    async def main() -> None:
+        raised: list[int] = []
+        renewed: list[int] = []
+
+        async def fatal() -> bool:
+            raised.append(1)
+            raise SystemExit(3)  # in a task, asyncio lets it end the loop
+
+        async def healthy() -> bool:
+            renewed.append(1)
+            return True
+
+        broken = akeep_alive(0.02, fatal, "a job raising past Exception")
+        other = akeep_alive(0.02, healthy, "a healthy lease")
+        while len(renewed) < 5:
+            await asyncio.sleep(0.02)
+        assert raised == [1]
+        broken.cancel()
+        other.cancel()
+
+    asyncio.run(main())
+
+
 def test_cancel_waits_for_a_run_in_flight_and_nothing_runs_after() -> None:
     started, ran_after_cancel = threading.Event(), []
     cancelled = threading.Event()

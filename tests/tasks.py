@@ -300,3 +300,15 @@ def sleep_long(marker: str, seconds: float = 30) -> None:
     get_client().rpush("test:started", f"{marker}:{current_task_id()}:{os.getpid()}")
     time.sleep(seconds)
     get_client().rpush(RAN, marker)
+
+
+@task(queue="default", max_retries=0)
+def read_only_for(seconds: float, port: int) -> None:
+    """Turns the server into a replica of a primary that is not there (every write answers
+    READONLY) for ``seconds`` while it runs, then back into a primary."""
+    client = get_client()
+    client.replicaof("127.0.0.1", port)
+    try:
+        time.sleep(seconds)
+    finally:
+        client.replicaof("NO", "ONE")

@@ -188,3 +188,30 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
     # Redis 6.2 words it "-READONLY You can't write...", 7 and newer without the code.
     assert all("read only replica" in output for output in outputs)
     assert "poller: Redis error" in outputs[-1]  # it met READONLY too, and went on
+
+
+@single_server
+def test_the_keeper_waits_out_a_failing_give_back_with_backoff(
+    own_redis: EmbeddedRedis, tmp_path: Path
+) -> None:
+    """A long task runs with tasks taken behind it, and the server answers READONLY while
+    it runs: the keeper's give-back of those tasks fails, and is tried again after a backoff
+    (before: at once, every turn, thousands of tries and warnings a second). Nothing is
+    lost or run twice."""
+    client = own_redis.client()
+    log = tmp_path / "runs.log"
+    log.touch()
+    # One quick task first (after it, the worker takes several at once); then the read-only
+    # spell, first of the next batch (nothing run waits to be acknowledged), more behind it.
+    quick = [(tasks.record_run, (f"t{n}",), {}) for n in range(30)]
+    spell = (tasks.read_only_for, (2.0, free_port()), {})
+    enqueue_many([quick[0], spell, *quick[1:]], client=client)
+    env = {"RCOORD_TEST_REDIS_URL": own_redis.url, "RCOORD_TEST_RUN_LOG": str(log)}
+    worker = start_worker("--burst", env=env)
+    output = output_of(worker, 120)
+    assert worker.returncode == 0, output
+    failed_turns = output.count("lease keeper failed") + output.count("could not give back")
+    print(f"\nREADONLY for 2 s: the keeper failed {failed_turns} turn(s)")
+    # Backoff of 0.5 s, growing: a handful of turns in 2 s. Without it: thousands.
+    assert 1 <= failed_turns <= 20, output[-3000:]
+    assert collections.Counter(log.read_text().split()) == {f"t{n}": 1 for n in range(30)}

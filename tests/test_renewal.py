@@ -100,14 +100,17 @@ def test_an_async_job_that_raises_past_exception_is_stopped_and_the_loop_goes_on
             raised.append(1)
             raise SystemExit(3)  # in a task, asyncio lets it end the loop
 
+        five = asyncio.Event()
+
         async def healthy() -> bool:
             renewed.append(1)
+            if len(renewed) >= 5:
+                five.set()
             return True
 
         broken = akeep_alive(0.02, fatal, "a job raising past Exception")
         other = akeep_alive(0.02, healthy, "a healthy lease")
-        while len(renewed) < 5:
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(five.wait(), 10)
         assert raised == [1]
         broken.cancel()
         other.cancel()

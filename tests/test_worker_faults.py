@@ -31,6 +31,7 @@ from django_rcoord.queues import (
 )
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker import session as worker_module
+from django_rcoord.renewal import keep_alive, schedule
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
@@ -318,3 +319,39 @@ def test_a_failed_framework_task_is_logged_with_its_traceback(
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], ValueError)
     assert "tb went boom" in str(record.exc_info[1])
+
+
+def test_the_keeper_never_blocks_the_processs_other_renewals() -> None:
+    """While the worker's loop holds what the worker holds (an exchange retrying through a
+    Redis outage, up to a lease), the keeper's turn comes due on the process's renewer:
+    it must not wait there, or every auto-renewing lock and permit of the process stops
+    renewing meanwhile."""
+    worker = Worker(["default"], burst=True)
+    renewed: list[float] = []
+
+    def other_lease() -> bool:
+        renewed.append(time.monotonic())
+        return True
+
+    other = keep_alive(0.02, other_lease, "another lease of the process")
+    keeper = schedule(worker._keeper_turn, 0.0, "the worker's keeper", retry=1.0)
+    holding = threading.Event()
+    done = threading.Event()
+
+    def loop_holding_everything() -> None:
+        with worker._holding:  # as _next_job's exchange does while it retries
+            holding.set()
+            done.wait(10)
+
+    thread = threading.Thread(target=loop_holding_everything)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        before = len(renewed)
+        keeper.wake(0.0)  # due now, while the loop holds
+        wait_until(lambda: len(renewed) >= before + 10, timeout=10)
+    finally:
+        done.set()
+        thread.join(10)
+        keeper.cancel()
+        other.cancel()

@@ -46,6 +46,8 @@ ISOLATIONS = ("inline", "process")
 #: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
 #: ms, not a whole batch.
 ACK_AFTER_MS = 5.0
+#: Seconds before the keeper looks again when the worker's loop holds what the worker holds.
+KEEPER_BUSY_RETRY = 0.05
 
 
 class Worker:
@@ -298,7 +300,15 @@ class Worker:
                     exc,
                 )
             if self._batch:
-                self._give_back_held()
+                try:
+                    self._give_back_held()
+                except Exception as exc:  # noqa: BLE001
+                    logger.warning(
+                        "worker %s could not give back %d task(s) (%s); their leases will",
+                        self.id,
+                        len(self._batch),
+                        exc,
+                    )
             self._batch.clear()
             self._done = []
             self._running = None
@@ -319,8 +329,13 @@ class Worker:
         """The keeper's job on the renewer: do what is due, then say in how many seconds it
         has work again. An acknowledgement is tried once here (a lost reply is sent again,
         the same, by the next exchange); what it could not do stays due and is tried again
-        after a backoff, while the worker's loop meets the same error."""
-        with self._holding:
+        after a backoff, while the worker's loop meets the same error. While the loop holds
+        what the worker holds (an exchange retrying through a Redis outage), the keeper looks
+        again shortly instead of waiting for it: it runs on the process's renewer, which
+        must stay free for every other lock and permit of the process."""
+        if not self._holding.acquire(blocking=False):
+            return KEEPER_BUSY_RETRY
+        try:
             try:
                 self._keep()
                 self._keeper_failures, self._keeper_retry_at = 0, 0.0
@@ -333,6 +348,8 @@ class Worker:
                 self._keeper_retry_at = time.monotonic() + pause
             due = max(self._keeper_due(), self._keeper_retry_at)
             return max(0.0, due - time.monotonic())
+        finally:
+            self._holding.release()
 
     def _keeper_due(self) -> float:
         """When the keeper has work next (time.monotonic())."""
@@ -354,12 +371,18 @@ class Worker:
         now = time.monotonic()
         if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
             self._exchange_held(0, patience=0)
+        # A give-back that fails stays due and is raised after the renewal below, so the
+        # turn is retried after a backoff (not at once, every turn) and leases are renewed.
+        failed: Exception | None = None
         if (
             self._running is not None
             and self._batch
             and now >= self.prefetch.give_back_at(self._running_since)
         ):
-            self._give_back_held()
+            try:
+                self._give_back_held()
+            except Exception as exc:  # noqa: BLE001
+                failed = exc
         checking = (
             self._running is not None
             and self._stop_check is not None
@@ -374,6 +397,8 @@ class Worker:
                 logger.warning("task %s: lease lost while held (it will run again)", job.id)
             for job in stop:
                 self._stop(job)
+        if failed is not None:
+            raise failed
 
     def _stop(self, job: Job) -> None:
         """``cancel()`` asked ``job`` to stop: stop it if it is the running task (the runner
@@ -397,12 +422,7 @@ class Worker:
         return [*self._batch, *running, *(item.job for item in self._done)]
 
     def _give_back_held(self) -> None:
-        """Give back the batch not started; it stays held when that fails (the next try, or
-        its lease, brings it back)."""
-        jobs = list(self._batch)
-        try:
-            self.session.give_back(jobs)
-        except Exception as exc:  # noqa: BLE001
-            logger.warning("could not give back %d task(s) (%s); trying again", len(jobs), exc)
-            return
+        """Give back the batch not started; when that raises, it stays held (the next try,
+        or its lease, brings it back)."""
+        self.session.give_back(list(self._batch))
         self._batch.clear()

@@ -19,7 +19,7 @@ from django_rcoord.queues.options import parse_rate
 from django_rcoord.queues.worker import Outcome
 from tests import tasks
 from tests.procs import wait_until
-from tests.test_queues import start_worker
+from tests.test_queues import output_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +58,21 @@ def test_a_concurrency_limit_holds_across_worker_processes() -> None:
     peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
     assert len(peaks) == 6  # each ran once: held-back runs did not count as runs
     assert max(peaks) == 2
+
+
+def test_burst_workers_exit_only_once_the_runs_they_held_back_have_run() -> None:
+    """Twelve runs, two permits, three burst workers: before, two ran and the workers exited
+    0 with ten held back in the delayed set. A burst worker now waits for the runs it held
+    back for a limit before it calls its queues done."""
+    ids = [tasks.at_most_two.delay(0.2) for _ in range(12)]
+    workers = [start_worker("--burst") for _ in range(3)]
+    outputs = [output_of(worker, 120) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0, 0], outputs
+    assert all(getattr(get_result(i), "status", "") == "SUCCESSFUL" for i in ids)
+    peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
+    assert len(peaks) == 12
+    assert max(peaks) <= 2
+    assert queue_stats("default")["delayed"] == 0
 
 
 def test_held_back_deliveries_are_not_attempts_in_the_records() -> None:

@@ -53,7 +53,8 @@ KEEPER_BUSY_RETRY = 0.05
 class Worker:
     """Runs tasks from ``queues`` (highest priority first) until ``stop()``.
 
-    ``burst=True`` stops when the queues are empty; ``max_tasks`` stops after
+    ``burst=True`` stops when the queues are empty and no run it held back for a limit
+    (concurrency, rate) is still to come due; ``max_tasks`` stops after
     that many tasks. ``lease`` defaults to ``RCOORD["TASK_LEASE"]``, ``prefetch`` (the
     most tasks taken in one call) to ``RCOORD["TASK_PREFETCH"]``.
 
@@ -134,6 +135,9 @@ class Worker:
         self._keeper: Renewal | None = None  # while run() runs
         self._keeper_failures = 0  # its turns in a row that failed
         self._keeper_retry_at = 0.0  # after a failed turn, not before (time.monotonic())
+        # When the last run this worker held back for a limit (concurrency, rate) is due
+        # again: a burst worker waits for it before it calls its queues done.
+        self._held_back_until = 0.0
 
     @property
     def client(self) -> Any:
@@ -169,7 +173,7 @@ class Worker:
                     self.session.heartbeat(self.processed, self._started_at)
                     job = self._next_job()
                     if job is None:
-                        if self.burst:
+                        if self.burst and time.monotonic() >= self._held_back_until:
                             break
                         self.session.wait_for_work()
                     else:
@@ -247,6 +251,9 @@ class Worker:
         with self._holding:
             self._running = None
             finished.at = time.monotonic()
+            if finished.outcome.kind == "later":
+                due = finished.at + finished.outcome.delay_ms / 1000
+                self._held_back_until = max(self._held_back_until, due)
             self._done.append(finished)
             self._wake_keeper()
             if finished.outcome.kind != "later":

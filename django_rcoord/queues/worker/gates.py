@@ -86,7 +86,9 @@ class TaskGates:
             runs, seconds = rate
             try:
                 result = hit(key, runs, seconds, algorithm="sliding", client=self._client)
-            except REDIS_ERRORS:
+            except BaseException:
+                # A Redis error, or anything else (the time limit's alarm, a KeyboardInterrupt):
+                # the permit goes back now, not at its lease's end.
                 self.leave(taken)
                 raise
             if not result.allowed:

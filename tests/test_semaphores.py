@@ -339,3 +339,19 @@ def test_book_functions() -> None:
     assert refresh_fair_semaphore("book-fair", fair)
     assert release_fair_semaphore("book-fair", fair)
     assert not refresh_fair_semaphore("book-fair", fair)
+
+
+def test_every_key_of_a_semaphore_expires_once_idle() -> None:
+    """A name used once (a concurrency rule per user, a task's limit key) leaves no key
+    without a TTL: holders, the line, its leases and ticket counter, the wake-up list."""
+    client = get_client()
+    holder = Semaphore("idle-sem", 1, timeout=5)
+    permit = holder.acquire()
+    assert permit is not None
+    assert Semaphore("idle-sem", 1, timeout=5).acquire(wait=0.05) is None  # stood in line
+    assert holder.refresh(permit)
+    holder.release(permit)
+    keys = list(client.scan_iter(match="*idle-sem*"))
+    assert keys
+    for key in keys:
+        assert 0 < client.pttl(key) <= 65_000 + 5_000, key

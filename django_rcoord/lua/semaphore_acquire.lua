@@ -13,6 +13,9 @@
 -- Returns  1 when the permit is granted;
 --          {0, ms, ticket} when not, ms = time until the earliest holder's lease ends (-1: none),
 --          ticket = the caller's place in line (-1: not in line).
+-- Every key written keeps a TTL past the last lease written to it (_idle.lua).
+
+--! include _idle
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local identifier, limit = ARGV[1], tonumber(ARGV[2])
@@ -45,6 +48,7 @@ end
 
 if free > ahead then
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), identifier)
+    keep_for_at_least(KEYS[1], tonumber(ARGV[3]) + IDLE_MS)
     if in_line then
         redis.call('ZREM', KEYS[2], identifier)
         redis.call('ZREM', KEYS[3], identifier)
@@ -62,6 +66,10 @@ if queue then
         redis.call('ZADD', KEYS[2], ticket, identifier)
     end
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[6]), identifier)
+    -- The line, its leases and its ticket counter expire together, once nobody asks.
+    for index = 2, 4 do
+        keep_for_at_least(KEYS[index], tonumber(ARGV[6]) + IDLE_MS)
+    end
 end
 -- A wake-up token this caller took was meant for a waiter ahead of it: pass it on.
 if ARGV[7] == '1' and free > 0 and redis.call('ZCARD', KEYS[2]) > 1 then

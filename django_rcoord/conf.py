@@ -67,6 +67,10 @@ class Settings:
     #: cancelled, one in a --isolation process child killed (None: only at the lease
     #: renewals, every third of TASK_LEASE). Tasks shorter than this cost no check.
     TASK_STOP_CHECK: float | None = 2.0
+    #: Largest task message (its JSON: arguments and all) accepted at enqueue, in bytes;
+    #: a bigger one raises MessageTooLarge there (None: no limit). Big payloads belong in
+    #: storage the task reads, not in Redis.
+    MAX_MESSAGE_BYTES: int | None = 10 * 1024 * 1024
     #: Seconds a finished task's result record (status, times, errors, return value)
     #: is kept.
     TASK_RESULT_TTL: float = 86400

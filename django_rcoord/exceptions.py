@@ -41,6 +41,10 @@ class TaskNotRunnable(RcoordError):
     registered, or it does not accept its arguments. (Recorded in its result's errors.)"""
 
 
+class MessageTooLarge(RcoordError, ValueError):
+    """A task's message is larger than ``RCOORD["MAX_MESSAGE_BYTES"]``: it was not queued."""
+
+
 class WorkerLost(RcoordError):
     """A task's worker died (or lost Redis) while running it ``RCOORD["TASK_MAX_DELIVERIES"]``
     times: the task is a dead letter, as it probably kills its workers. (Recorded in its

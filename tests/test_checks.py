@@ -83,6 +83,8 @@ def test_test_settings_are_clean() -> None:
         ({"RCOORD": {"TASK_PREFETCH": 1001}}, ["rcoord.E020"]),
         ({"RCOORD": {"TASK_STOP_CHECK": 0}}, ["rcoord.E020"]),
         ({"RCOORD": {"TASK_STOP_CHECK": "2"}}, ["rcoord.E020"]),
+        ({"RCOORD": {"MAX_MESSAGE_BYTES": 0}}, ["rcoord.E020"]),
+        ({"RCOORD": {"MAX_MESSAGE_BYTES": "10MB"}}, ["rcoord.E020"]),
         ({"RCOORD": {"PERIODIC_TASKS": {"name": "x"}}}, ["rcoord.E023"]),
         ({"RCOORD": {"PERIODIC_TASKS": [{**BEAT, "colour": 1}]}}, ["rcoord.E023"]),
         ({"RCOORD": {"PERIODIC_TASKS": [BEAT, BEAT]}}, ["rcoord.E023"]),

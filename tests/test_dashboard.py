@@ -15,7 +15,7 @@ from django.urls import reverse
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
-from django_rcoord.ops.status import overview
+from django_rcoord.ops.status import MAX_MESSAGE_READ, overview
 from django_rcoord.queues import QueueKeys, dead_letters, execute_later, queue_stats
 from django_rcoord.queues.worker import Done, Outcome, Worker
 from django_rcoord.semaphores import Semaphore
@@ -359,6 +359,20 @@ def test_the_overview_writes_nothing_and_reads_running_tasks_together(redis_clie
     worker.session.sign_off()  # also drops the members of workers gone without signing off
     assert redis_client.smembers(workers_key) == set()
     assert overview()["workers"] == []
+
+
+def test_the_overview_reads_no_message_bigger_than_its_bound(redis_client) -> None:
+    """A task given a big argument heads its queue: the overview asks its message's length
+    and leaves it unread (before, every scrape and page decoded it whole)."""
+    tasks.record.delay("x" * (MAX_MESSAGE_READ + 1))
+    redis_client.config_resetstat()
+    queues = {queue["name"]: queue for queue in overview()["queues"]}
+    assert queues["default"]["ready"] == 1
+    assert queues["default"]["oldest_ready_age"] is None  # unread, so unknown
+    calls = command_calls(redis_client)
+    assert calls["hstrlen"] == 1
+    assert "hmget" not in calls
+    assert "hget" not in calls
 
 
 @pytest.mark.slow

@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core import mail
 from django.db import transaction
+from django.test import override_settings
 
 from django_rcoord.connection import get_client, slot_pipeline
+from django_rcoord.exceptions import MessageTooLarge
 from django_rcoord.queues import (
     QueueKeys,
     Task,
@@ -852,3 +855,17 @@ def test_a_follow_up_in_another_group_is_queued_before_the_end_and_a_unique_one_
     worker = Worker(["default"], burst=True, max_tasks=3)
     assert worker.run() == 3
     assert [m["args"] for m in _queued("tests.tasks.unique_note")] == [[ids[0]]]
+
+
+def test_a_message_over_max_message_bytes_is_refused_at_enqueue() -> None:
+    """A clear error where the task is queued, and nothing queued: one 100 MB argument made
+    every metrics scrape and the dashboard's look-up page carry it."""
+    with override_settings(RCOORD={**settings.RCOORD, "MAX_MESSAGE_BYTES": 1000}):
+        with pytest.raises(MessageTooLarge, match="MAX_MESSAGE_BYTES"):
+            tasks.record.delay("x" * 1000)
+        with pytest.raises(ValueError, match="over RCOORD"):  # a ValueError too
+            execute_later("default", "tests.tasks.record", ["x" * 1000], 5)
+        assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+        assert tasks.record.delay("x" * 100)  # a small one goes
+    with override_settings(RCOORD={**settings.RCOORD, "MAX_MESSAGE_BYTES": None}):
+        assert tasks.record.delay("x" * 20_000)

@@ -29,8 +29,9 @@ def overview(*, client: Any = None) -> dict[str, Any]:
     workers (last heartbeat, tasks done, the task each runs now), the lateness of the last
     promotions per group and the periodic schedules.
 
-    Bounded work, read only: three pipelined round trips per group (its keys share one
-    hash slot), whatever its number of queues, workers and tasks in flight. A worker that
+    Bounded work, read only: four pipelined round trips per group (its keys share one
+    hash slot), whatever its number of queues, workers and tasks in flight, and whatever
+    the size of their messages (one over ``MAX_MESSAGE_READ`` is left unread). A worker that
     died without signing off stays a member of its group's worker set until a worker
     signing off drops it (``forget_gone_workers``); here it is only left out.
     """
@@ -112,9 +113,10 @@ class _Group:
 
 
 def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
-    """One group's part of the overview, in three pipelined round trips: what the group
-    holds, then each queue's counts and heads and each worker's heartbeat, then the
-    messages of the heads and of the tasks running."""
+    """One group's part of the overview, in four pipelined round trips: what the group
+    holds, then each queue's counts and heads and each worker's heartbeat, then the lengths
+    of the messages of the heads and of the tasks running, then those not too long to read
+    (``MAX_MESSAGE_READ``)."""
     space = KeySpace("queue", group)
     workers_key, owners_key, messages_key = (
         space.key("workers"),
@@ -161,13 +163,7 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     heads = [head[0] for _, _, head, _ in per_queue if head]
     running_ids = [task_id for worker_id, _, _ in beats for task_id in running.get(worker_id, [])]
     wanted = [*heads, *running_ids]
-    messages: dict[bytes, dict[str, Any] | None] = {}
-    if wanted:
-        fetched = client.hmget(messages_key, wanted)
-        messages = {
-            task_id if isinstance(task_id, bytes) else task_id.encode(): decode_message(raw)
-            for task_id, raw in zip(wanted, fetched, strict=True)
-        }
+    messages = _small_messages(client, messages_key, wanted)
 
     metrics = metrics_from_hash(raw_metrics)
     queues = []
@@ -217,6 +213,36 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
         else None
     )
     return _Group(queues, workers, lateness)
+
+
+#: The largest message the overview reads (for its task's name and age); a bigger one is
+#: left unread: the overview's cost does not grow with what a task was given.
+MAX_MESSAGE_READ = 64 * 1024
+
+
+def _small_messages(
+    client: Any, messages_key: str, task_ids: list[Any]
+) -> dict[bytes, dict[str, Any] | None]:
+    """The messages of ``task_ids`` at most ``MAX_MESSAGE_READ`` bytes long, decoded (their
+    lengths asked first, in one round trip; then those, in another)."""
+    if not task_ids:
+        return {}
+    with slot_pipeline(client, messages_key, transaction=False) as pipe:
+        for task_id in task_ids:
+            pipe.hstrlen(messages_key, task_id)
+        lengths = pipe.execute()
+    small = [
+        task_id
+        for task_id, length in zip(task_ids, lengths, strict=True)
+        if 0 < length <= MAX_MESSAGE_READ
+    ]
+    if not small:
+        return {}
+    fetched = client.hmget(messages_key, small)
+    return {
+        task_id if isinstance(task_id, bytes) else task_id.encode(): decode_message(raw)
+        for task_id, raw in zip(small, fetched, strict=True)
+    }
 
 
 #: Past this many tasks in flight in a group, the overview does not list who runs which.

@@ -101,6 +101,14 @@ def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
             "The most tasks a worker takes in one call; 1 takes them one by one. The "
             "default is 32.",
         )
+    max_bytes = value("MAX_MESSAGE_BYTES")
+    if max_bytes is not None and not is_positive_int(max_bytes):
+        bad(
+            "MAX_MESSAGE_BYTES",
+            "None or a positive int",
+            "The largest task message accepted at enqueue, in bytes; the default is "
+            "10485760 (10 MiB; None: no limit).",
+        )
     stop_check = value("TASK_STOP_CHECK")
     if stop_check is not None and (not is_number(stop_check) or not stop_check >= 0.1):
         bad(

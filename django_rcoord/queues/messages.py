@@ -12,6 +12,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_rcoord.conf import conf
+from django_rcoord.exceptions import MessageTooLarge
 from django_rcoord.queues.keys import QueueKeys, new_task_id
 
 #: One encoder for every message and result (it keeps no state between calls).
@@ -69,7 +71,8 @@ def encode_message(
     """(id, JSON) of a new message; TypeError at once for arguments JSON cannot carry.
     ``group``: the queue's group, when the caller knows it already. The JSON is the
     object {"id", "task", "queue", "args", "kwargs", "enqueued_at", then ``extra``'s
-    fields} as ``to_json`` writes it."""
+    fields} as ``to_json`` writes it. MessageTooLarge when it is longer than
+    ``RCOORD["MAX_MESSAGE_BYTES"]``."""
     task_id = new_task_id(group or QueueKeys.of(queue).group)
     try:
         args_json = to_json(args)  # a tuple is a JSON array too: no copy
@@ -82,10 +85,18 @@ def encode_message(
             f"(dates, decimals and UUIDs become strings): {exc}"
         ) from exc
     # Written out: the encoder's own cost per call is more than the members it writes.
-    return task_id, (
+    body = (
         f'{{"id":{encode_basestring_ascii(task_id)},{_message_head(task_name, queue)}'
         f'"args":{args_json},"kwargs":{kwargs_json},"enqueued_at":{time.time()!r}{extra_json}}}'
     )
+    limit = conf.MAX_MESSAGE_BYTES
+    if limit is not None and len(body) > limit:  # ASCII JSON: as many bytes as characters
+        raise MessageTooLarge(
+            f"The message of task {task_name!r} is {len(body):,} bytes, over "
+            f"RCOORD['MAX_MESSAGE_BYTES'] ({limit:,}): pass a reference to the data (a file "
+            f"name, a database id) instead of the data, or raise the setting."
+        )
+    return task_id, body
 
 
 @functools.lru_cache(maxsize=1024)

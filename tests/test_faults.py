@@ -203,8 +203,14 @@ def test_the_keeper_waits_out_a_failing_give_back_with_backoff(
     log.touch()
     # One quick task first (after it, the worker takes several at once); then the read-only
     # spell, first of the next batch (nothing run waits to be acknowledged), more behind it.
-    quick = [(tasks.record_run, (f"t{n}",), {}) for n in range(30)]
-    spell = (tasks.read_only_for, (2.0, free_port()), {})
+    quick: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
+        (tasks.record_run, (f"t{n}",), {}) for n in range(30)
+    ]
+    spell: tuple[Any, tuple[Any, ...], dict[str, Any]] = (
+        tasks.read_only_for,
+        (2.0, free_port()),
+        {},
+    )
     enqueue_many([quick[0], spell, *quick[1:]], client=client)
     env = {"RCOORD_TEST_REDIS_URL": own_redis.url, "RCOORD_TEST_RUN_LOG": str(log)}
     worker = start_worker("--burst", env=env)

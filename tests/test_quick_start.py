@@ -73,7 +73,8 @@ def test_quick_start_as_written_in_a_new_project(tmp_path: Path) -> None:
     assert start.startswith(f"{program_name()} started at {server.url} (pid {pid})")
     assert 'CACHES["default"] uses it.' in start
     assert "no issues" in check
-    assert shell.splitlines()[-1] == "locked: True token 1"
+    # A new name's first fencing token: the server's clock in microseconds.
+    assert re.fullmatch(r"locked: True token \d{16}", shell.splitlines()[-1])
     assert stop == f"{program_name()} at {server.url} stopped\n"
     assert pid is not None
     wait_until(lambda: not process_alive(pid), timeout=10)

@@ -273,3 +273,38 @@ def docs(session: nox.Session) -> None:
     )
     env = server_environment(session, primary)
     session.run("python", "-m", "pytest", "docs", *session.posargs, env=env)
+
+
+#: The tests whose subject is timing (waits, hand-overs, limits, leases, child processes):
+#: the files where a busy machine would show a flake first.
+TIMING_SENSITIVE = (
+    "tests/test_locks.py",
+    "tests/test_lock_liveness.py",
+    "tests/test_ratelimit.py",
+    "tests/test_isolation.py",
+    "tests/test_renewal.py",
+    "tests/test_semaphores.py",
+    "tests/test_task_limits.py",
+    "tests/test_task_controls_measured.py",
+)
+#: CPU hogs beside them: two busy processes, as many as this machine kind has cores.
+STRESS_HOGS = 2
+
+
+@nox.session(python=interpreter("3.11"))
+def stress(session: nox.Session) -> None:
+    """The timing-sensitive tests on README's combination beside CPU hogs (a busy machine):
+    a test that passes only on a quiet machine fails here. Arguments after `--` choose other
+    tests."""
+    primary = MATRIX[0]
+    install_project(session, (*primary.extras, "tasks"), f"Django~={primary.django}.0")
+    env = server_environment(session, primary)
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(STRESS_HOGS)
+    ]
+    try:
+        session.run("python", "-m", "pytest", *(session.posargs or TIMING_SENSITIVE), env=env)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -323,17 +323,16 @@ def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_
     # A waiter asks again each second (protocol.RECHECK) and so rejoins Redis's line of
     # blocked clients: the processes start first (slow on a busy machine) and are then told
     # to ask one after the other, each once the previous one is blocked on the lock.
-    waiters = [
-        start_process(wait_in_line, "line", str(tag), 0.01, f"test:go:{tag}") for tag in range(4)
-    ]
+    # The go lists share the lock's hash slot: on a cluster, blocked clients are counted on
+    # the node that holds the lock.
+    go = [f"test:go:{{line}}:{tag}" for tag in range(4)]
+    waiters = [start_process(wait_in_line, "line", str(tag), 0.01, go[tag]) for tag in range(4)]
     try:
         wait_until(functools.partial(blocked_count_is, signal, 4))  # each on its go list
         for tag in range(4):
-            client.rpush(f"test:go:{tag}", 1)
+            client.rpush(go[tag], 1)
             # Popped its go list and blocked again: on the lock's signal list.
-            wait_until(
-                lambda: client.llen(f"test:go:{tag}") == 0 and blocked_count_is(signal, 4)  # noqa: B023
-            )
+            wait_until(lambda: client.llen(go[tag]) == 0 and blocked_count_is(signal, 4))  # noqa: B023
         holder.release()
         # Handed over to the first waiter: a newcomer finds it held, never free.
         assert Lock("line", wait=0).acquire() is False

@@ -10,7 +10,7 @@
 -- ARGV[6]  waiter lease, ms (a waiter that stops asking loses its place after this)
 -- ARGV[7]  woken: 1 when the caller consumed a wake-up token before this call
 -- ARGV[8]  in line: 1 when an earlier call of this acquire may have put the caller in line
--- Returns  1 when the permit is granted;
+-- Returns  1 when the permit is granted (or the caller held it already: a resent call);
 --          {0, ms, ticket} when not, ms = time until the earliest holder's lease ends (-1: none),
 --          ticket = the caller's place in line (-1: not in line).
 -- Every key written keeps a TTL past the last lease written to it (_idle.lua).
@@ -20,6 +20,15 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local identifier, limit = ARGV[1], tonumber(ARGV[2])
 local fair, queue = ARGV[4] == '1', ARGV[5] == '1'
+
+-- A call resent with the caller's identifier (its reply was lost) answers the permit the
+-- caller already holds, with a fresh lease, instead of queueing the caller behind itself.
+local held = redis.call('ZSCORE', KEYS[1], identifier)
+if held and tonumber(held) > now then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), identifier)
+    keep_for_at_least(KEYS[1], tonumber(ARGV[3]) + IDLE_MS)
+    return 1
+end
 
 local in_line = ARGV[8] == '1'
 local waiting = redis.call('ZCARD', KEYS[2])

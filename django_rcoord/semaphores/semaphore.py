@@ -147,6 +147,18 @@ class Semaphore:
         wait = self.wait if wait is None else wait
         client = self.client
         identifier = new_identifier()
+        try:
+            return self._acquire_until(client, identifier, wait)
+        except BaseException:
+            # A reply cut after the server granted it, an alarm, a KeyboardInterrupt: the
+            # permit (or place in line) goes back now, not at its lease's end.
+            try:
+                self._release(client, identifier)
+            except Exception as exc:  # noqa: BLE001 (the caller's own error is raised)
+                logger.warning("Could not give back a permit of %r: %s", self.name, exc)
+            raise
+
+    def _acquire_until(self, client: Any, identifier: str, wait: float) -> str | None:
         deadline = time.monotonic() + wait
         woken = in_line = False
         while True:
@@ -278,6 +290,10 @@ class Semaphore:
                 except asyncio.CancelledError:
                     # Granted or queued in flight: either way, give the identifier up after.
                     attempt.add_done_callback(lambda _: spawn(self._arelease(client, identifier)))
+                    raise
+                except Exception:
+                    # The server may have granted it before the reply was lost.
+                    spawn(self._arelease(client, identifier))
                     raise
                 if result == 1:
                     return identifier

@@ -1,0 +1,256 @@
+"""The fault matrix: each step of a lock or a semaphore that talks to Redis, with its reply
+cut after the server ran the command (``tests.faultproxy``: a real TCP proxy), the client
+resending the command (redis-py's retries) or not. Each cell asserts safety (one holder,
+fencing tokens increasing, holders within the limit), liveness (a live waiter holds within
+``LIVE_BOUND``) and no leak (nothing held once every caller is done).
+
+The steps and faults covered elsewhere: a waiter SIGKILLed with the hand-over in its socket
+(``test_lock_liveness``), a holder SIGKILLed (``test_locks``:
+``test_dead_holder_is_replaced_when_its_ttl_runs_out``), a raising caller inside the
+middleware (``test_middleware``), a Redis restart and READONLY under workers
+(``test_faults``), the worker's exchange retried (``test_worker_faults``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_rcoord.connection import get_client
+from django_rcoord.locks import Lock, LockLost
+from django_rcoord.scripts import get_script
+from django_rcoord.semaphores import Semaphore
+from tests import cluster
+from tests.faultproxy import FaultProxy
+from tests.procs import wait_until
+from tests.test_lock_liveness import LIVE_BOUND
+from tests.test_locks import blocked_count_is, lock_key
+
+pytestmark = pytest.mark.skipif(cluster.ENABLED, reason="a proxy to one server")
+
+TIMEOUT = 30
+#: Whether the client resends a command whose reply it lost (redis-py's retries).
+RESENT = pytest.mark.parametrize("resent", [True, False], ids=["resent", "not-resent"])
+FAIR = pytest.mark.parametrize("fair", [True, False], ids=["fair", "non-fair"])
+
+
+@pytest.fixture
+def proxy(redis_client: Any) -> Iterator[FaultProxy]:
+    kwargs = redis_client.connection_pool.connection_kwargs
+    address = kwargs["path"] if "path" in kwargs else (kwargs["host"], kwargs["port"])
+    fault_proxy = FaultProxy(address)
+    yield fault_proxy
+    fault_proxy.close()
+
+
+def through(proxy: FaultProxy, *, resent: bool) -> redis.Redis:
+    """A client through the proxy that resends a command whose reply it lost, or not."""
+    retry = Retry(NoBackoff(), 3 if resent else 0)
+    return redis.Redis.from_url(
+        proxy.url, retry=retry, retry_on_error=[redis.exceptions.ConnectionError]
+    )
+
+
+def sha(script: str) -> str:
+    return get_script(script).sha
+
+
+def holder_is(name: str, identifier: str | None) -> bool:
+    held = get_client().get(lock_key(name, "owner"))
+    return (held.decode() if held else None) == identifier
+
+
+# -- acquire ---------------------------------------------------------------------------
+@RESENT
+@FAIR
+def test_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool, fair: bool) -> None:
+    """Resent: the caller gets the lock it was granted (once, its token). Not resent: the
+    caller raises and gives the grant back, so the next caller takes the lock at once."""
+    name = f"cut-acquire-{resent}-{fair}"
+    lock = Lock(name, timeout=TIMEOUT, wait=5, fair=fair, client=through(proxy, resent=resent))
+    proxy.cut_reply_to(sha("lock_acquire"))
+    if resent:
+        started = time.monotonic()
+        assert lock.acquire()
+        assert time.monotonic() - started < 5  # not a wait for itself until the TTL
+        assert holder_is(name, lock.identifier)
+        assert lock.token == int(get_client().get(lock_key(name, "fence")))
+        lock.release()
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            lock.acquire()
+    assert proxy.cut == 1
+    assert Lock(name, wait=0).acquire() is True  # nothing left held
+
+
+# -- a hand-over's confirmation ----------------------------------------------------------
+@RESENT
+def test_a_hand_over_whose_confirmation_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The waiter handed the lock extends it to confirm; that reply is cut. Resent: it holds
+    the lock. Not resent: it raises and gives the grant back, and the waiter behind it holds
+    the lock within the bound."""
+    name = f"cut-confirm-{resent}"
+    signal = lock_key(name, "signal")
+    holder = Lock(name, timeout=TIMEOUT, wait=0)
+    assert holder.acquire()
+    outcome: list[Any] = []
+    first = Lock(name, timeout=TIMEOUT, wait=TIMEOUT, client=through(proxy, resent=resent))
+
+    def wait_first() -> None:
+        try:
+            outcome.append(first.acquire())
+            outcome.append(first.token)
+            first.release()
+        except redis.exceptions.ConnectionError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=wait_first)
+    thread.start()
+    wait_until(lambda: blocked_count_is(signal, 1))
+    second = Lock(name, timeout=TIMEOUT, wait=TIMEOUT)
+    got: list[float] = []
+
+    def wait_second() -> None:
+        got.append(second.acquire() and time.monotonic())
+        second.release()
+
+    behind = threading.Thread(target=wait_second)
+    behind.start()
+    wait_until(lambda: blocked_count_is(signal, 2))
+    proxy.cut_reply_to(sha("lock_extend"))
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(TIMEOUT)
+    behind.join(TIMEOUT)
+    assert proxy.cut == 1
+    if resent:
+        assert outcome[0] is True
+        assert isinstance(outcome[1], int)
+    else:
+        assert isinstance(outcome[0], redis.exceptions.ConnectionError)
+    assert got
+    assert got[0] - released_at < LIVE_BOUND
+    assert Lock(name, wait=0).acquire() is True
+
+
+# -- the wake-up list --------------------------------------------------------------------
+@RESENT
+@FAIR
+def test_a_popped_hand_over_whose_reply_is_cut(proxy: FaultProxy, resent: bool, fair: bool) -> None:
+    """Redis popped the hand-over (or wake-up) into a connection that was then cut: it is
+    gone. A live waiter (the same one, resent, or the one behind) holds within the bound."""
+    name = f"cut-blpop-{resent}-{fair}"
+    signal = lock_key(name, "signal")
+    holder = Lock(name, timeout=TIMEOUT, wait=0, fair=fair)
+    assert holder.acquire()
+    first = Lock(
+        name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair, client=through(proxy, resent=resent)
+    )
+    outcome: list[Any] = []
+
+    def wait_first() -> None:
+        try:
+            outcome.append(first.acquire() and time.monotonic())
+            first.release()
+        except redis.exceptions.ConnectionError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=wait_first)
+    thread.start()
+    wait_until(lambda: blocked_count_is(signal, 1))
+    second = Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair)
+    got: list[float] = []
+
+    def wait_second() -> None:
+        got.append(second.acquire() and time.monotonic())
+        second.release()
+
+    behind = threading.Thread(target=wait_second)
+    behind.start()
+    wait_until(lambda: blocked_count_is(signal, 2))
+    proxy.cut_reply_to(b"BLPOP")
+    released_at = time.monotonic()
+    holder.release()
+    thread.join(TIMEOUT)
+    behind.join(TIMEOUT)
+    assert proxy.cut >= 1
+    held_at = [at for at in (*outcome, *got) if isinstance(at, float)]
+    assert held_at, (outcome, got)
+    assert min(held_at) - released_at < LIVE_BOUND
+    assert Lock(name, wait=0).acquire() is True
+
+
+# -- release -----------------------------------------------------------------------------
+@RESENT
+def test_a_release_whose_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The server released it; the caller lost the reply. Resent, the release finds the lock
+    no longer the caller's and says so (LockLost: nothing was taken from anyone). Either
+    way the lock is free."""
+    name = f"cut-release-{resent}"
+    lock = Lock(name, timeout=TIMEOUT, wait=0, client=through(proxy, resent=resent))
+    assert lock.acquire()
+    proxy.cut_reply_to(sha("lock_release"))
+    with pytest.raises(LockLost if resent else redis.exceptions.ConnectionError):
+        lock.release()
+    assert proxy.cut == 1
+    assert get_client().exists(lock_key(name, "owner")) == 0
+    assert Lock(name, wait=0).acquire() is True
+
+
+# -- async -------------------------------------------------------------------------------
+@RESENT
+async def test_async_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    name = f"cut-aacquire-{resent}"
+    client = redis.asyncio.Redis.from_url(
+        proxy.url,
+        retry=redis.asyncio.retry.Retry(NoBackoff(), 3 if resent else 0),
+        retry_on_error=[redis.exceptions.ConnectionError],
+    )
+    lock = Lock(name, timeout=TIMEOUT, wait=5, client=client)
+    proxy.cut_reply_to(sha("lock_acquire"))
+    try:
+        if resent:
+            assert await lock.aacquire()
+            assert holder_is(name, lock.identifier)
+            await lock.arelease()
+        else:
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await lock.aacquire()
+            # The grant is given back in the background.
+            for _ in range(200):
+                if not get_client().exists(lock_key(name, "owner")):
+                    break
+                await asyncio.sleep(0.01)
+        assert proxy.cut == 1
+        assert Lock(name, wait=0).acquire() is True
+    finally:
+        await client.aclose()
+
+
+# -- semaphores --------------------------------------------------------------------------
+@RESENT
+def test_a_semaphore_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    """Resent: the caller gets the permit it was granted, not a second one nor a place
+    behind itself. Not resent: it raises, and the permit goes back."""
+    name = f"cut-semaphore-{resent}"
+    semaphore = Semaphore(name, 1, timeout=TIMEOUT, client=through(proxy, resent=resent))
+    proxy.cut_reply_to(sha("semaphore_acquire"))
+    if resent:
+        identifier = semaphore.acquire(wait=2)
+        assert identifier is not None
+        assert Semaphore(name, 1).holders() == 1
+        assert semaphore.release(identifier)
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            semaphore.acquire(wait=2)
+    assert proxy.cut == 1
+    assert Semaphore(name, 1).holders() == 0

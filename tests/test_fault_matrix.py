@@ -92,99 +92,74 @@ def test_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool, fair: bool)
     assert Lock(name, wait=0).acquire() is True  # nothing left held
 
 
-# -- a hand-over's confirmation ----------------------------------------------------------
+# -- a release with two waiters ----------------------------------------------------------
+def release_to_two_waiters(
+    proxy: FaultProxy, name: str, cut: bytes | str, *, resent: bool, fair: bool = True
+) -> tuple[Any, float | None, float]:
+    """A holder releases to two waiters, each in a thread: the first, blocked first, through
+    the proxy, which cuts its reply to the command holding ``cut``; the second behind it.
+    Returns (the first's outcome: when it held the lock, or its error; when the second held
+    it; when the holder released), once both are done (and have released)."""
+    signal = lock_key(name, "signal")
+    holder = Lock(name, timeout=TIMEOUT, wait=0, fair=fair)
+    assert holder.acquire()
+    waiters = [
+        Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair, client=through(proxy, resent=resent)),
+        Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair),
+    ]
+    outcomes: list[Any] = [None, None]
+
+    def wait(index: int) -> None:
+        try:
+            assert waiters[index].acquire()
+            outcomes[index] = time.monotonic()
+            waiters[index].release()
+        except redis.exceptions.ConnectionError as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=wait, args=(index,)) for index in range(2)]
+    for blocked, thread in enumerate(threads, start=1):
+        thread.start()
+        wait_until(lambda: blocked_count_is(signal, blocked))  # noqa: B023
+    proxy.cut_reply_to(cut)
+    released_at = time.monotonic()
+    holder.release()
+    for thread in threads:
+        thread.join(TIMEOUT)
+    return outcomes[0], outcomes[1], released_at
+
+
 @RESENT
 def test_a_hand_over_whose_confirmation_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
     """The waiter handed the lock extends it to confirm; that reply is cut. Resent: it holds
     the lock. Not resent: it raises and gives the grant back, and the waiter behind it holds
     the lock within the bound."""
     name = f"cut-confirm-{resent}"
-    signal = lock_key(name, "signal")
-    holder = Lock(name, timeout=TIMEOUT, wait=0)
-    assert holder.acquire()
-    outcome: list[Any] = []
-    first = Lock(name, timeout=TIMEOUT, wait=TIMEOUT, client=through(proxy, resent=resent))
-
-    def wait_first() -> None:
-        try:
-            outcome.append(first.acquire())
-            outcome.append(first.token)
-            first.release()
-        except redis.exceptions.ConnectionError as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=wait_first)
-    thread.start()
-    wait_until(lambda: blocked_count_is(signal, 1))
-    second = Lock(name, timeout=TIMEOUT, wait=TIMEOUT)
-    got: list[float] = []
-
-    def wait_second() -> None:
-        got.append(second.acquire() and time.monotonic())
-        second.release()
-
-    behind = threading.Thread(target=wait_second)
-    behind.start()
-    wait_until(lambda: blocked_count_is(signal, 2))
-    proxy.cut_reply_to(sha("lock_extend"))
-    released_at = time.monotonic()
-    holder.release()
-    thread.join(TIMEOUT)
-    behind.join(TIMEOUT)
+    first, second, released_at = release_to_two_waiters(
+        proxy, name, sha("lock_extend"), resent=resent
+    )
     assert proxy.cut == 1
     if resent:
-        assert outcome[0] is True
-        assert isinstance(outcome[1], int)
+        assert isinstance(first, float)
     else:
-        assert isinstance(outcome[0], redis.exceptions.ConnectionError)
-    assert got
-    assert got[0] - released_at < LIVE_BOUND
+        assert isinstance(first, redis.exceptions.ConnectionError)
+    assert isinstance(second, float)
+    assert second - released_at < LIVE_BOUND
     assert Lock(name, wait=0).acquire() is True
 
 
-# -- the wake-up list --------------------------------------------------------------------
 @RESENT
 @FAIR
 def test_a_popped_hand_over_whose_reply_is_cut(proxy: FaultProxy, resent: bool, fair: bool) -> None:
     """Redis popped the hand-over (or wake-up) into a connection that was then cut: it is
     gone. A live waiter (the same one, resent, or the one behind) holds within the bound."""
     name = f"cut-blpop-{resent}-{fair}"
-    signal = lock_key(name, "signal")
-    holder = Lock(name, timeout=TIMEOUT, wait=0, fair=fair)
-    assert holder.acquire()
-    first = Lock(
-        name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair, client=through(proxy, resent=resent)
+    first, second, released_at = release_to_two_waiters(
+        proxy, name, b"BLPOP", resent=resent, fair=fair
     )
-    outcome: list[Any] = []
-
-    def wait_first() -> None:
-        try:
-            outcome.append(first.acquire() and time.monotonic())
-            first.release()
-        except redis.exceptions.ConnectionError as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=wait_first)
-    thread.start()
-    wait_until(lambda: blocked_count_is(signal, 1))
-    second = Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair)
-    got: list[float] = []
-
-    def wait_second() -> None:
-        got.append(second.acquire() and time.monotonic())
-        second.release()
-
-    behind = threading.Thread(target=wait_second)
-    behind.start()
-    wait_until(lambda: blocked_count_is(signal, 2))
-    proxy.cut_reply_to(b"BLPOP")
-    released_at = time.monotonic()
-    holder.release()
-    thread.join(TIMEOUT)
-    behind.join(TIMEOUT)
     assert proxy.cut >= 1
-    held_at = [at for at in (*outcome, *got) if isinstance(at, float)]
-    assert held_at, (outcome, got)
+    held_at = [at for at in (first, second) if isinstance(at, float)]
+    assert held_at, (first, second)
     assert min(held_at) - released_at < LIVE_BOUND
     assert Lock(name, wait=0).acquire() is True
 

@@ -11,6 +11,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.core.management.base import CommandError
+
+from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.protocols import ProtocolMismatch, announce
+
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
@@ -49,3 +54,26 @@ def stop_on_signals(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def add_protocol_arguments(parser: Any) -> None:
+    parser.add_argument(
+        "--upgrade-protocols",
+        action="store_true",
+        help="Announce this release's script protocols over an older release's that it does "
+        "not run beside (once every process of that release is stopped).",
+    )
+
+
+def announce_protocols(*, upgrade: bool) -> None:
+    """Refuse to start (CommandError) when another release that does not run beside this one
+    announced itself on Redis; otherwise announce this release's protocols. Redis out of
+    reach: nothing is checked now (the command waits Redis out as it always does)."""
+    try:
+        announce(upgrade=upgrade)
+    except ProtocolMismatch as exc:
+        raise CommandError(str(exc)) from exc
+    except REDIS_ERRORS as exc:
+        logging.getLogger("django_rcoord").warning(
+            "could not check the script protocols on Redis (%s); starting anyway", exc
+        )

@@ -7,7 +7,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rcoord.management.base import configure_logging, stop_on_signals
+from django_rcoord.management.base import (
+    add_protocol_arguments,
+    announce_protocols,
+    configure_logging,
+    stop_on_signals,
+)
 from django_rcoord.queues.delayed import DueTaskPromoter
 
 
@@ -18,6 +23,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        add_protocol_arguments(parser)
         parser.add_argument(
             "--interval",
             type=float,
@@ -31,6 +37,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, interval: float, batch: int, once: bool, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        announce_protocols(upgrade=options["upgrade_protocols"])
         stop = threading.Event()
         try:
             promoter = DueTaskPromoter(interval=interval, batch=batch, stop_event=stop)

@@ -10,7 +10,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.connection import REDIS_ERRORS
 from django_rcoord.exceptions import RedisUnavailable
-from django_rcoord.management.base import configure_logging, stop_on_signals
+from django_rcoord.management.base import (
+    add_protocol_arguments,
+    announce_protocols,
+    configure_logging,
+    stop_on_signals,
+)
 from django_rcoord.queues.worker import ISOLATIONS, Worker, default_queues, waiting_elsewhere
 
 logger = logging.getLogger("django_rcoord.queues.worker")
@@ -28,6 +33,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        add_protocol_arguments(parser)
         parser.add_argument("--queues", nargs="+", help="Queues to watch, highest priority first.")
         parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
         parser.add_argument("--max-tasks", type=int, help="Exit after this many tasks.")
@@ -63,6 +69,7 @@ class Command(BaseCommand):
         if max_outage is not None and max_outage <= 0:
             raise CommandError("--max-outage must be a positive number of seconds")
         configure_logging(options["verbosity"])
+        announce_protocols(upgrade=options["upgrade_protocols"])
         groups = [options["queues"]] if options["queues"] else default_queues()
         stop = threading.Event()
         try:

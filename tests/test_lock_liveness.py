@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import signal
 import threading
 import time
 
@@ -230,3 +232,52 @@ def test_a_counter_from_before_keeps_counting_and_gets_a_ttl() -> None:
     assert lock.token == 42
     assert client.pttl(lock_key("old-counter", "fence")) > 0
     lock.release()
+
+
+# -- a holder paused past its lease ------------------------------------------------
+def hold_and_report(name: str, renew: bool) -> None:
+    """Hold the lock (a 1 s TTL), say so, and once resumed report whether it still held it
+    and how its release went."""
+    client = get_client()
+    lost: list[bool] = []
+    lock = Lock(name, timeout=1, wait=0, auto_renew=renew, on_lost=lambda _: lost.append(True))
+    assert lock.acquire()
+    client.set("test:paused-token", lock.token)
+    client.set("test:holding", 1)
+    while not client.exists("test:resumed"):
+        time.sleep(0.01)
+    try:
+        lock.release()
+        client.set("test:release", "released")
+    except Exception as exc:  # noqa: BLE001 (what the release raised is the result)
+        client.set("test:release", type(exc).__name__)
+
+
+@pytest.mark.parametrize("renew", [False, True], ids=["plain", "auto_renew"])
+def test_a_holder_paused_past_its_lease_loses_the_lock_to_a_live_waiter(renew: bool) -> None:
+    """SIGSTOP past the lease (its renewal thread stops with it): a live waiter holds the lock
+    once the lease ends, with a larger token; resumed, the paused holder's release says the
+    lock was lost, and takes nothing from the new holder."""
+    client = get_client()
+    name = f"paused-holder-{renew}"
+    holder = start_process(hold_and_report, name, renew)
+    try:
+        wait_until(lambda: client.exists("test:holding"))
+        os.kill(holder.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        waiter = Lock(name, timeout=TIMEOUT, wait=TIMEOUT)
+        started = time.monotonic()
+        assert waiter.acquire()
+        waited = time.monotonic() - started
+        # The lease (1 s, renewed by a paused thread no more) and a recheck, and slack.
+        assert waited < 1 + LIVE_BOUND
+        assert waiter.token is not None
+        assert waiter.token > int(client.get("test:paused-token"))
+        os.kill(holder.pid, signal.SIGCONT)  # type: ignore[arg-type]
+        client.set("test:resumed", 1)
+        holder.join(TIMEOUT)
+        assert holder.exitcode == 0
+        assert client.get("test:release") == b"LockLost"
+        assert waiter.owned()  # the resumed holder took nothing from it
+        waiter.release()
+    finally:
+        holder.kill()

@@ -71,10 +71,14 @@ def primary_port(sentinel_port: int) -> int | None:
     return int(address[1]) if isinstance(address, tuple) else None
 
 
-def role(server: EmbeddedRedis) -> str:
+def role(server: EmbeddedRedis) -> str | None:
+    """The server's replication role; None while it cannot say (a server whose role changes
+    closes its clients' connections: a reset mid-failover is part of it, not a failure)."""
     client = server.client()
     try:
         return client.info("replication")["role"]
+    except redis.ConnectionError:
+        return None
     finally:
         client.close()
 

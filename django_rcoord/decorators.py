@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.connection import NO_REDIS
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
-from django_rcoord.identity import aget_user, get_user, is_signed_in, requester
+from django_rcoord.identity import aget_user, client_ip, get_user, is_signed_in, requester
 from django_rcoord.locks import Lock
 from django_rcoord.ratelimit import RateLimitResult, ahit, check_algorithm, hit
 from django_rcoord.responses import error_response, unavailable
@@ -148,11 +148,10 @@ class _KeyFunction:
         if callable(self.key):
             return self.key(request, *args, **kwargs)
         if self.uses_user:
-            who = requester(request, user)
             if is_signed_in(user):
-                user = _SignedInUser(user, who)
+                user = _SignedInUser(user, requester(request, user))
             else:
-                user = _AnonymousUser(f"ip:{_escape_key_value(who.removeprefix('ip:'))}")
+                user = _AnonymousUser(f"ip:{_escape_key_value(client_ip(request))}")
         try:
             return _key_formatter.vformat(self.key, args, {"user": user, **kwargs})
         except (KeyError, IndexError, AttributeError) as exc:

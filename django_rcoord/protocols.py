@@ -6,12 +6,12 @@ writes; ``OLDEST_COMPATIBLE`` says down to which version this release runs besid
 another one (it reads what that one writes, and writes what that one reads). The
 long-running commands (``run_email_worker``, ``poll_delayed``) announce this release's
 versions when they start, in one HASH (``<prefix>:meta:{protocols}:announced``: per
-family, the newest
-version announced and the oldest that version runs beside), and refuse to start when
-the newest announced version does not run beside theirs, or theirs does not run beside
-it. Only the newest is kept: a release that is gone leaves nothing to refuse once a
-newer one announced itself. After stopping every process of an older release that this
-one does not run beside, start with ``--upgrade-protocols`` to announce over it.
+family, the newest version announced and the oldest that version runs beside), and
+refuse to start when the newest announced version does not run beside theirs, or theirs
+does not run beside it. Only the newest is kept: a release that is gone leaves nothing to
+refuse once a newer one announced itself. After stopping every process of an older
+release that this one does not run beside, start with ``--upgrade-protocols`` to
+announce over it.
 """
 
 from __future__ import annotations

@@ -8,15 +8,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
+import redis
 
 from django_rcoord.connection import get_client
+from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.locks import Lock, lock_status, new_identifier, protocol
 from django_rcoord.scripts import run_script
+from tests import cluster
 from tests.procs import start_process, wait_until
 from tests.test_locks import blocked_clients, blocked_count_is, lock_key
 
@@ -281,3 +286,56 @@ def test_a_holder_paused_past_its_lease_loses_the_lock_to_a_live_waiter(renew: b
         waiter.release()
     finally:
         holder.kill()
+
+
+# -- a Redis restart under a blocked waiter ---------------------------------------
+def wait_on_a_plain_client(port: int, name: str) -> None:
+    """A live waiter on ``redis.Redis(host, port)`` with redis-py's own retries, as a user
+    builds one: blocked in BLPOP when the server goes away, it must ask again once the server
+    is back, not wait out a block begun before the restart."""
+    client = redis.Redis(host="127.0.0.1", port=port)
+    lock = Lock(name, timeout=TIMEOUT, wait=TIMEOUT * 2, client=client)
+    assert lock.acquire()
+    client.set("test:got-at", repr(server_now(client)))
+    lock.release()
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="one server of the test's own, restarted")
+@pytest.mark.parametrize("data", ["kept", "lost"])
+def test_a_waiter_on_a_plain_client_holds_the_lock_soon_after_a_redis_restart(
+    tmp_path: Path, data: str
+) -> None:
+    """The server restarts under a waiter blocked for the lock. "kept": the server comes back
+    with its data (the AOF) and the holder releases; "lost": it comes back empty (a new node,
+    a failover to a replica that had not seen the lock) and the lock is free. Either way the
+    waiter holds it within the live bound of that moment, not after the holder's TTL."""
+    server = EmbeddedRedis(tmp_path / "redis", port=free_port()).start()
+    try:
+        client = redis.Redis(host="127.0.0.1", port=server.port)
+        name = f"restart-{data}"
+        holder = Lock(name, timeout=TIMEOUT, wait=0, client=client)
+        assert holder.acquire()
+        waiter = start_process(wait_on_a_plain_client, server.port, name)
+        try:
+            wait_until(lambda: int(client.info("clients")["blocked_clients"]) == 1)
+            server.stop()
+            if data == "lost":
+                shutil.rmtree(tmp_path / "redis")
+            server.start()
+            if data == "kept":
+                assert client.exists(lock_key(name, "owner"))
+                free_at = server_now(client)
+                holder.release()
+            else:
+                assert not client.exists(lock_key(name, "owner"))
+                free_at = server_now(client)
+            wait_until(lambda: client.exists("test:got-at"), timeout=TIMEOUT * 2)
+            waiter.join(TIMEOUT)
+            assert waiter.exitcode == 0
+        finally:
+            waiter.kill()
+        gap = float(client.get("test:got-at")) - free_at
+        print(f"\n{data}: the waiter held the lock {gap * 1000:.0f} ms after it was free")
+        assert gap < LIVE_BOUND
+    finally:
+        server.stop()

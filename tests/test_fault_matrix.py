@@ -2,7 +2,7 @@
 cut after the server ran the command (``tests.faultproxy``: a real TCP proxy), the client
 resending the command (redis-py's retries) or not. Each cell asserts safety (one holder,
 fencing tokens increasing, holders within the limit), liveness (a live waiter holds within
-``LIVE_BOUND``) and no leak (nothing held once every caller is done).
+``LIVE_BOUND``) and no leak (nothing held once every caller is done; every task run once).
 
 The steps and faults covered elsewhere: a waiter SIGKILLed with the hand-over in its socket
 (``test_lock_liveness``), a holder SIGKILLed (``test_locks``:
@@ -27,13 +27,17 @@ from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock, LockLost
+from django_rcoord.queues import enqueue_many, queue_stats
+from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import get_script
 from django_rcoord.semaphores import Semaphore
-from tests import cluster
+from tests import cluster, tasks
 from tests.faultproxy import FaultProxy
 from tests.procs import wait_until
 from tests.test_lock_liveness import LIVE_BOUND
 from tests.test_locks import blocked_count_is, lock_key
+from tests.test_queues import ran, result_of
+from tests.test_worker_faults import lost_deliveries
 
 pytestmark = pytest.mark.skipif(cluster.ENABLED, reason="a proxy to one server")
 
@@ -229,3 +233,50 @@ def test_a_semaphore_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool)
             semaphore.acquire(wait=2)
     assert proxy.cut == 1
     assert Semaphore(name, 1).holders() == 0
+
+
+# -- the worker ------------------------------------------------------------------------
+def taken_jobs(worker: Worker, count: int) -> list[Any]:
+    """``count`` tasks queued and taken by ``worker`` (in flight, under its lease)."""
+    enqueue_many([(tasks.record, (f"g{n}",), {}) for n in range(count)])
+    jobs = worker.session.exchange([], count)
+    assert len(jobs) == count
+    assert queue_stats("default")["in_flight"] == count
+    return jobs
+
+
+@RESENT
+def test_a_give_back_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The worker gives back tasks it took (it stops, or they waited behind a long task)
+    and the reply is cut. Resent, the second call finds them given back already and gives
+    back nothing twice; not resent, the call raises and asking again changes nothing. Each
+    task is ready once, with no delivery counted, and runs once."""
+    worker = Worker(["default"], burst=True, client=through(proxy, resent=resent))
+    jobs = taken_jobs(worker, 3)
+    proxy.cut_reply_to(sha("task_give_back"))
+    if resent:
+        worker.session.give_back(jobs)
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            worker.session.give_back(jobs)
+        worker.session.give_back(jobs)  # the keeper's next turn: nothing left to give
+    assert proxy.cut == 1
+    assert queue_stats("default") == {"ready": 3, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert all(result_of(job.id).worker_ids == [] for job in jobs)
+    assert Worker(["default"], burst=True).run() == 3
+    assert sorted(ran()) == ["g0", "g1", "g2"]
+
+
+@RESENT
+def test_a_finish_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    """A worker finishes a task (and takes the next ones) and the reply is cut after the
+    server ran it. Resent by the client, or retried by the worker after its backoff, the
+    call is answered as it ran: every task runs once, none twice, nothing stays in flight."""
+    worker = Worker(["default"], burst=True, client=through(proxy, resent=resent))
+    enqueue_many([(tasks.record, (f"f{n}",), {}) for n in range(6)])
+    proxy.cut_reply_to(sha("task_finish"))
+    assert worker.run() == 6
+    assert proxy.cut == 1
+    assert sorted(ran()) == [f"f{n}" for n in range(6)]
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert lost_deliveries() == []

@@ -1,5 +1,5 @@
-"""The fault matrix: each step of a lock or a semaphore that talks to Redis, with its reply
-cut after the server ran the command (``tests.faultproxy``: a real TCP proxy), the client
+"""The fault matrix: each step of a lock, a semaphore or the worker that talks to Redis, with
+its reply cut after the server ran the command (``tests.faultproxy``: a real TCP proxy), the client
 resending the command (redis-py's retries) or not. Each cell asserts safety (one holder,
 fencing tokens increasing, holders within the limit), liveness (a live waiter holds within
 ``LIVE_BOUND``) and no leak (nothing held once every caller is done; every task run once).
@@ -27,7 +27,14 @@ from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock, LockLost
-from django_rcoord.queues import enqueue_many, queue_stats
+from django_rcoord.queues import (
+    QueueKeys,
+    enqueue_many,
+    execute_later,
+    queue_stats,
+    recover_and_promote,
+)
+from django_rcoord.queues.periodic import Schedule, fire_due
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import get_script
 from django_rcoord.semaphores import Semaphore
@@ -280,3 +287,53 @@ def test_a_finish_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
     assert sorted(ran()) == [f"f{n}" for n in range(6)]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     assert lost_deliveries() == []
+
+
+# -- the poller ------------------------------------------------------------------------
+@RESENT
+def test_a_promotion_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The poller's promotion of due tasks (with the recovery of expired leases) has its
+    reply cut: resent, or asked again on the poller's next pass, each due task is ready
+    once."""
+    client = through(proxy, resent=resent)
+    for n in range(5):
+        execute_later("default", "tests.tasks.record", [f"d{n}"], 0.01)
+    time.sleep(0.05)  # due: the server's clock decides, 40 ms of margin past 10 ms
+    proxy.cut_reply_to(sha("task_recover"))
+    if resent:
+        recover_and_promote(QueueKeys.of("default"), client=client)
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            recover_and_promote(QueueKeys.of("default"), client=client)
+        recover_and_promote(QueueKeys.of("default"), client=client)
+    assert proxy.cut == 1
+    assert queue_stats("default") == {"ready": 5, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert Worker(["default"], burst=True).run() == 5
+    assert sorted(ran()) == [f"d{n}" for n in range(5)]
+
+
+@RESENT
+@pytest.mark.parametrize("step", ["periodic_claim", "periodic_queue"])
+def test_a_periodic_tick_with_a_reply_cut(proxy: FaultProxy, resent: bool, step: str) -> None:
+    """A poller firing a schedule's tick has the reply to its claim, or to the queueing of
+    the claimed tick, cut: resent, or fired again on its next pass, the tick is queued
+    once."""
+    client = through(proxy, resent=resent)
+    schedule = Schedule(f"cut-{step}", "tests.tasks.record", every=3600, args=["tick"])
+    seconds, microseconds = get_client().time()
+    now = seconds * 1000 + microseconds // 1000
+    due = schedule.latest_tick(now) + 1  # just past a tick: it is due
+    proxy.cut_reply_to(sha(step))
+    if resent:
+        # A resent queueing finds the tick queued (by its first send) and says so: it cannot
+        # tell itself from another poller queueing the same claimed tick.
+        assert fire_due(client, due, [schedule])[0] == (0 if step == "periodic_queue" else 1)
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            fire_due(client, due, [schedule])
+        fire_due(client, due, [schedule])
+    assert proxy.cut == 1
+    assert fire_due(client, due, [schedule])[0] == 0  # not again
+    assert queue_stats("default")["ready"] == 1
+    assert Worker(["default"], burst=True).run() == 1
+    assert ran() == ["tick"]

@@ -64,11 +64,29 @@ def proxy(redis_client: Any) -> Iterator[FaultProxy]:
 
 
 def through(proxy: FaultProxy, *, resent: bool) -> redis.Redis:
-    """A client through the proxy that resends a command whose reply it lost, or not."""
+    """A client through the proxy that resends a command whose reply it lost, or not. Its
+    connections are named ``FIRST`` on the server (``CLIENT KILL`` finds them)."""
     retry = Retry(NoBackoff(), 3 if resent else 0)
     return redis.Redis.from_url(
-        proxy.url, retry=retry, retry_on_error=[redis.exceptions.ConnectionError]
+        proxy.url,
+        retry=retry,
+        retry_on_error=[redis.exceptions.ConnectionError],
+        client_name=FIRST,
     )
+
+
+FIRST = "rcoord-test-first-waiter"
+
+
+def kill_blocked_first() -> None:
+    """CLIENT KILL of the connection the first waiter blocks on: the server closes it."""
+    client = get_client()
+    wait_until(
+        lambda: any(c["name"] == FIRST and c["cmd"] == "blpop" for c in client.client_list())
+    )
+    for connection in client.client_list():
+        if connection["name"] == FIRST and connection["cmd"] == "blpop":
+            client.client_kill_filter(_id=connection["id"])
 
 
 def sha(script: str) -> str:
@@ -105,10 +123,12 @@ def test_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool, fair: bool)
 
 # -- a release with two waiters ----------------------------------------------------------
 def release_to_two_waiters(
-    proxy: FaultProxy, name: str, cut: bytes | str, *, resent: bool, fair: bool = True
+    proxy: FaultProxy, name: str, cut: bytes | str | None, *, resent: bool, fair: bool = True
 ) -> tuple[Any, float | None, float]:
     """A holder releases to two waiters, each in a thread: the first, blocked first, through
-    the proxy, which cuts its reply to the command holding ``cut``; the second behind it.
+    the proxy, which cuts its reply to the command holding ``cut`` (None: its blocked
+    connection is killed by the server, CLIENT KILL, before the release); the second behind
+    it.
     Returns (the first's outcome: when it held the lock, or its error; when the second held
     it; when the holder released), once both are done (and have released)."""
     signal = lock_key(name, "signal")
@@ -132,7 +152,10 @@ def release_to_two_waiters(
     for blocked, thread in enumerate(threads, start=1):
         thread.start()
         wait_until(lambda: blocked_count_is(signal, blocked))  # noqa: B023
-    proxy.cut_reply_to(cut)
+    if cut is None:
+        kill_blocked_first()
+    else:
+        proxy.cut_reply_to(cut)
     released_at = time.monotonic()
     holder.release()
     for thread in threads:
@@ -171,6 +194,26 @@ def test_a_popped_hand_over_whose_reply_is_cut(proxy: FaultProxy, resent: bool, 
     assert proxy.cut >= 1
     held_at = [at for at in (first, second) if isinstance(at, float)]
     assert held_at, (first, second)
+    assert min(held_at) - released_at < LIVE_BOUND
+    assert Lock(name, wait=0).acquire() is True
+
+
+@RESENT
+@FAIR
+def test_a_blocked_waiter_whose_connection_is_killed(
+    proxy: FaultProxy, resent: bool, fair: bool
+) -> None:
+    """CLIENT KILL of the first waiter's blocked connection, then a release: resent, the
+    waiter blocks again on a new connection; not resent, it raises and leaves its place. A
+    live waiter holds the lock within the bound, and nothing stays held."""
+    name = f"killed-waiter-{resent}-{fair}"
+    first, second, released_at = release_to_two_waiters(proxy, name, None, resent=resent, fair=fair)
+    if resent:
+        assert isinstance(first, float)
+    else:
+        assert isinstance(first, redis.exceptions.ConnectionError)
+    assert isinstance(second, float)
+    held_at = [at for at in (first, second) if isinstance(at, float)]
     assert min(held_at) - released_at < LIVE_BOUND
     assert Lock(name, wait=0).acquire() is True
 

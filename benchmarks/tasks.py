@@ -273,6 +273,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     django-tasks-redis's, with the commands under them as references, the rows taking
     turns (``measure_side_by_side``): what a page polling a task's status pays per poll."""
     from benchmarks import framework_tasks
+    from django_rcoord.connection.features import SCRIPT_FLAGS
     from django_rcoord.queues import get_result
     from django_rcoord.queues.records import _record_keys, _result_script
     from django_rcoord.scripts import run_script
@@ -300,7 +301,9 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         (
             "bare EVALSHA of task_result (no decoding)",
             "1",
-            lambda: run_script(_result_script(), client, keys=keys, args=(next_id(ids),)),
+            lambda: run_script(
+                _result_script(SCRIPT_FLAGS.usable(client)), client, keys=keys, args=(next_id(ids),)
+            ),
         ),
     ]
     theirs = SYSTEMS["streams-framework"] + " task.get_result"

@@ -42,7 +42,7 @@ from tests import cluster, tasks
 from tests.faultproxy import FaultProxy
 from tests.procs import wait_until
 from tests.test_lock_liveness import LIVE_BOUND
-from tests.test_locks import blocked_count_is, lock_key
+from tests.test_locks import blocked_count_is, has_compare_and_set, lock_key
 from tests.test_queues import ran, result_of
 from tests.test_worker_faults import lost_deliveries
 
@@ -169,9 +169,9 @@ def test_a_hand_over_whose_confirmation_reply_is_cut(proxy: FaultProxy, resent: 
     the lock. Not resent: it raises and gives the grant back, and the waiter behind it holds
     the lock within the bound."""
     name = f"cut-confirm-{resent}"
-    first, second, released_at = release_to_two_waiters(
-        proxy, name, sha("lock_extend"), resent=resent
-    )
+    # The confirmation is one SET ... IFEQ where the server compares, else the script.
+    confirm = b"IFEQ" if has_compare_and_set(get_client()) else sha("lock_extend")
+    first, second, released_at = release_to_two_waiters(proxy, name, confirm, resent=resent)
     assert proxy.cut == 1
     if resent:
         assert isinstance(first, float)

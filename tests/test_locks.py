@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client, is_cluster
+from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.exceptions import LockNotReplicated
 from django_rcoord.keys import KeySpace
@@ -869,3 +871,100 @@ def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(
         waiter.release()
     finally:
         releaser.join()
+
+
+# -- compare-and-set where the server has it ------------------------------------------------
+def has_compare_and_set(client: Any) -> bool:
+    """Whether the server takes ``SET ... IFEQ``, from its name and release: Redis 8.4 and
+    newer, Valkey 8.1 and newer."""
+    info = client.info("server")
+    if is_cluster(client):
+        info = next(iter(info.values()))
+    if "valkey_version" in info:
+        return tuple(map(int, info["valkey_version"].split(".")[:2])) >= (8, 1)
+    return tuple(map(int, info["redis_version"].split(".")[:2])) >= (8, 4)
+
+
+class CommandsRedis(redis.Redis):
+    """A real client that notes the name of each command it sends."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands: list[str] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of a plain client")
+def test_extend_is_one_set_where_the_server_compares(redis_url: str) -> None:
+    """On a server with compare-and-set, an extend is one ``SET ... IFEQ``; elsewhere the
+    script, after one refused try per server and process. Either way it extends only the
+    caller's lock."""
+    client = CommandsRedis(connection_pool=redis.ConnectionPool.from_url(redis_url))
+    compares = has_compare_and_set(client)
+    lock = Lock("cas", timeout=5, wait=0, client=client)
+    assert lock.acquire()
+    lock.extend(60)  # the first: on an older server, the refused try and the script
+    assert SET_IFEQ.usable(client) is compares
+    client.commands.clear()
+    lock.extend(30)
+    assert client.commands == (["SET"] if compares else ["EVALSHA"])
+    assert 29_000 < get_client().pttl(owner_key("cas")) <= 30_000
+    # Not the caller's any more: nothing is extended, and it says so.
+    get_client().set(owner_key("cas"), "someone else", px=1000)
+    with pytest.raises(LockLost):
+        lock.extend(30)
+    assert get_client().get(owner_key("cas")) == b"someone else"
+    assert get_client().pttl(owner_key("cas")) <= 1000
+    client.close()
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of a plain client")
+def test_a_hand_overs_confirmation_is_one_set_where_the_server_compares(redis_url: str) -> None:
+    client = CommandsRedis(connection_pool=redis.ConnectionPool.from_url(redis_url))
+    compares = has_compare_and_set(client)
+    warm = Lock("cas-warm", timeout=30, wait=0, client=client)
+    assert warm.acquire()
+    warm.extend()  # on an older server: its refusal seen, the script loaded
+    warm.release()
+    holder = Lock("cas-hand-over", timeout=30, wait=0)
+    assert holder.acquire()
+    first = holder.token
+    waiter = Lock("cas-hand-over", timeout=30, wait=30, client=client)
+    tokens: list[int | None] = []
+    thread = threading.Thread(
+        target=lambda: tokens.append(waiter.token if waiter.acquire() else None)
+    )
+    thread.start()
+    wait_until(lambda: blocked_count_is(lock_key("cas-hand-over", "signal"), 1))
+    client.commands.clear()
+    holder.release()
+    thread.join(30)
+    assert first is not None
+    assert tokens[0] is not None
+    assert tokens[0] > first
+    # Blocked before the release (BLPOP), the waiter sends only its confirmation after it.
+    assert client.commands == ["SET" if compares else "EVALSHA"]
+    assert get_client().pttl(owner_key("cas-hand-over")) > protocol.GRANT_LEASE * 1000
+    client.close()
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of a plain client")
+async def test_async_extend_is_one_set_where_the_server_compares(redis_url: str) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    compares = has_compare_and_set(get_client())
+    lock = Lock("acas", timeout=5, wait=0, client=client)
+    try:
+        assert await lock.aacquire()
+        await lock.aextend(60)
+        assert SET_IFEQ.usable(client) is compares
+        await lock.aextend(30)
+        assert 29_000 < get_client().pttl(owner_key("acas")) <= 30_000
+        get_client().set(owner_key("acas"), "someone else", px=1000)
+        with pytest.raises(LockLost):
+            await lock.aextend(30)
+        assert get_client().get(owner_key("acas")) == b"someone else"
+    finally:
+        await client.aclose()

@@ -15,12 +15,12 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client, slot_pipeline
+from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.queues import (
     enqueue_many,
     execute_later,
     get_result,
     queue_stats,
-    records,
     requeue_dead,
 )
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
@@ -353,4 +353,4 @@ def test_the_read_only_script_is_used_where_the_server_knows_shebangs() -> None:
     task_id = tasks.record.delay("ro")
     assert result_of(task_id).status == "READY"
     major = int(get_client().info("server")["redis_version"].split(".")[0])
-    assert records._Shebangs.understood is (major >= 7)
+    assert SCRIPT_FLAGS.usable(get_client()) is (major >= 7)

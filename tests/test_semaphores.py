@@ -173,7 +173,9 @@ def test_limit_and_release() -> None:
 
 # -- fairness and waiting ------------------------------------------------------------------
 def test_waiters_are_served_first_come_first_served() -> None:
-    holder = Semaphore("line", 1, timeout=10)
+    # The holder's lease outlasts four process starts on a busy machine (a 10 s lease ran out
+    # while they started under CI's load, and the line moved before it was complete).
+    holder = Semaphore("line", 1, timeout=120)
     held = granted(holder.acquire())
     processes = []
     for index, label in enumerate(["first", "second", "third", "fourth"]):
@@ -191,7 +193,7 @@ def test_waiters_are_served_first_come_first_served() -> None:
 
 
 def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
-    holder = Semaphore("no-jumping", 1, timeout=10)
+    holder = Semaphore("no-jumping", 1, timeout=120)  # outlasts a process start under load
     held = granted(holder.acquire())
     waiter = start_process(wait_in_line, "no-jumping", "waiter")
     try:
@@ -280,7 +282,7 @@ def test_waiter_is_woken_by_release() -> None:
 
 
 def test_a_waiter_that_died_loses_its_place() -> None:
-    holder = Semaphore("dead-waiter", 1, timeout=10)
+    holder = Semaphore("dead-waiter", 1, timeout=120)  # outlasts a process start under load
     held = granted(holder.acquire())
     doomed = start_process(wait_in_line, "dead-waiter", "doomed")
     wait_until(lambda: waiters("dead-waiter") == 1)

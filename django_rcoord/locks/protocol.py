@@ -87,6 +87,13 @@ def handover(token: bytes) -> tuple[str, int, int] | None:
     return fields[2].decode(), int(fields[0]), int(fields[1])
 
 
+def extend_command(owner_key: bytes, identifier: str, ttl_ms: int) -> tuple[Any, ...]:
+    """``lock_extend.lua`` as one command, on servers that have compare-and-set (Redis 8.4+,
+    Valkey 8.1+): the owner key keeps ``identifier`` and gets a TTL of ``ttl_ms`` if it holds
+    ``identifier``; nil (nothing changed) otherwise."""
+    return ("SET", owner_key, identifier, "IFEQ", identifier, "PX", ttl_ms)
+
+
 def release_args(
     identifier: str, lock_ttl_ms: int, replicas: int, fair: bool = True
 ) -> tuple[str, int, int]:

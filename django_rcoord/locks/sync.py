@@ -7,8 +7,11 @@ import time
 from types import TracebackType
 from typing import Any, TypeVar
 
+from redis.exceptions import ResponseError
+
 from django_rcoord.conf import conf
 from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol
 from django_rcoord.locks.base import LockBase
@@ -135,6 +138,13 @@ class SyncLock(LockBase):
             raise self._lost_now(hold)
 
     def _extend_identifier(self, client: Any, identifier: str, ttl_ms: int) -> bool:
+        if SET_IFEQ.usable(client):
+            try:
+                command = protocol.extend_command(self._keys[0], identifier, ttl_ms)
+                return client.execute_command(*command) is not None
+            except ResponseError as error:
+                if not SET_IFEQ.refused(client, error):
+                    raise
         return bool(
             run_script("lock_extend", client, keys=self._keys[:1], args=(identifier, ttl_ms))
         )

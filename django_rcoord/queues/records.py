@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
+from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
@@ -293,10 +294,11 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     if keys is None:
         return None
     client = resolve_client(client)
+    read_only = SCRIPT_FLAGS.usable(client)
     try:
-        reply = run_script(_result_script(), client, keys=keys, args=(task_id,))
+        reply = run_script(_result_script(read_only), client, keys=keys, args=(task_id,))
     except ResponseError as error:
-        if not _cannot_compile_shebang(error):
+        if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
         reply = run_script("task_result", client, keys=keys, args=(task_id,))
     return _record_from_reply(task_id, reply)
@@ -308,10 +310,11 @@ async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     if keys is None:
         return None
     client = await aresolve_client(client)
+    read_only = SCRIPT_FLAGS.usable(client)
     try:
-        reply = await arun_script(_result_script(), client, keys=keys, args=(task_id,))
+        reply = await arun_script(_result_script(read_only), client, keys=keys, args=(task_id,))
     except ResponseError as error:
-        if not _cannot_compile_shebang(error):
+        if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
         reply = await arun_script("task_result", client, keys=keys, args=(task_id,))
     return _record_from_reply(task_id, reply)
@@ -326,24 +329,10 @@ def _record_keys(task_id: str) -> tuple[str, str, str, str] | None:
     return keys.messages, keys.results, keys.results_expiry, keys.errors
 
 
-class _Shebangs:
-    """Whether the server understands ``#!lua flags=...`` (Redis 7+); False once one did not."""
-
-    understood = True
-
-
-def _result_script() -> str:
-    # The read-only declaration where the server knows it, the plain script where not.
-    return "task_result_ro" if _Shebangs.understood else "task_result"
-
-
-def _cannot_compile_shebang(error: ResponseError) -> bool:
-    """Whether ``error`` is a pre-7 server refusing ``task_result_ro.lua``'s first line (it
-    is then not sent again by this process)."""
-    if "Error compiling script" not in str(error) or not _Shebangs.understood:
-        return False
-    _Shebangs.understood = False
-    return True
+def _result_script(read_only: bool) -> str:
+    # The read-only declaration where the server knows it (a replica may run it), the plain
+    # script where not (Redis 6.2).
+    return "task_result_ro" if read_only else "task_result"
 
 
 def _record_from_reply(task_id: str, reply: list[Any]) -> TaskRecord | None:

@@ -7,6 +7,8 @@
    non-atomic GET/SET increment of a counter, so the final counter equals the
    number of sections only if the lock excluded. Sections per second in total.
 3. Hand-off: seconds from a holder's release to a blocked waiter's acquire.
+4. Extend: a held lock's extend as shipped (one ``SET ... IFEQ`` on servers that compare
+   and set) beside the script, on the same server.
 
 Peers: redis-py's ``Lock``, python-redis-lock, pottery's ``Redlock`` on one
 master, and the book's SETNX lock (benchmarks/book.py).
@@ -163,6 +165,40 @@ def uncontended(bench: Bench, count: int, repeats: int) -> Table:
         rows,
         floor=rows[0].name,
     )
+
+
+# -- 1b. extend -----------------------------------------------------------------------------
+
+
+def extend(bench: Bench, count: int, repeats: int) -> Table:
+    """A held lock's extend as shipped (one ``SET ... IFEQ`` where the server compares and
+    sets, else the script) beside the script on the same server, and one PING."""
+    from django_rcoord.connection.features import SET_IFEQ
+    from django_rcoord.locks import Lock
+    from django_rcoord.scripts import run_script
+
+    client = bench.client
+    lock = Lock("bench-extend", timeout=30, wait=0, client=client)
+    if not lock.acquire():
+        raise RuntimeError("an uncontended lock was not acquired")
+    lock.extend()  # the server's answer to SET ... IFEQ learnt before the rows run
+    owner = lock._keys[:1]
+    identifier = lock.identifier
+    shipped = "SET ... IFEQ" if SET_IFEQ.usable(client) else "the script"
+    operations = [
+        ping_operation(client, 1),
+        (f"django-rcoord Lock.extend ({shipped})", "1", lock.extend),
+        (
+            "lock_extend.lua (the script path)",
+            "1",
+            lambda: run_script("lock_extend", client, keys=owner, args=(identifier, 30000)),
+        ),
+    ]
+    try:
+        rows = measure_side_by_side(operations, count=count, repeats=repeats)
+    finally:
+        lock.release()
+    return Table(f"Extend a held lock, {repeats} x {count}", "extends/s", rows, floor=rows[0].name)
 
 
 # -- 2. contended ----------------------------------------------------------------------------
@@ -338,6 +374,7 @@ def run(bench: Bench) -> ScenarioResult:
     repeats = bench.repeats_or(bench.pick(quick=3, full=5))
     tables = [
         uncontended(bench, count, repeats),
+        extend(bench, count, repeats),
         contended(bench, seconds, bench.repeats_or(3)),
         handoff(bench, rounds, bench.repeats_or(3)),
     ]

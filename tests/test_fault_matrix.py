@@ -235,15 +235,77 @@ def test_a_release_whose_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
     assert Lock(name, wait=0).acquire() is True
 
 
-# -- async -------------------------------------------------------------------------------
+# -- extend ------------------------------------------------------------------------------
+def extend_pattern() -> bytes | str:
+    """What an extend sends: one SET ... IFEQ where the server compares, else the script."""
+    return b"IFEQ" if has_compare_and_set(get_client()) else sha("lock_extend")
+
+
 @RESENT
-async def test_async_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
-    name = f"cut-aacquire-{resent}"
-    client = redis.asyncio.Redis.from_url(
+def test_an_extend_whose_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The server extended the lock; the caller lost the reply. Resent, the extend runs again
+    and holds (it is the caller's lock still). Not resent, it raises, and the lock is still
+    the caller's, extended: its release frees it."""
+    name = f"cut-extend-{resent}"
+    lock = Lock(name, timeout=5, wait=0, client=through(proxy, resent=resent))
+    assert lock.acquire()
+    lock.extend()  # the server's answer to SET ... IFEQ learnt: the cut hits the extend
+    proxy.cut_reply_to(extend_pattern())
+    if resent:
+        lock.extend(TIMEOUT)
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            lock.extend(TIMEOUT)
+    assert proxy.cut == 1
+    assert get_client().pttl(lock_key(name, "owner")) > 5000  # extended, either way
+    assert holder_is(name, lock.identifier)
+    lock.release()
+    assert Lock(name, wait=0).acquire() is True
+
+
+# -- async -------------------------------------------------------------------------------
+def async_through(proxy: FaultProxy, *, resent: bool) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis.from_url(
         proxy.url,
         retry=redis.asyncio.retry.Retry(NoBackoff(), 3 if resent else 0),
         retry_on_error=[redis.exceptions.ConnectionError],
     )
+
+
+@RESENT
+async def test_async_release_and_extend_with_their_replies_cut(
+    proxy: FaultProxy, resent: bool
+) -> None:
+    """``aextend`` and ``arelease`` as their sync twins: an extend cut is the caller's lock
+    still, extended; a release cut frees the lock (resent, it says LockLost: nothing was
+    taken from anyone)."""
+    name = f"cut-arelease-{resent}"
+    client = async_through(proxy, resent=resent)
+    lock = Lock(name, timeout=5, wait=0, client=client)
+    try:
+        assert await lock.aacquire()
+        await lock.aextend()
+        proxy.cut_reply_to(extend_pattern())
+        if resent:
+            await lock.aextend(TIMEOUT)
+        else:
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await lock.aextend(TIMEOUT)
+        assert get_client().pttl(lock_key(name, "owner")) > 5000
+        proxy.cut_reply_to(sha("lock_release"))
+        with pytest.raises(LockLost if resent else redis.exceptions.ConnectionError):
+            await lock.arelease()
+        assert proxy.cut == 2
+        assert get_client().exists(lock_key(name, "owner")) == 0
+        assert Lock(name, wait=0).acquire() is True
+    finally:
+        await client.aclose()
+
+
+@RESENT
+async def test_async_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
+    name = f"cut-aacquire-{resent}"
+    client = async_through(proxy, resent=resent)
     lock = Lock(name, timeout=TIMEOUT, wait=5, client=client)
     proxy.cut_reply_to(sha("lock_acquire"))
     try:
@@ -283,6 +345,26 @@ def test_a_semaphore_acquire_with_its_reply_cut(proxy: FaultProxy, resent: bool)
             semaphore.acquire(wait=2)
     assert proxy.cut == 1
     assert Semaphore(name, 1).holders() == 0
+
+
+@RESENT
+def test_a_semaphore_release_whose_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
+    """The server released the permit; the caller lost the reply. Resent, the release finds
+    the permit gone and answers False (nothing was taken from anyone); not resent, it
+    raises. Either way the permit is back for the next caller."""
+    name = f"cut-semaphore-release-{resent}"
+    semaphore = Semaphore(name, 1, timeout=TIMEOUT, client=through(proxy, resent=resent))
+    identifier = semaphore.acquire()
+    assert identifier is not None
+    proxy.cut_reply_to(sha("semaphore_release"))
+    if resent:
+        assert semaphore.release(identifier) is False
+    else:
+        with pytest.raises(redis.exceptions.ConnectionError):
+            semaphore.release(identifier)
+    assert proxy.cut == 1
+    assert Semaphore(name, 1).holders() == 0
+    assert Semaphore(name, 1).acquire() is not None
 
 
 # -- the worker ------------------------------------------------------------------------

@@ -16,7 +16,28 @@ class RcoordConfig(AppConfig):
         checks.register(check_settings, "rcoord")
         # Connects to Redis: only when asked for, by check --deploy.
         checks.register(check_redis_server, "rcoord", deploy=True)
+        self._register_the_task_backends_checks()
         self._link_the_admin_index()
+
+    @staticmethod
+    def _register_the_task_backends_checks() -> None:
+        """The Tasks framework registers its check (which runs each backend's ``check()``,
+        ours among them: rcoord.E018, E019, W003) only once its package is imported. A
+        project whose ``TASKS`` names our backend gets it under ``manage.py check`` even if
+        nothing imported the framework yet (a misspelt option would otherwise pass)."""
+        from django.conf import settings
+
+        tasks = getattr(settings, "TASKS", None)
+        if not isinstance(tasks, dict):
+            return
+        ours = ("django_rcoord.task_backend.", "django_rcoord.queues.backend.")
+        if any(
+            isinstance(alias, dict) and str(alias.get("BACKEND", "")).startswith(ours)
+            for alias in tasks.values()
+        ):
+            from django_rcoord.queues.framework import register_checks
+
+            register_checks()
 
     @staticmethod
     def _link_the_admin_index() -> None:

@@ -361,3 +361,28 @@ def test_task_checks_its_queue_name_at_import_but_builds_no_key() -> None:
                 task("tests.checks.bad_queue_probe", queue="reports/")(print)
     finally:
         registry._registry.pop("tests.checks.prefix_probe", None)
+
+
+def test_a_misspelt_task_backend_option_is_reported_though_nothing_imported_the_framework(
+    tmp_path, redis_url: str
+) -> None:
+    """``manage.py check`` in a project whose settings name our Tasks backend and import
+    nothing of the framework (Django registers its tasks check when ``django.tasks`` is
+    imported; the backport, when its app is installed): the typo is rcoord.E018."""
+    (tmp_path / "plain_settings.py").write_text(
+        "SECRET_KEY = 'x'\n"
+        "INSTALLED_APPS = ['django_rcoord']\n"
+        "CACHES = {'default': {'BACKEND': 'django_redis.cache.RedisCache', "
+        f"'LOCATION': {redis_url!r}}}}}\n"
+        "TASKS = {'default': {'BACKEND': 'django_rcoord.task_backend.RedisTaskBackend', "
+        "'OPTIONS': {'RETRIES': 2}}}\n"
+    )
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "plain_settings",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    result = run_python("-m", "django", "check", cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "rcoord.E018" in result.stderr
+    assert "'RETRIES'" in result.stderr

@@ -33,6 +33,16 @@ else:  # Django 5.2 with the backport
 
     SOURCE = "django_tasks"
 
+
+def register_checks() -> None:
+    """Register the framework's own system check (each backend's ``check()``), as importing
+    its package does on Django 6 and its app's ``ready()`` does with the backport."""
+    if BUILTIN_TASKS:
+        import django.tasks.checks  # noqa: F401
+    else:
+        import django_tasks.checks  # noqa: F401
+
+
 __all__ = [
     "SOURCE",
     "BaseTaskBackend",
@@ -43,6 +53,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "register_checks",
     "task",
     "task_backends",
     "task_enqueued",

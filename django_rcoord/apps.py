@@ -11,11 +11,16 @@ class RcoordConfig(AppConfig):
 
     def ready(self) -> None:
         from django_rcoord import connection  # noqa: F401  (connects its setting_changed receiver)
-        from django_rcoord.checks import check_redis_server, check_settings
+        from django_rcoord.checks import (
+            check_embedded_in_deploy,
+            check_redis_server,
+            check_settings,
+        )
 
         checks.register(check_settings, "rcoord")
         # Connects to Redis: only when asked for, by check --deploy.
         checks.register(check_redis_server, "rcoord", deploy=True)
+        checks.register(check_embedded_in_deploy, "rcoord", deploy=True)
         self._register_the_task_backends_checks()
         self._link_the_admin_index()
 

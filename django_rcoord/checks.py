@@ -251,6 +251,29 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
     return messages
 
 
+def check_embedded_in_deploy(**kwargs: Any) -> list[CheckMessage]:
+    """Deploy check: a cache made by ``embedded_cache()`` (a throwaway server started by the
+    first process that connects, for development) in a deployed project. Connects to
+    nothing."""
+    from django_rcoord.embedded.caches import FACTORY_PATH
+
+    caches = getattr(settings, "CACHES", {})
+    messages: list[CheckMessage] = []
+    for alias, cache in caches.items() if isinstance(caches, Mapping) else ():
+        options = cache.get("OPTIONS") if isinstance(cache, Mapping) else None
+        if isinstance(options, Mapping) and options.get("CONNECTION_FACTORY") == FACTORY_PATH:
+            messages.append(
+                Warning(
+                    f"CACHES[{alias!r}] is embedded_cache(): a redis-server started by the "
+                    "first process that connects, for development and tests only.",
+                    hint="Point the cache at the Redis your deployment runs (LOCATION "
+                    "'redis://host:6379/0', django-redis's RedisCache) for production.",
+                    id="rcoord.W031",
+                )
+            )
+    return messages
+
+
 def server_problems(info: Mapping[str, Any], server: str) -> list[CheckMessage]:
     """What is wrong with a Redis server for django-rcoord, from its ``INFO`` reply."""
     messages: list[CheckMessage] = []

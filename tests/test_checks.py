@@ -386,3 +386,14 @@ def test_a_misspelt_task_backend_option_is_reported_though_nothing_imported_the_
     assert result.returncode == 1, result.stderr
     assert "rcoord.E018" in result.stderr
     assert "'RETRIES'" in result.stderr
+
+
+def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None:
+    from django_rcoord.checks import check_embedded_in_deploy
+    from django_rcoord.embedded import embedded_cache
+
+    assert check_embedded_in_deploy() == []  # the suite's own Redis
+    with override_settings(CACHES={"default": embedded_cache(tmp_path / "redis")}):
+        (message,) = check_embedded_in_deploy()
+    assert message.id == "rcoord.W031"
+    assert "embedded_cache()" in message.msg

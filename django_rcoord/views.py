@@ -18,6 +18,10 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import encode_name
 from django_rcoord.validation import parse_int_in
 
+#: The view's parameters. Others are let through beside ``q`` (a client's cache buster);
+#: without ``q`` they are a 400 that names ``q``.
+PARAMETERS = frozenset({"q", "limit", "after"})
+
 #: Longest query accepted, in characters.
 MAX_QUERY_LENGTH = 100
 
@@ -47,7 +51,18 @@ def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
         encode_name(guild)
     except InvalidName as exc:
         return _private(_bad_request(f"guild: {exc}"))
+    unknown = sorted(set(request.GET) - PARAMETERS)
+    if unknown and "q" not in request.GET:
+        # ?prefix=ma would otherwise be a search for "" that lists the whole guild.
+        return _private(
+            _bad_request(
+                f"unknown parameter {unknown[0]!r}: the query is q "
+                f"(parameters: {', '.join(sorted(PARAMETERS))})"
+            )
+        )
     query = request.GET.get("q", "")
+    if "\ufffd" in query:  # what Django decodes bytes that are not UTF-8 to
+        return _private(_bad_request("q must be UTF-8 (percent-encode its bytes)"))
     if len(query) > MAX_QUERY_LENGTH:
         return _private(_bad_request(f"q must be at most {MAX_QUERY_LENGTH} characters"))
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):

@@ -79,6 +79,7 @@ def test_the_permission_setting_changes_the_rule(client) -> None:
         {"limit": "٣"},  # a digit, but not an ASCII one
         {"after": "%%%"},
         {"after": "YWJj"},  # valid base64, not a cursor
+        {"prefix": "ma"},  # not a parameter: without q, a 400 that names q
     ],
 )
 def test_bad_input_is_a_400_json_error(client, member, params) -> None:
@@ -117,3 +118,13 @@ def test_a_number_thousands_of_digits_long_is_a_400_for_anyone(client, limit) ->
     else:
         assert response.status_code == 400
         assert response.json()["error"] == "bad_request"
+
+
+def test_a_query_that_is_not_utf8_and_a_missing_q_are_400s_naming_q(client, member) -> None:
+    response = client.get(URL.format("knights") + "?q=%ff%fe")
+    assert response.status_code == 400
+    assert "q must be UTF-8" in response.json()["detail"]
+    response = client.get(URL.format("knights"), {"prefix": "ma"})
+    assert "the query is q" in response.json()["detail"]
+    # Beside q, another parameter (a cache buster) changes nothing.
+    assert client.get(URL.format("knights"), {"q": "ma", "_": "17"}).status_code == 200

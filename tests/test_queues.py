@@ -346,6 +346,9 @@ def test_poison_messages_become_dead_letters_and_the_worker_goes_on() -> None:
     # arrive by name (execute_later cannot check them).
     with pytest.raises(TypeError, match="does not accept these arguments"):
         tasks.record.delay("a", "surplus argument")
+    # A misspelt keyword is named, not reported as the parameter it left missing.
+    with pytest.raises(TypeError, match="unexpected keyword argument\\(s\\) 'c'"):
+        tasks.add_numbers.delay(1, c=2)
     execute_later("default", "tests.tasks.record", ["a", "surplus argument"])
     tasks.always_fail.delay("boom")
     tasks.record.delay("fine")

@@ -31,6 +31,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.connection import resolve_client
 from django_rcoord.exceptions import InvalidName, TaskCancelled
+from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.framework import (
     BaseTaskBackend,
     Task,
@@ -275,10 +276,9 @@ def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], na
         return runner.not_here(job, name, f"its result does not validate here: {exc!r}")
     if task.takes_context:
         args = [TaskContext(task_result=result), *args]
-    try:
-        _signature(task.func).bind(*args, **kwargs)
-    except TypeError as exc:
-        return runner.refuse(name, f"the task does not accept these arguments: {exc}")
+    problem = argument_problem(_signature(task.func), args, kwargs)
+    if problem is not None:
+        return runner.refuse(name, f"the task does not accept these arguments: {problem}")
     sender = type(backend)
     _send_robust(task_started, "task_started", sender, result)
     options = backend.run_options(task)

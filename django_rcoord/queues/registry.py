@@ -12,6 +12,7 @@ from typing import Any
 from django.apps import apps
 
 from django_rcoord.connection import resolve_client
+from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.options import RunOptions
@@ -94,10 +95,9 @@ class Task:
         letter later)."""
         if not kwargs and len(args) == self._arity:
             return
-        try:
-            self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"task {self.name!r} does not accept these arguments: {exc}") from None
+        problem = argument_problem(self.signature, args, kwargs)
+        if problem is not None:
+            raise TypeError(f"task {self.name!r} does not accept these arguments: {problem}")
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip). A unique

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from django_rcoord import __version__
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable, TaskTimeLimitExceeded
+from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.cancel import running
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message, to_json
@@ -202,10 +203,9 @@ class TaskRunner:
         args, kwargs = message.get("args", []), message.get("kwargs", {})
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
-        try:
-            registered.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            return not_runnable(name, f"the task does not accept these arguments: {exc}")
+        problem = argument_problem(registered.signature, args, kwargs)
+        if problem is not None:
+            return not_runnable(name, f"the task does not accept these arguments: {problem}")
         outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
         return self.follow_up(job, outcome, registered.follow_up_task, registered.options)
 

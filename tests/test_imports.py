@@ -183,7 +183,9 @@ def test_commands_share_helpers_not_each_other() -> None:
         if target.startswith(prefix)
     }
     assert not between  # shared helpers live in django_rcoord.management.base
-    assert "django_rcoord.management.base" in graph[prefix + "run_email_worker"]
+    assert "django_rcoord.management.base" in graph["django_rcoord.management.worker"]
+    assert "django_rcoord.management.worker" in graph[prefix + "run_email_worker"]
+    assert "django_rcoord.management.worker" in graph[prefix + "rcoord_worker"]
     assert "django_rcoord.management.base" in graph[prefix + "poll_delayed"]
 
 

@@ -290,13 +290,15 @@ def test_tasks_in_queues_a_worker_does_not_watch_are_named() -> None:
     assert "tasks are waiting in queues these workers do not watch: elsewhere/other (1)" in output
 
 
-def test_a_worker_watches_every_queue_a_task_uses_by_default() -> None:
+@pytest.mark.parametrize("command", ["run_email_worker", "rcoord_worker"])
+def test_a_worker_watches_every_queue_a_task_uses_by_default(command: str) -> None:
+    """``rcoord_worker`` is ``run_email_worker`` under a general name: the same runs."""
     from django.core.management import call_command
 
     own = tasks.record_elsewhere.delay("own")  # queue elsewhere/default: a group of its own
     framework = framework_tasks.add.enqueue(2, 2)
     email = execute_later("email", "tests.tasks.record", ["email"])
-    call_command("run_email_worker", "--burst")
+    call_command(command, "--burst")
     assert sorted(ran()) == ["email", "own"]
     framework.refresh()
     assert framework.return_value == 4

@@ -1,0 +1,133 @@
+"""The task worker command: ``manage.py run_email_worker`` (the sold-item e-mails first, where
+it began) and ``manage.py rcoord_worker``, the same command under a general name."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.exceptions import RedisUnavailable
+from django_rcoord.management.base import (
+    add_protocol_arguments,
+    announce_protocols,
+    configure_logging,
+    stop_on_signals,
+)
+from django_rcoord.queues.worker import ISOLATIONS, Worker, default_queues, waiting_elsewhere
+
+logger = logging.getLogger("django_rcoord.queues.worker")
+
+#: How long a --burst run waits out an unusable Redis before it fails (seconds).
+BURST_MAX_OUTAGE = 60.0
+
+
+class WorkerCommand(BaseCommand):
+    help = (
+        "Run tasks from the given queues, highest priority first (default: RCOORD['EMAIL_QUEUES'] "
+        "and every queue a registered task or the Tasks framework backend uses, one worker "
+        "per queue group). SIGTERM or Ctrl-C finishes the running task and exits; a second "
+        "one exits at once (the task's lease brings it back)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_protocol_arguments(parser)
+        parser.add_argument("--queues", nargs="+", help="Queues to watch, highest priority first.")
+        parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
+        parser.add_argument("--max-tasks", type=int, help="Exit after this many tasks.")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=1,
+            help="Tasks run at once, each in its own thread (default 1; per queue group).",
+        )
+        parser.add_argument("--lease", type=float, help="Seconds (default RCOORD['TASK_LEASE']).")
+        parser.add_argument(
+            "--isolation",
+            choices=ISOLATIONS,
+            default="inline",
+            help="Where tasks run: in the worker's process (inline, the default), or in a "
+            "child process per worker thread that is killed at a task's time limit and "
+            "started again (process).",
+        )
+        parser.add_argument(
+            "--max-outage",
+            type=float,
+            help="Fail (exit 1) when Redis stays unusable this many seconds (default: "
+            f"{BURST_MAX_OUTAGE:g} with --burst; without it, retry for ever).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        concurrency = options["concurrency"]
+        if concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        max_outage = options["max_outage"]
+        if max_outage is None and options["burst"]:
+            max_outage = BURST_MAX_OUTAGE
+        if max_outage is not None and max_outage <= 0:
+            raise CommandError("--max-outage must be a positive number of seconds")
+        configure_logging(options["verbosity"])
+        announce_protocols(upgrade=options["upgrade_protocols"])
+        groups = [options["queues"]] if options["queues"] else default_queues()
+        stop = threading.Event()
+        try:
+            workers = [
+                Worker(
+                    queues,
+                    lease=options["lease"],
+                    burst=options["burst"],
+                    max_tasks=options["max_tasks"],
+                    stop_event=stop,
+                    max_outage=max_outage,
+                    isolation=options["isolation"],
+                )
+                for queues in groups
+                for _ in range(concurrency)
+            ]
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        watched = [name for queues in groups for name in queues]
+        self._report_unwatched(watched)
+        failed: list[RedisUnavailable] = []
+
+        def run(worker: Worker) -> None:
+            try:
+                worker.run()
+            except RedisUnavailable as exc:
+                failed.append(exc)
+                stop.set()
+
+        with stop_on_signals(stop):
+            if len(workers) == 1:
+                run(workers[0])
+            else:
+                threads = [
+                    threading.Thread(target=run, args=(worker,), name=f"worker-{i}")
+                    for i, worker in enumerate(workers)
+                ]
+                for thread in threads:
+                    thread.start()
+                while any(thread.is_alive() for thread in threads):
+                    for thread in threads:
+                        thread.join(0.2)
+        if failed:
+            raise CommandError(str(failed[0]))
+        if options["burst"]:
+            self._report_unwatched(watched)
+
+    @staticmethod
+    def _report_unwatched(watched: list[str]) -> None:
+        """Say, once, which queues hold tasks that this command's workers do not watch."""
+        try:
+            waiting = waiting_elsewhere(watched)
+        except REDIS_ERRORS:
+            return  # the workers report an unusable Redis
+        if waiting:
+            logger.warning(
+                "tasks are waiting in queues these workers do not watch: %s (add them with "
+                "--queues, or run a worker for them)",
+                ", ".join(f"{name} ({count})" for name, count in sorted(waiting.items())),
+            )

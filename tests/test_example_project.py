@@ -6,6 +6,7 @@ import concurrent.futures
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -72,11 +73,13 @@ def processes_of(state_dir: Path) -> set[int]:
     return found
 
 
-def start_rundemo(env: dict[str, str], port: int) -> subprocess.Popen[str]:
+def start_rundemo(
+    env: dict[str, str], port: int, addrport: str | None = None
+) -> subprocess.Popen[str]:
     # In a session of its own, like a command run in a terminal: Ctrl-C is a SIGINT to
     # its process group.
     return subprocess.Popen(
-        [sys.executable, "manage.py", "rundemo", f"127.0.0.1:{port}"],
+        [sys.executable, "manage.py", "rundemo", addrport or f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -264,3 +267,27 @@ def test_a_verification_code_goes_to_a_valid_address_without_an_email(
     (to,) = letter.to
     validate_email(to)
     assert to == "adademohome@example.com"
+
+
+def test_rundemo_on_a_busy_port_says_how_to_pick_another_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        result = manage("rundemo", str(port), env=example_env(tmp_path))
+    assert result.returncode == 1
+    assert f"Cannot serve on 127.0.0.1:{port}" in result.stderr
+    assert f"python manage.py rundemo {port + 1}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "redis").exists()  # nothing was started
+
+
+def test_rundemo_takes_a_bare_port_as_runserver_does(tmp_path: Path) -> None:
+    port = free_port()
+    demo = start_rundemo(example_env(tmp_path), port, addrport=str(port))
+    try:
+        status, _ = wait_for_page(f"http://127.0.0.1:{port}/", timeout=120)
+        assert status == 200
+    finally:
+        output = press_ctrl_c(demo)
+    assert f"on http://127.0.0.1:{port}/" in output, output

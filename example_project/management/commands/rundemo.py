@@ -9,6 +9,7 @@ Redis if rundemo started it (one already running is left running, and said so).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -18,11 +19,35 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.embedded import program_name
 from django_rcoord.embedded.caches import configured_server
 from django_rcoord.management.base import stop_on_signals
+
+
+def web_address(addrport: str) -> str:
+    """``host:port`` for the web server from ``addrport`` as runserver takes it (``8765``,
+    ``0.0.0.0:8765``, ``[::1]:8765``), once the port is known to be free: a CommandError
+    that says how to pick another port otherwise."""
+    host, _, port = addrport.rpartition(":")
+    host = host or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise CommandError(
+            f"{addrport!r} is not a port or an address:port; e.g. "
+            "`python manage.py rundemo 8765` or `rundemo 127.0.0.1:8765`."
+        )
+    family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError as exc:
+            raise CommandError(
+                f"Cannot serve on {host}:{port} ({exc.strerror}): another program uses it. "
+                f"Give rundemo another port: `python manage.py rundemo {int(port) + 1}` "
+                f"(or `rundemo {host}:{int(port) + 1}`)."
+            ) from None
+    return f"{host}:{port}"
 
 
 class Command(BaseCommand):
@@ -30,10 +55,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "addrport", nargs="?", default="127.0.0.1:8000", help="Web server address."
+            "addrport",
+            nargs="?",
+            default="127.0.0.1:8000",
+            help="Web server port or address:port, as runserver takes it (default 127.0.0.1:8000).",
         )
 
     def handle(self, *args: Any, addrport: str, **options: Any) -> None:
+        addrport = web_address(addrport)
         Path(settings.STATE_DIR).mkdir(exist_ok=True)
         # Ctrl-C and SIGTERM set `stop` from here on, so that every path below ends
         # through the clean-up, which stops what rundemo started.

@@ -145,8 +145,12 @@ def test_a_redis_restart_mid_run_loses_nothing(own_redis: EmbeddedRedis, tmp_pat
         wait_until(run.all_ran, timeout=120)
         assert run.alive()
     finally:
-        run.stop()
+        outputs = run.stop()
     runs = run.report("redis restart", started)
+    # Each process that logged the outage says, once Redis answers, that it is over.
+    waited = [output for output in outputs if "Redis error" in output]
+    assert waited
+    assert all("Redis answers again after" in output for output in waited), waited
     assert set(runs) == set(run.markers)
     assert dead_letters("default", client=run.client) == []
     assert queue_stats("default", client=run.client)["ready"] == 0
@@ -188,6 +192,7 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
     # Redis 6.2 words it "-READONLY You can't write...", 7 and newer without the code.
     assert all("read only replica" in output for output in outputs)
     assert "poller: Redis error" in outputs[-1]  # it met READONLY too, and went on
+    assert "poller: Redis answers again after" in outputs[-1]
 
 
 @single_server

@@ -39,6 +39,13 @@ def log_waited_out(log: logging.Logger, who: str, exc: Exception, wait: float) -
         log.error("%s: unexpected error; retrying in %.1fs", who, wait, exc_info=exc)
 
 
+def log_answering_again(log: logging.Logger, who: str, failures: int) -> None:
+    """The line a long-running loop logs at INFO once Redis answers again after it waited
+    out ``failures`` errors in a row (the errors were logged; this says they ended)."""
+    tries = "try" if failures == 1 else "tries"
+    log.info("%s: Redis answers again after %d failed %s; going on", who, failures, tries)
+
+
 #: Errors that mean "this request cannot ask Redis": it is out of reach, or the settings
 #: give no client at all. ``fail_open`` (the middleware's rules, ``@locked``,
 #: ``@rate_limited``) decides whether the request is served anyway.

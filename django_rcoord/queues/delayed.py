@@ -23,7 +23,12 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import RECONNECT_BACKOFF, log_waited_out, resolve_client
+from django_rcoord.connection import (
+    RECONNECT_BACKOFF,
+    log_waited_out,
+    resolve_client,
+)
+from django_rcoord.connection.errors import log_answering_again
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import QueueKeys, registry_keys
 from django_rcoord.queues.periodic import fire_due, schedules
@@ -173,6 +178,9 @@ class DueTaskPromoter:
             try:
                 started = time.monotonic()
                 _, next_due = self.run_once()
+                if failures:
+                    log_answering_again(logger, "poller", failures)
+                    failures = 0
                 sleep = self.interval if next_due is None else min(self.interval, next_due)
                 # Due times were read during the pass: count the sleep from its start (a
                 # little early at worst, which costs one more pass, never a late tick).

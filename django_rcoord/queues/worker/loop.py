@@ -25,7 +25,12 @@ from typing import Any
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, log_waited_out
+from django_rcoord.connection import (
+    RECONNECT_BACKOFF,
+    REDIS_ERRORS,
+    log_waited_out,
+)
+from django_rcoord.connection.errors import log_answering_again
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
@@ -171,6 +176,9 @@ class Worker:
             while not self.stopping.is_set():
                 try:
                     self.session.heartbeat(self.processed, self._started_at)
+                    if failures:
+                        log_answering_again(logger, f"worker {self.id}", failures)
+                        failures = 0
                     job = self._next_job()
                     if job is None:
                         if self.burst and time.monotonic() >= self._held_back_until:

@@ -157,6 +157,8 @@ def test_dead_letters_are_paged_with_their_tracebacks(client, staff) -> None:
     assert len(first.context["letters"]) == 25
     assert first.context["pages"] == 2
     assert "ValueError: m0 always fails" in first.content.decode()
+    # What the count is, said beside it (a deferred delivery is not a failed run).
+    assert "Failed runs</th><td>1 " in first.content.decode()
     second = client.get(url + "?page=2")
     assert len(second.context["letters"]) == 5
     assert client.get(url + "?page=nope").context["page"] == 1
@@ -647,3 +649,18 @@ def test_the_cancel_action_is_for_staff_with_csrf_and_refuses_bad_input_with_a_4
     assert finished.status_code == 409
     assert "it is SUCCESSFUL, not queued or delayed" in finished.content.decode()
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_breadcrumbs_are_drawn_as_this_djangos_admin_draws_them(client, staff) -> None:
+    """A list from Django 6.1 (its admin styles only ``ol.breadcrumbs``), a line before."""
+    import django
+
+    make_dead_letters(1)
+    client.force_login(staff)
+    page = client.get(reverse("rcoord:dashboard-dead", args=["default"])).content.decode()
+    if django.VERSION >= (6, 1):
+        assert '<ol class="breadcrumbs">' in page
+        assert '<li aria-current="page">Dead letters of default</li>' in page
+    else:
+        assert '<div class="breadcrumbs">' in page
+        assert "&rsaquo; Dead letters of default" in page

@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import django
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
@@ -97,9 +98,20 @@ def _login_url() -> str:
         return str(settings.LOGIN_URL)
 
 
-def _context(request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
-    """The admin's own template context (site header, user links), when the admin is on."""
-    context: dict[str, Any] = {"title": title}
+def _context(
+    request: HttpRequest,
+    title: str,
+    crumbs: Sequence[tuple[str | None, str]] = (),
+    **extra: Any,
+) -> dict[str, Any]:
+    """The admin's own template context (site header, user links), when the admin is on.
+    ``crumbs``: (URL or None, label) after the dashboard's own, drawn as the admin of this
+    Django draws its breadcrumbs (a list from Django 6.1, a line before)."""
+    context: dict[str, Any] = {
+        "title": title,
+        "crumbs": list(crumbs),
+        "crumbs_as_list": django.VERSION >= (6, 1),
+    }
     try:
         from django.contrib import admin
 
@@ -165,6 +177,7 @@ def dead(request: HttpRequest, queue: str) -> HttpResponse:
         _context(
             request,
             f"Dead letters of {keys.name}",
+            [(None, f"Dead letters of {keys.name}")],
             queue=keys.name,
             letters=letters,
             total=total,
@@ -214,6 +227,13 @@ def _confirm_delete_all(request: HttpRequest, keys: QueueKeys) -> HttpResponse:
         _context(
             request,
             f"Delete every dead letter of {keys.name}?",
+            [
+                (
+                    reverse("rcoord:dashboard-dead", args=[keys.name]),
+                    f"Dead letters of {keys.name}",
+                ),
+                (None, "Delete all"),
+            ],
             queue=keys.name,
             total=queue_stats(keys.name)["dead"],
         ),
@@ -237,7 +257,18 @@ def cancel_task(request: HttpRequest) -> HttpResponse:
         return TemplateResponse(
             request,
             "django_rcoord/dashboard/confirm_cancel.html",
-            _context(request, f"Cancel task {task_id}?", record=record),
+            _context(
+                request,
+                f"Cancel task {task_id}?",
+                [
+                    (
+                        f"{reverse('rcoord:dashboard-lookup')}?{urlencode({'task': task_id})}",
+                        f"Task {task_id}",
+                    ),
+                    (None, "Cancel"),
+                ],
+                record=record,
+            ),
         )
     if not cancel(task_id):
         record = get_result(task_id)
@@ -286,5 +317,11 @@ def lookup(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(
         request,
         "django_rcoord/dashboard/lookup.html",
-        _context(request, "Look up a task, a lock or a semaphore", found=found, query=request.GET),
+        _context(
+            request,
+            "Look up a task, a lock or a semaphore",
+            [(None, "Look up")],
+            found=found,
+            query=request.GET,
+        ),
     )

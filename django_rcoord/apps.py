@@ -13,11 +13,13 @@ class RcoordConfig(AppConfig):
         from django_rcoord import connection  # noqa: F401  (connects its setting_changed receiver)
         from django_rcoord.checks import (
             check_embedded_in_deploy,
+            check_embedded_server,
             check_redis_server,
             check_settings,
         )
 
         checks.register(check_settings, "rcoord")
+        checks.register(check_embedded_server, "rcoord")
         # Connects to Redis: only when asked for, by check --deploy.
         checks.register(check_redis_server, "rcoord", deploy=True)
         checks.register(check_embedded_in_deploy, "rcoord", deploy=True)

@@ -397,3 +397,15 @@ def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None
         (message,) = check_embedded_in_deploy()
     assert message.id == "rcoord.W031"
     assert "embedded_cache()" in message.msg
+
+
+def test_embedded_cache_without_a_server_binary_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    from django_rcoord.checks import check_embedded_server
+    from django_rcoord.embedded import embedded_cache
+
+    with override_settings(CACHES={"default": embedded_cache(tmp_path / "redis")}):
+        assert check_embedded_server() == []  # this machine has one
+        monkeypatch.setenv("RCOORD_REDIS_SERVER", str(tmp_path / "no-such-redis-server"))
+        (message,) = check_embedded_server()
+    assert message.id == "rcoord.E034"
+    assert "no redis-server to start" in message.msg

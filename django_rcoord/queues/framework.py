@@ -34,6 +34,12 @@ else:  # Django 5.2 with the backport
     SOURCE = "django_tasks"
 
 
+#: Whether the framework's ``task`` decorator hands its extra keyword arguments to the
+#: backend's ``task_class`` (Django 6.1 and newer, and the django-tasks backport; not
+#: Django 6.0): our per-task options on Django's decorator (``task_class.RedisTask``).
+DECORATOR_OPTIONS = django.VERSION >= (6, 1) or not BUILTIN_TASKS
+
+
 def register_checks() -> None:
     """Register the framework's own system check (each backend's ``check()``), as importing
     its package does on Django 6 and its app's ``ready()`` does with the backport."""
@@ -44,6 +50,7 @@ def register_checks() -> None:
 
 
 __all__ = [
+    "DECORATOR_OPTIONS",
     "SOURCE",
     "BaseTaskBackend",
     "InvalidTaskError",

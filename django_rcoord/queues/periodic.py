@@ -241,6 +241,7 @@ def resolve_target(task: str) -> Target | None:
         from django_rcoord.queues.backend import RedisTaskBackend, framework_task
     except ImportError:  # the Tasks framework is not installed
         return None
+    from django_rcoord.queues.task_class import options_of
     from django_rcoord.queues.task_options import uniqueness_of
 
     found = framework_task(task)
@@ -251,7 +252,7 @@ def resolve_target(task: str) -> Target | None:
         found.queue_name,
         found.priority,
         {"backend": found.backend},
-        uniqueness_of(found.module_path),
+        uniqueness_of(options_of(found.module_path)),
     )
 
 

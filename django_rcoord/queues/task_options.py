@@ -1,6 +1,6 @@
-"""Per-task options of Django's Tasks framework tasks, from ``RCOORD["TASK_OPTIONS"]``.
-
-``django.tasks.task`` takes no backend options, so they are set per task path::
+"""Per-task options of Django's Tasks framework tasks: given on Django's decorator
+(``@task(timeout=600)``, Django 6.1 and the 5.2 backport; see ``task_class``), or per task
+path in the settings::
 
     RCOORD = {"TASK_OPTIONS": {"myapp.tasks.export": {"unique_for": 300, "timeout": 600}}}
 
@@ -22,7 +22,6 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from django_rcoord.conf import conf
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, unique_for_problem
 from django_rcoord.validation import callable_problem
@@ -118,19 +117,17 @@ def problems(raw: object) -> Iterator[str]:
             yield f"{where} has unique_key without unique_for (how long it stays unique)"
 
 
-def run_options_of(task_path: str, max_retries: int) -> RunOptions:
-    """The run options ``TASK_OPTIONS`` gives the task at ``task_path``; ``max_retries``
-    (the backend's ``OPTIONS["MAX_RETRIES"]``) unless it sets its own."""
-    options = conf.TASK_OPTIONS.get(task_path) or {}
+def run_options_of(options: Mapping[str, Any], max_retries: int) -> RunOptions:
+    """The run options a task's ``options`` (``task_class.options_of``) give; ``max_retries``
+    (the backend's ``OPTIONS["MAX_RETRIES"]``) unless they set their own."""
     given = {name: options[name] for name in RUN_OPTIONS if name in options}
     given.setdefault("max_retries", max_retries)
     return RunOptions(**given)
 
 
-def uniqueness_of(task_path: str) -> Uniqueness | None:
-    """The uniqueness ``TASK_OPTIONS`` gives the task at ``task_path``, or None."""
-    options = conf.TASK_OPTIONS.get(task_path)
-    if not options or "unique_for" not in options:
+def uniqueness_of(options: Mapping[str, Any]) -> Uniqueness | None:
+    """The uniqueness a task's ``options`` give, or None."""
+    if "unique_for" not in options:
         return None
     key = options.get("unique_key")
     # Bad values raise here as @task's do (check rcoord.E033 reports them sooner).
@@ -143,9 +140,8 @@ def _resolve(path: str) -> Callable[..., str]:
     return found
 
 
-def follow_up_path(task_path: str, succeeded: bool) -> str | None:
-    """What ``TASK_OPTIONS`` names to follow the task at ``task_path`` when it succeeded
-    (``on_success``) or failed for good (``on_failure``), or None."""
-    options = conf.TASK_OPTIONS.get(task_path) or {}
+def follow_up_path(options: Mapping[str, Any], succeeded: bool) -> str | None:
+    """What a task's ``options`` name to follow it when it succeeded (``on_success``) or
+    failed for good (``on_failure``), or None."""
     found = options.get("on_success" if succeeded else "on_failure")
     return found if isinstance(found, str) else None

@@ -176,9 +176,6 @@ class Worker:
             while not self.stopping.is_set():
                 try:
                     self.session.heartbeat(self.processed, self._started_at)
-                    if failures:
-                        log_answering_again(logger, f"worker {self.id}", failures)
-                        failures = 0
                     job = self._next_job()
                     if job is None:
                         if self.burst and time.monotonic() >= self._held_back_until:
@@ -188,6 +185,8 @@ class Worker:
                         self._run_job(job)
                         if self._should_stop():
                             break
+                    if failures:  # a whole turn went through: Redis answers
+                        log_answering_again(logger, f"worker {self.id}", failures)
                     failures = 0
                 except Exception as exc:
                     # What it holds stays held (the keeper renews it) and is finished or

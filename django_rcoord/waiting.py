@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import functools
-import inspect
+import contextlib
 import logging
 import math
 import weakref
@@ -44,32 +43,33 @@ def _socket_timeout_cap(client: Any) -> float:
         socket_timeout = kwargs["socket_timeout"]
     else:
         # Not given: the connection class's own default (5 s since redis-py 6, none before).
-        socket_timeout = _default_socket_timeout(pool.connection_class)
+        socket_timeout = _default_socket_timeout(pool)
     if not socket_timeout:
         return math.inf
     return max(MIN_BLOCK, socket_timeout - 0.25)
 
 
-@functools.lru_cache(maxsize=32)
-def _default_socket_timeout(connection_class: type) -> float | None:
-    # The default may be a base class's that the class's __init__ reaches through **kwargs
-    # (redis-py 8's Connection: AbstractConnection's 5 s), which the class's signature hides.
-    for cls in connection_class.__mro__:
-        init = vars(cls).get("__init__")
-        if init is None:
-            continue
-        try:
-            parameters = inspect.signature(init).parameters
-        except (TypeError, ValueError):
-            return None
-        parameter = parameters.get("socket_timeout")
-        if parameter is not None:
-            if not isinstance(parameter.default, (int, float)):
-                return None
-            return float(parameter.default)
-        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-            return None
-    return None
+#: The default socket timeout of each pool's connections, read once per pool.
+_pool_defaults: weakref.WeakKeyDictionary[Any, float | None] = weakref.WeakKeyDictionary()
+
+
+def _default_socket_timeout(pool: Any) -> float | None:
+    """The socket timeout a connection of ``pool`` gets when its kwargs give none, as
+    redis-py sets it: read from a connection made with the pool's kwargs and never
+    connected (a constructor opens no socket)."""
+    try:
+        return _pool_defaults[pool]
+    except (KeyError, TypeError):
+        pass
+    try:
+        timeout = pool.connection_class(**pool.connection_kwargs).socket_timeout
+    except Exception:  # noqa: BLE001 - a class that cannot be made so: no cap, as before
+        timeout = None
+    timeout = float(timeout) if isinstance(timeout, (int, float)) else None
+    # A pool that takes no weak reference is asked again next time.
+    with contextlib.suppress(TypeError):
+        _pool_defaults[pool] = timeout
+    return timeout
 
 
 def wait_for_signal(client: Any, key: str, seconds: float) -> bool:

@@ -14,6 +14,7 @@ middleware (``test_middleware``), a Redis restart and READONLY under workers
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_rcoord.connection import get_client
+from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.locks import Lock, LockLost
 from django_rcoord.queues import (
     QueueKeys,
@@ -462,3 +464,34 @@ def test_a_periodic_tick_with_a_reply_cut(proxy: FaultProxy, resent: bool, step:
     assert queue_stats("default")["ready"] == 1
     assert Worker(["default"], burst=True).run() == 1
     assert ran() == ["tick"]
+
+
+# -- an exception in the caller ----------------------------------------------------------
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, TaskTimeLimitExceeded])
+@FAIR
+def test_a_waiter_interrupted_while_it_waits(raised: type[BaseException], fair: bool) -> None:
+    """Ctrl-C, or a task's time limit (an alarm), raises in a waiter blocked for the lock:
+    the exception reaches the caller, the waiter holds nothing, and once the holder
+    releases, the next caller holds the lock within the bound (a hand-over that went to the
+    interrupted waiter lapses with its lease)."""
+    name = f"interrupted-{raised.__name__}-{fair}"
+    holder = Lock(name, timeout=TIMEOUT, wait=0, fair=fair)
+    assert holder.acquire()
+    waiter = Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise raised("interrupted while waiting")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(raised):
+            waiter.acquire()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert waiter.identifier is None
+    released_at = time.monotonic()
+    holder.release()
+    assert Lock(name, timeout=TIMEOUT, wait=LIVE_BOUND, fair=fair).acquire()
+    assert time.monotonic() - released_at < LIVE_BOUND

@@ -370,6 +370,11 @@ def test_a_semaphore_release_whose_reply_is_cut(proxy: FaultProxy, resent: bool)
 
 
 # -- the worker ------------------------------------------------------------------------
+#: A worker closes the database connections a task may have left (as a request does):
+#: its cells may touch the test database, as the worker's own tests do.
+WORKER_DB = pytest.mark.django_db(transaction=True)
+
+
 def taken_jobs(worker: Worker, count: int) -> list[Any]:
     """``count`` tasks queued and taken by ``worker`` (in flight, under its lease)."""
     enqueue_many([(tasks.record, (f"g{n}",), {}) for n in range(count)])
@@ -379,6 +384,7 @@ def taken_jobs(worker: Worker, count: int) -> list[Any]:
     return jobs
 
 
+@WORKER_DB
 @RESENT
 def test_a_give_back_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
     """The worker gives back tasks it took (it stops, or they waited behind a long task)
@@ -401,6 +407,7 @@ def test_a_give_back_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None
     assert sorted(ran()) == ["g0", "g1", "g2"]
 
 
+@WORKER_DB
 @RESENT
 def test_a_finish_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
     """A worker finishes a task (and takes the next ones) and the reply is cut after the
@@ -417,6 +424,7 @@ def test_a_finish_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
 
 
 # -- the poller ------------------------------------------------------------------------
+@WORKER_DB
 @RESENT
 def test_a_promotion_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
     """The poller's promotion of due tasks (with the recovery of expired leases) has its
@@ -439,6 +447,7 @@ def test_a_promotion_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None
     assert sorted(ran()) == [f"d{n}" for n in range(5)]
 
 
+@WORKER_DB
 @RESENT
 @pytest.mark.parametrize("step", ["periodic_claim", "periodic_queue"])
 def test_a_periodic_tick_with_a_reply_cut(proxy: FaultProxy, resent: bool, step: str) -> None:

@@ -16,6 +16,7 @@ from django_rcoord.queues import QueueKeys, queue_stats
 from django_rcoord.queues.backend import RedisTaskBackend
 from django_rcoord.queues.checks import check_queue_settings
 from django_rcoord.queues.framework import (
+    BUILTIN_TASKS,
     DECORATOR_OPTIONS,
     InvalidTaskError,
     TaskResultDoesNotExist,
@@ -385,3 +386,20 @@ def test_a_misspelt_or_bad_option_on_djangos_decorator_is_an_error_at_definition
 
         @task(unique_for=-5)  # type: ignore[call-overload, unused-ignore]
         def negative() -> None: ...
+
+
+@DECORATED
+def test_a_decorated_task_keeps_its_options_through_using_and_pickling() -> None:
+    import pickle
+
+    from tests import framework_task_options as decorated
+
+    moved = decorated.once.using(priority=5, queue_name="email")
+    assert isinstance(moved, RedisTask)
+    assert (moved.priority, moved.queue_name, dict(moved.options)) == (
+        5,
+        "email",
+        {"unique_for": 60},
+    )
+    if BUILTIN_TASKS:  # Django's Task pickles by reference; the backport's does not
+        assert pickle.loads(pickle.dumps(decorated.once)) == decorated.once

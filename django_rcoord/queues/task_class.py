@@ -27,7 +27,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.conf import conf
 from django_rcoord.queues.framework import Task
-from django_rcoord.queues.task_options import OPTIONS
+from django_rcoord.queues.task_options import OPTIONS, option_problems
 
 #: Django's own fields of a Task (those its decorator and ``using()`` pass).
 _TASK_FIELDS = frozenset(field.name for field in dataclasses.fields(Task))
@@ -49,12 +49,10 @@ class RedisTask(Task):
                     f"(known: {', '.join(sorted(OPTIONS))})"
                 )
             given[name] = kwargs.pop(name)
-        for name, option in given.items():
-            problem = OPTIONS[name](option)
-            if problem:
-                raise ValueError(f"task option {name}={option!r}: {problem}")
-        if "unique_key" in given and "unique_for" not in given:
-            raise ValueError("task option unique_key needs unique_for (how long it stays unique)")
+        for name, problem in option_problems(given):
+            raise ValueError(
+                f"task option {name}={given[name]!r}: {problem}" if name else f"@task {problem}"
+            )
         for field in dataclasses.fields(self):
             if field.name == "options":
                 value: Any = tuple(sorted(given.items()))

@@ -108,13 +108,21 @@ def problems(raw: object) -> Iterator[str]:
         unknown = sorted(str(name) for name in options if name not in OPTIONS)
         if unknown:
             yield f"{where} has unknown options {unknown} (known: {', '.join(sorted(OPTIONS))})"
-        for name, check in OPTIONS.items():
-            if name in options:
-                problem = check(options[name])
-                if problem:
-                    yield f"{where}[{name!r}] {problem}"
-        if "unique_key" in options and "unique_for" not in options:
-            yield f"{where} has unique_key without unique_for (how long it stays unique)"
+        for name, problem in option_problems(options):
+            yield f"{where}[{name!r}] {problem}" if name else f"{where} {problem}"
+
+
+def option_problems(options: Mapping[str, Any]) -> Iterator[tuple[str | None, str]]:
+    """(the option's name, what is wrong with its value) for each known option of one
+    task's ``options`` with a bad value; (None, what is wrong) for options that do not go
+    together. Unknown names are the caller's to report."""
+    for name, check in OPTIONS.items():
+        if name in options:
+            problem = check(options[name])
+            if problem:
+                yield name, problem
+    if "unique_key" in options and "unique_for" not in options:
+        yield None, "has unique_key without unique_for (how long it stays unique)"
 
 
 def run_options_of(options: Mapping[str, Any], max_retries: int) -> RunOptions:

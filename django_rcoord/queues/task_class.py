@@ -49,9 +49,11 @@ class RedisTask(Task):
                     f"(known: {', '.join(sorted(OPTIONS))})"
                 )
             given[name] = kwargs.pop(name)
-        for name, problem in option_problems(given):
+        for option, problem in option_problems(given):
             raise ValueError(
-                f"task option {name}={given[name]!r}: {problem}" if name else f"@task {problem}"
+                f"task option {option}={given[option]!r}: {problem}"
+                if option
+                else f"@task {problem}"
             )
         for field in dataclasses.fields(self):
             if field.name == "options":

@@ -253,15 +253,12 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
 
 def _embedded_caches() -> list[str]:
     """The aliases of ``CACHES`` made by ``embedded_cache()``."""
-    from django_rcoord.embedded.caches import FACTORY_PATH
+    from django_rcoord.embedded.caches import is_embedded_cache
 
     caches = getattr(settings, "CACHES", {})
-    aliases = []
-    for alias, cache in caches.items() if isinstance(caches, Mapping) else ():
-        options = cache.get("OPTIONS") if isinstance(cache, Mapping) else None
-        if isinstance(options, Mapping) and options.get("CONNECTION_FACTORY") == FACTORY_PATH:
-            aliases.append(alias)
-    return aliases
+    if not isinstance(caches, Mapping):
+        return []
+    return [alias for alias, cache in caches.items() if is_embedded_cache(cache)]
 
 
 def check_embedded_server(**kwargs: Any) -> list[CheckMessage]:

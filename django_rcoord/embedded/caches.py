@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ class EmbeddedConnectionFactory(ConnectionFactory):
         return super().connect(url)
 
 
+def is_embedded_cache(cache: object) -> bool:
+    """Whether the ``CACHES`` entry ``cache`` was made by ``embedded_cache()``."""
+    options = cache.get("OPTIONS") if isinstance(cache, Mapping) else None
+    return isinstance(options, Mapping) and options.get("CONNECTION_FACTORY") == FACTORY_PATH
+
+
 def configured_server(
     data_dir: str | os.PathLike[str] | None = None, port: int | None = None
 ) -> EmbeddedRedis | None:
@@ -66,9 +73,7 @@ def configured_server(
     one it was last started on."""
     cache: dict[str, Any] = settings.CACHES.get(conf.CONNECTION, {})
     options: dict[str, Any] = cache.get("OPTIONS") or {}
-    cache_dir = options.get("EMBEDDED_REDIS_DIR")
-    if options.get("CONNECTION_FACTORY") != FACTORY_PATH:
-        cache_dir = None
+    cache_dir = options.get("EMBEDDED_REDIS_DIR") if is_embedded_cache(cache) else None
     data_dir = data_dir or conf.EMBEDDED_REDIS_DIR or cache_dir
     if not data_dir:
         return None

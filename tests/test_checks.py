@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -238,19 +239,26 @@ def test_a_bad_prefix_with_periodic_tasks_is_e006_not_a_crash() -> None:
         call_command("check")
 
 
-def test_manage_py_check_with_a_bad_prefix_exits_1_without_a_traceback(tmp_path) -> None:
-    # A fresh process, as a newcomer runs it: tests.tasks is imported by the check itself.
-    (tmp_path / "bad_prefix_settings.py").write_text(
-        "from tests.settings import *  # noqa: F403\n\n"
-        "RCOORD = {**RCOORD, 'KEY_PREFIX': 'my app', 'PERIODIC_TASKS': "
-        f"[{BEAT!r}]}}  # noqa: F405\n"
-    )
+def check_in_a_fresh_process(tmp_path, settings_text: str) -> subprocess.CompletedProcess[str]:
+    """``python -m django check`` in a new process, with ``settings_text`` as its settings
+    module (written under ``tmp_path``), as a newcomer runs it."""
+    (tmp_path / "fresh_settings.py").write_text(settings_text)
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bad_prefix_settings",
+        "DJANGO_SETTINGS_MODULE": "fresh_settings",
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
     }
-    result = run_python("-m", "django", "check", cwd=ROOT, env=env)
+    return run_python("-m", "django", "check", cwd=ROOT, env=env)
+
+
+def test_manage_py_check_with_a_bad_prefix_exits_1_without_a_traceback(tmp_path) -> None:
+    # A fresh process, as a newcomer runs it: tests.tasks is imported by the check itself.
+    result = check_in_a_fresh_process(
+        tmp_path,
+        "from tests.settings import *  # noqa: F403\n\n"
+        "RCOORD = {**RCOORD, 'KEY_PREFIX': 'my app', 'PERIODIC_TASKS': "
+        f"[{BEAT!r}]}}  # noqa: F405\n",
+    )
     assert result.returncode == 1, result.stderr
     assert "rcoord.E006" in result.stderr
     assert "Traceback" not in result.stderr
@@ -369,20 +377,15 @@ def test_a_misspelt_task_backend_option_is_reported_though_nothing_imported_the_
     """``manage.py check`` in a project whose settings name our Tasks backend and import
     nothing of the framework (Django registers its tasks check when ``django.tasks`` is
     imported; the backport, when its app is installed): the typo is rcoord.E018."""
-    (tmp_path / "plain_settings.py").write_text(
+    result = check_in_a_fresh_process(
+        tmp_path,
         "SECRET_KEY = 'x'\n"
         "INSTALLED_APPS = ['django_rcoord']\n"
         "CACHES = {'default': {'BACKEND': 'django_redis.cache.RedisCache', "
         f"'LOCATION': {redis_url!r}}}}}\n"
         "TASKS = {'default': {'BACKEND': 'django_rcoord.task_backend.RedisTaskBackend', "
-        "'OPTIONS': {'RETRIES': 2}}}\n"
+        "'OPTIONS': {'RETRIES': 2}}}\n",
     )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "plain_settings",
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-    }
-    result = run_python("-m", "django", "check", cwd=tmp_path, env=env)
     assert result.returncode == 1, result.stderr
     assert "rcoord.E018" in result.stderr
     assert "'RETRIES'" in result.stderr

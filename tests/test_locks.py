@@ -32,6 +32,7 @@ from django_rcoord.scripts import run_script
 from django_rcoord.waiting import _socket_timeout_cap
 from tests import cluster
 from tests.procs import run_in_processes, start_process, wait_until
+from tests.test_results import CountingRedis as CommandsRedis
 
 COUNTER = "test:counter"
 TOKENS = "test:tokens"
@@ -883,18 +884,6 @@ def has_compare_and_set(client: Any) -> bool:
     if "valkey_version" in info:
         return tuple(map(int, info["valkey_version"].split(".")[:2])) >= (8, 1)
     return tuple(map(int, info["redis_version"].split(".")[:2])) >= (8, 4)
-
-
-class CommandsRedis(redis.Redis):
-    """A real client that notes the name of each command it sends."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.commands: list[str] = []
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.commands.append(str(args[0]))
-        return super().execute_command(*args, **options)
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of a plain client")

@@ -23,11 +23,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import (
-    RECONNECT_BACKOFF,
-    log_waited_out,
-    resolve_client,
-)
+from django_rcoord.connection import RECONNECT_BACKOFF, log_waited_out, resolve_client
 from django_rcoord.connection.errors import log_answering_again
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import QueueKeys, registry_keys

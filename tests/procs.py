@@ -53,8 +53,30 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
     """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        if time.monotonic() >= deadline:
+            # One last look: the process may have been stalled past the deadline after a
+            # look that came just too early.
+            assert predicate(), "timed out"
+            return
         time.sleep(0.01)
+
+
+def server_now(client: Any = None) -> float:
+    """The Redis server's clock, in seconds: what its scripts and expiries go by."""
+    seconds, microseconds = (client or _default_client()).time()
+    return seconds + microseconds / 1_000_000
+
+
+def server_ms(client: Any = None) -> int:
+    """The Redis server's clock, in whole milliseconds."""
+    seconds, microseconds = (client or _default_client()).time()
+    return seconds * 1000 + microseconds // 1000
+
+
+def _default_client() -> Any:
+    from django_rcoord.connection import get_client
+
+    return get_client()
 
 
 def run_python(

@@ -28,6 +28,21 @@ def record_slowly(marker: str, seconds: float) -> None:
     get_client().rpush(RAN, marker)
 
 
+@task(queue="default")
+def record_when_released(marker: str, timeout: float = 60) -> None:
+    """Say it started, then run until the test pushes to ``test:release:<marker>``: a task
+    that cannot end early however slow the machine is (``release`` ends it)."""
+    client = get_client()
+    client.rpush("test:started", f"{marker}:{os.getpid()}")
+    client.blpop([f"test:release:{marker}"], timeout=timeout)
+    client.rpush(RAN, marker)
+
+
+def release(marker: str) -> None:
+    """Let ``record_when_released(marker)`` end."""
+    get_client().rpush(f"test:release:{marker}", 1)
+
+
 @task(queue="default", priority=50)
 def record_urgent(marker: str) -> None:
     get_client().rpush(RAN, marker)

@@ -23,7 +23,7 @@ from django_rcoord.queues import (
 )
 from django_rcoord.queues.delayed import DelayQueue, DueTaskPromoter, poll_queue
 from tests import tasks
-from tests.procs import run_in_processes, wait_until
+from tests.procs import run_in_processes, server_now, wait_until
 from tests.test_queues import output_of, ran, start_logged, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,11 +36,6 @@ def start_poller(*args: str) -> subprocess.Popen:
         [sys.executable, "manage.py", "poll_delayed", *args],
         {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
     )
-
-
-def server_now() -> float:
-    seconds, micros = get_client().time()
-    return seconds + micros / 1e6
 
 
 def schedule_spread(count: int, within: float, prefix: str) -> None:

@@ -22,7 +22,7 @@ from django_rcoord.embedded import EmbeddedRedis, free_port
 from django_rcoord.locks import Lock, lock_status, new_identifier, protocol
 from django_rcoord.scripts import run_script
 from tests import cluster
-from tests.procs import start_process, wait_until
+from tests.procs import server_now, start_process, wait_until
 from tests.test_locks import blocked_clients, blocked_count_is, lock_key
 
 #: The holder's TTL in these tests: a stranded lock shows as a wait of this long.
@@ -33,11 +33,6 @@ TIMEOUT = 30
 #: trips, well under a second beside four CPU hogs), and it stays under what each case took
 #: before: the holder's TTL (30 s), or the socket timeout's cap (4.75 s) for a non-fair lock.
 LIVE_BOUND = protocol.GRANT_LEASE + protocol.RECHECK + 2
-
-
-def server_now(client=None) -> float:
-    seconds, microseconds = (client or get_client()).time()
-    return seconds + microseconds / 1_000_000
 
 
 def keys_of(name: str) -> list[str]:

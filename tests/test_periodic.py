@@ -29,7 +29,7 @@ from django_rcoord.queues.periodic import (
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
-from tests.procs import wait_until
+from tests.procs import server_ms, wait_until
 from tests.test_queues import output_of, ran, result_of, start_logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,11 +40,6 @@ EVERY_SECOND = {"name": "beat", "task": "tests.tasks.record", "every": 1, "args"
 
 def ms(moment: datetime.datetime) -> int:
     return int(moment.timestamp() * 1000)
-
-
-def server_ms() -> int:
-    seconds, micros = get_client().time()
-    return seconds * 1000 + micros // 1000
 
 
 def ready_messages(queue: str = "default") -> list[dict]:

@@ -42,7 +42,7 @@ from django_rcoord.queues.records import REQUEUE_BATCH
 from django_rcoord.queues.worker import Done, Job, Outcome, Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
-from tests.procs import wait_until
+from tests.procs import server_now, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,15 +218,16 @@ def test_enqueue_many_across_groups_returns_the_ids_in_call_order(redis_client) 
 
 
 def test_execute_later_with_delay_waits_for_its_time() -> None:
-    execute_later("default", "tests.tasks.record", ["later"], delay=0.5)
+    # The task itself says whether it ran before its time, on the server's (same) clock.
+    due = server_now() + 0.5
+    execute_later("default", "tests.tasks.record_timing", ["later", due], delay=0.5)
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 1, "dead": 0}
     worker = Worker(["default"])
     thread = run_in_thread(worker)
-    started = time.monotonic()
     wait_until(lambda: ran() == ["later"], timeout=10)
-    assert time.monotonic() - started >= 0.4
     worker.stop()
     thread.join(5)
+    assert get_client().llen("test:early") == 0
 
 
 def test_delay_on_commit_waits_for_the_transaction() -> None:
@@ -274,9 +275,10 @@ def test_failures_retry_with_backoff_then_succeed(caplog) -> None:
     gaps = [b - a for a, b in itertools.pairwise(times)]
     # TASK_RETRY_BACKOFF is 0.05 s in the test settings: 0.05 s, then 0.1 s.
     assert len(times) == 3
+    # (Lower bounds only: a stalled worker may stretch either gap; that the backoff grows
+    # is in the log lines below, which carry what the worker decided.)
     assert gaps[0] >= 0.045
     assert gaps[1] >= 0.095
-    assert gaps[1] > gaps[0]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     # Each failure is one line with the exception and when the task runs again, and carries
     # the task's traceback (exc_info: in the log's text and for error trackers).
@@ -539,10 +541,14 @@ def test_a_task_given_back_by_a_stopping_worker_is_not_a_lost_delivery() -> None
 
 
 def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
-    enqueue_many([(tasks.record_slowly, (f"s{i}", 1.0), {}) for i in range(3)])
+    enqueue_many([(tasks.record_when_released, (f"s{i}",), {}) for i in range(3)])
     worker = start_worker()
-    wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
+    wait_until(lambda: get_client().llen("test:started") >= 1, timeout=60)
     worker.send_signal(signal.SIGTERM)
+    # Released once the worker has said it is stopping: however late, s0 runs to its end
+    # and s1 never starts.
+    wait_until(lambda: "SIGTERM received" in Path(worker.log_path).read_text(), timeout=30)
+    tasks.release("s0")
     output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert ran() == ["s0"]
@@ -687,12 +693,15 @@ def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
 
 def test_sigkill_of_a_worker_holding_a_prefetched_batch_loses_nothing() -> None:
     tasks.record.delay("warm")  # a measured run: then it takes batches
-    markers = [f"p{n}" for n in range(60)]
+    markers = [f"p{n}" for n in range(300)]
     enqueue_many([(tasks.record_slowly, (marker, 0.01), {}) for marker in markers])
     worker = start_worker(lease=1)
     try:
-        wait_until(lambda: get_client().llen(tasks.RAN) >= 12, timeout=60)
-        assert queue_stats("default")["in_flight"] > 1  # a batch in hand
+        # Killed the moment it is seen with a batch in hand (300 tasks: it is mid-way).
+        wait_until(
+            lambda: get_client().llen(tasks.RAN) >= 12 and queue_stats("default")["in_flight"] > 1,
+            timeout=60,
+        )
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
     finally:
@@ -712,20 +721,22 @@ def test_a_fresh_worker_takes_one_task_until_it_has_measured_one() -> None:
     assert job.id == ids[0]
     assert queue_stats("default")["in_flight"] == 1
     done = worker.runner.run(job)
-    worker.prefetch.observe(done.took_ms)
+    # A quick run, as record's is (observed here rather than timed: a stalled test would
+    # time it slow, and a slow task is rightly taken alone).
+    worker.prefetch.observe(1.0)
     worker.session.exchange([done], worker.take_count())
-    assert queue_stats("default")["in_flight"] == worker.take_count() > 1
+    assert queue_stats("default")["in_flight"] == worker.take_count() == 32
 
 
 def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
     tasks.record.delay("warm")  # measured: the next take is a batch
-    first = tasks.record_slowly.delay("first", 2.0)
+    first = tasks.record_when_released.delay("first")
     rest = [tasks.record.delay(f"p{n}") for n in range(9)]
-    worker = start_worker()  # a 60 s lease: only a give-back brings them back soon
+    worker = start_worker()  # a 60 s lease: only a give-back brings them back before it ends
     try:
         wait_until(lambda: get_client().llen("test:started") == 1, timeout=60)
-        # Given back within the prefetch budget, while the long task still runs.
-        wait_until(lambda: queue_stats("default")["ready"] == 9, timeout=1.5)
+        # Given back while the long task still runs (it runs until released).
+        wait_until(lambda: queue_stats("default")["ready"] == 9, timeout=30)
         assert get_client().llen(tasks.RAN) == 1  # "first" has not ended
         assert queue_stats("default")["in_flight"] == 1
         keys = QueueKeys.of("default")
@@ -737,6 +748,8 @@ def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
             assert record.attempts == 0
             assert record.started_at is None
         worker.send_signal(signal.SIGTERM)
+        wait_until(lambda: "SIGTERM received" in Path(worker.log_path).read_text(), timeout=30)
+        tasks.release("first")
         output = output_of(worker, 30)
     finally:
         if worker.poll() is None:
@@ -754,16 +767,17 @@ def test_tasks_taken_with_a_long_task_go_back_for_other_workers() -> None:
     wait_until(lambda: ran() == ["warm"])
     enqueue_many(
         [
-            (tasks.record_slowly, ("long", 2.0), {}),
+            (tasks.record_when_released, ("long",), {}),
             *((tasks.sleep_then_record, (f"f{n}", 0.02), {}) for n in range(6)),
         ]
     )
     wait_until(lambda: get_client().llen("test:started") == 1)
-    # Given back while the long task runs, not when it ends.
-    wait_until(lambda: queue_stats("default")["ready"] == 6, timeout=1.5)
+    # Given back while the long task runs (it runs until released), not when it ends.
+    wait_until(lambda: queue_stats("default")["ready"] == 6, timeout=30)
     assert "long" not in ran()
     other = Worker(["default"], burst=True)
     assert other.run() == 6
+    tasks.release("long")
     first.stop()
     first_thread.join(30)
     assert sorted(ran()) == sorted(["warm", "long", *(f"f{n}" for n in range(6))])

@@ -25,7 +25,7 @@ from django_rcoord.ratelimit import (
     hit,
     reset,
 )
-from tests.procs import run_in_processes
+from tests.procs import run_in_processes, server_now
 
 
 def test_allow_once_per_window() -> None:
@@ -72,9 +72,9 @@ def test_fixed_windows_start_at_a_hit_and_do_not_overlap() -> None:
     deadline = time.monotonic() + 30
     while sum(result.hits == 1 for _, result, _ in calls) < 4:
         assert time.monotonic() < deadline
-        sent = _server_seconds()
+        sent = server_now()
         result = hit("burst", 3, 0.3)
-        calls.append((sent, result, _server_seconds()))
+        calls.append((sent, result, server_now()))
     starts = [(sent, answered) for sent, result, answered in calls if result.hits == 1]
     for (started_sent, _), (_, next_answered) in itertools.pairwise(starts):
         assert next_answered - started_sent >= 0.3 - 0.001  # expiry is kept in ms
@@ -201,10 +201,10 @@ def test_each_algorithm_allows_its_limit_then_refuses(algorithm: str) -> None:
 @pytest.mark.parametrize("algorithm", ["sliding", "sliding_counter", "gcra"])
 def test_retry_after_is_zero_while_a_next_hit_would_pass(algorithm: str) -> None:
     first = hit("r", 2, 60, algorithm=algorithm)
-    sent = _server_seconds()
+    sent = server_now()
     second = hit("r", 2, 60, algorithm=algorithm)
     refused = hit("r", 2, 60, algorithm=algorithm)
-    answered = _server_seconds()
+    answered = server_now()
     assert first.allowed
     assert first.retry_after == 0
     assert second.allowed
@@ -234,25 +234,20 @@ def test_sliding_window_lets_hits_leave_one_by_one() -> None:
     answered = []
     for pause in (0.5, 0.5, 0):
         assert hit("slide", 3, window, algorithm="sliding").allowed
-        answered.append(_server_seconds())
+        answered.append(server_now())
         time.sleep(pause)
-    sent = _server_seconds()
+    sent = server_now()
     refused = hit("slide", 3, window, algorithm="sliding")
     assert not refused.allowed
     assert refused.hits == 4
     assert 0 < refused.retry_after <= answered[0] + window - sent
     time.sleep(refused.retry_after + 0.01)
     assert hit("slide", 3, window, algorithm="sliding").allowed  # the first hit has left
-    sent = _server_seconds()
+    sent = server_now()
     again = hit("slide", 3, window, algorithm="sliding")
     assert not again.allowed  # the second has not: a fixed window would now be empty
     assert 0 < again.retry_after <= answered[1] + window - sent
     assert get_client().zcard(KeySpace("ratelimit", "slide").key("log")) == 3
-
-
-def _server_seconds() -> float:
-    seconds, microseconds = get_client().time()
-    return seconds + microseconds / 1_000_000
 
 
 def _grants(check: Callable[[], bool], count: int) -> list[tuple[float, float]]:
@@ -264,9 +259,9 @@ def _grants(check: Callable[[], bool], count: int) -> list[tuple[float, float]]:
     deadline = time.monotonic() + 30
     while len(grants) < count:
         assert time.monotonic() < deadline
-        sent = _server_seconds()
+        sent = server_now()
         if check():
-            grants.append((sent, _server_seconds()))
+            grants.append((sent, server_now()))
     return grants
 
 
@@ -303,7 +298,7 @@ def test_gcra_allows_a_burst_then_spaces_hits_by_the_emission_interval() -> None
         if allow_n("g", 5, 2.5, algorithm="gcra"):
             arrival = int(client.get(key))
             turns.append(arrival)
-            assert _server_seconds() * 1_000_000 >= arrival - 2_500_000
+            assert server_now() * 1_000_000 >= arrival - 2_500_000
     assert [b - a for a, b in itertools.pairwise(turns)] == [500_000] * 2
 
 

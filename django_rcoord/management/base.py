@@ -45,8 +45,17 @@ def stop_on_signals(
         if len(received) > 1 and second_signal_exits:
             os._exit(1)
         # Not event.set() here: the handler runs in the main thread, which may be inside
-        # event.wait() holding the event's lock (a deadlock); another thread sets it.
-        threading.Thread(target=event.set, name="stop-on-signal").start()
+        # event.wait() holding the event's lock (a deadlock), or inside a log call;
+        # another thread logs and sets it.
+        threading.Thread(target=stopping, args=(signum,), name="stop-on-signal").start()
+
+    def stopping(signum: int) -> None:
+        logging.getLogger("django_rcoord").info(
+            "%s received: stopping after what is running%s",
+            signal.Signals(signum).name,
+            " (a second one stops at once)" if second_signal_exits else "",
+        )
+        event.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -211,8 +211,8 @@ def test_fifty_processes_queue_one_unique_task_then_a_new_one_after_it_ends() ->
     assert len(found) == processes
     assert len(ids) == 1, ids
     times = [when for _, when in found]
-    # Together (the barrier), not one after the other: each waits for its answer, and 50
-    # queued one after another behind a lock would take far longer than this.
+    # Together: the barrier let all 50 go at once (the bound only checks that it did, with
+    # room for 50 processes scheduled on two busy cores).
     assert max(times) - min(times) < 30
     assert queue_stats(QUEUE) == {**EMPTY, "ready": 1}
     assert get_client().hlen(KEYS.messages) == 1

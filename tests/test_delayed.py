@@ -51,13 +51,22 @@ def lateness_ms() -> list[int]:
 
 
 def test_schedule_waits_for_the_servers_clock() -> None:
-    tasks.record.schedule("soon", delay=0.3)
+    before = server_now()
+    tasks.record.schedule("soon", delay=2)
+    after = server_now()
     keys = QueueKeys.of("default")
-    (due,) = get_client().zrange(keys.delayed, 0, -1, withscores=True)
-    assert abs(due[1] / 1000 - (server_now() + 0.3)) < 0.3
-    assert poll_queue() == 0
-    time.sleep(0.35)
-    assert poll_queue() == 1
+    ((_, due_ms),) = get_client().zrange(keys.delayed, 0, -1, withscores=True)
+    due = due_ms / 1000
+    assert before + 2 - 0.001 <= due <= after + 2 + 0.001  # (due is kept in ms)
+    # Polled until promoted, which must not come before its due time on the server's clock.
+    polls = []
+
+    def promoted() -> bool:
+        polls.append(poll_queue())
+        return polls[-1] == 1
+
+    wait_until(promoted, timeout=10)
+    assert server_now() >= due  # read after the promoting poll: an early one fails here
     assert queue_stats("default")["ready"] == 1
 
 
@@ -121,6 +130,11 @@ def test_a_poller_killed_mid_run_loses_nothing() -> None:
     assert int(get_client().hget(keys.queues, keys.queue)) == 2000
 
 
+#: A woken poller promotes a 0.2 s task within this; one that slept on would take its 20 s
+#: interval. The rest is room for a poller stalled on a busy machine.
+WOKEN_WITHIN = 5
+
+
 def test_poller_wakes_early_for_a_nearer_task() -> None:
     tasks.record.schedule("far", delay=30)
     promoter = DueTaskPromoter(interval=20)
@@ -132,19 +146,19 @@ def test_poller_wakes_early_for_a_nearer_task() -> None:
     tasks.record.schedule("near", delay=0.2)
     started = time.monotonic()
     wait_until(lambda: queue_stats("default")["ready"] == 1, timeout=10)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < WOKEN_WITHIN
     # A queue that did not exist when the poller read the list of queues.
     execute_later("fresh", "tests.tasks.record", ["new queue"], delay=0.2)
     started = time.monotonic()
     wait_until(lambda: queue_stats("fresh")["ready"] == 1, timeout=10)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < WOKEN_WITHIN
     # A queue group that did not exist either: the registry wakes the poller, which then
     # watches that group's wake-ups too (a second task there is also on time).
     for marker in ("new group", "same group"):
         execute_later("reports/fresh", "tests.tasks.record", [marker], delay=0.2)
         started = time.monotonic()
         wait_until(lambda: queue_stats("reports/fresh")["delayed"] == 0, timeout=10)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < WOKEN_WITHIN
     assert queue_stats("reports/fresh")["ready"] == 2
     promoter.stop()
     thread.join(25)
@@ -204,6 +218,13 @@ def drain_delay_queue(name: str) -> list[int]:
         items = queue.pop(num=7, previous=0)
         if not items:
             return got
+        if not got:
+            # Each has its first items before either goes on: however late the other
+            # process wakes, both consume (2,000 items take one of them a few ms).
+            client.incr("test:popped")
+            deadline = time.monotonic() + 60
+            while int(client.get("test:popped") or 0) < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
         got.extend(item["n"] for item in items)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +38,7 @@ from django_rcoord.queues import (
 from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
 from django_rcoord.queues.worker import Done, Outcome, Worker
 from tests import framework_tasks, tasks
-from tests.procs import run_in_processes, wait_until
+from tests.procs import run_in_processes, server_ms, wait_until
 from tests.test_queues import output_of, start_worker, take
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,7 +62,7 @@ def per_user(user_id: int, note: str = "") -> None:
     get_client().rpush(RAN, f"{user_id}:{note}")
 
 
-@task(name="tests.unique.short", unique_for=0.3)
+@task(name="tests.unique.short", unique_for=2)
 def unique_short(marker: str) -> None:
     get_client().rpush(RAN, marker)
 
@@ -78,6 +79,23 @@ def plain(marker: str) -> None:
 
 def ran() -> list[str]:
     return [marker.decode() for marker in get_client().lrange(RAN, 0, -1)]
+
+
+def claim_ends_ms() -> int:
+    """When the one unique claim of the default group ends, in ms of the server's clock."""
+    (value,) = [
+        value
+        for field, value in get_client().hgetall(KEYS.results).items()
+        if field.startswith(b"u:")
+    ]
+    return int(value.decode().split("|")[1])
+
+
+def wait_for_the_claim_to_end() -> None:
+    """Until the server's clock is past the claim's end (unique_for is a safety net that
+    the server's clock ends, not a sleep of the test's)."""
+    ends = claim_ends_ms()
+    wait_until(lambda: server_ms() > ends, timeout=10)
 
 
 def claims() -> dict[str, str]:
@@ -240,10 +258,14 @@ def test_a_requeued_dead_letter_takes_its_claim_back() -> None:
 
 def test_a_requeued_dead_letters_claim_lasts_unique_for_from_the_requeue() -> None:
     first = dead_unique("s", unique_short)
-    time.sleep(0.35)  # past its unique_for (0.3 s) counted from its first enqueue
+    asked = server_ms()
     assert requeue_dead("default", first) == 1
+    answered = server_ms()
+    # The claim is taken back for unique_for counted from the requeue (not from the first
+    # enqueue, which came before ``asked``), on the server's clock.
+    assert asked + 2000 <= claim_ends_ms() <= answered + 2000
     assert unique_short.delay("s") == first
-    time.sleep(0.35)
+    wait_for_the_claim_to_end()
     assert unique_short.delay("s") != first  # the safety net ends the new claim too
 
 
@@ -281,7 +303,7 @@ def test_a_task_made_a_dead_letter_by_recovery_drops_its_claim() -> None:
 def test_a_claim_ends_after_unique_for_and_a_later_task_keeps_its_own() -> None:
     first = unique_short.delay("t")
     assert unique_short.delay("t") == first
-    time.sleep(0.35)
+    wait_for_the_claim_to_end()
     second = unique_short.delay("t")
     assert second != first
     assert queue_stats("default") == {**EMPTY, "ready": 2}
@@ -488,7 +510,9 @@ def cancel_when_started(task_id: str) -> float:
 
 
 def assert_stopped_and_finished(task_id: str, latency: float) -> None:
-    assert latency < stop_check() + 2, latency
+    # Seen at the worker's next check: within stop_check(), with 5 s for a stalled worker
+    # (a request left unseen would end with the task, 30 s on).
+    assert latency < stop_check() + 5, latency
     record = get_result(task_id)
     assert record is not None
     assert record.status == "FAILED"
@@ -537,12 +561,14 @@ def test_cancel_kills_a_running_sync_task_in_its_child_process() -> None:
 
 
 def test_a_sync_task_run_inline_is_not_interrupted_and_only_sees_the_flag() -> None:
-    # Long enough for the worker to see the request (TASK_STOP_CHECK) while it runs.
-    task_id = tasks.sleep_long.delay("inline", stop_check() + 2)
+    # It runs until released: the worker sees the request (TASK_STOP_CHECK) while it runs.
+    task_id = tasks.record_when_released.delay("inline")
     worker = start_worker("--burst")
     wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
     assert cancel(task_id) is False
     assert stop_requested(task_id)
+    wait_until(lambda: "cannot be interrupted" in Path(worker.log_path).read_text(), timeout=30)
+    tasks.release("inline")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output
     assert "a sync task run inline cannot be interrupted" in output

@@ -46,8 +46,11 @@ async def add_later(a: int, b: int) -> int:
 
 @task(queue_name="slow")
 def sleep_then_return(seconds: float) -> str:
-    get_client().rpush("test:framework-started", "1")
-    time.sleep(seconds)
+    """Sleep ``seconds`` on the first run only (a run a test kills), then return."""
+    client = get_client()
+    client.rpush("test:framework-started", "1")
+    if client.set("test:framework-blocked", 1, nx=True):
+        time.sleep(seconds)
     return "woke"
 
 

@@ -27,7 +27,7 @@ from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.records import TaskRecord, aget_result, record_from
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
-from tests.procs import wait_until
+from tests.procs import server_ms, wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +76,7 @@ def test_a_finished_task_is_successful_with_its_return_value() -> None:
 
 
 def test_running_is_seen_from_another_process() -> None:
-    task_id = tasks.record_slowly.delay("slow", 1.5)
+    task_id = tasks.record_when_released.delay("slow")
     worker = start_worker("--burst")
     try:
         wait_until(lambda: result_of(task_id).status == "RUNNING", timeout=60)
@@ -84,6 +84,7 @@ def test_running_is_seen_from_another_process() -> None:
         assert record.started_at is not None
         assert record.finished_at is None
         assert record.worker_ids[0].split(":")[1] == str(worker.pid)
+        tasks.release("slow")
         wait_until(lambda: result_of(task_id).status == "SUCCESSFUL", timeout=60)
     finally:
         output = output_of(worker, 60)
@@ -180,7 +181,7 @@ def test_ids_name_their_group_and_unknown_ids_have_no_record() -> None:
 
 
 def test_a_worker_killed_mid_task_runs_it_again_and_counts_both_attempts() -> None:
-    task_id = tasks.record_slowly.delay("k1", 1.0)
+    task_id = tasks.block_first_time.delay("k1", 30)  # its first run is killed
     victim = start_worker(lease=1.5)
     wait_until(lambda: result_of(task_id).status == "RUNNING", timeout=60)
     victim.send_signal(signal.SIGKILL)
@@ -198,11 +199,13 @@ def test_a_worker_killed_mid_task_runs_it_again_and_counts_both_attempts() -> No
 
 
 def test_finished_records_expire(redis_client) -> None:
-    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 3}):
         first = tasks.record.delay("e1")
         run_all()
         assert result_of(first).status == "SUCCESSFUL"
-        time.sleep(1.2)
+        # Until the server's clock passes the record's expiry, as the finish set it.
+        expires_ms = redis_client.zscore(QueueKeys.of("default").results_expiry, first)
+        wait_until(lambda: server_ms() > expires_ms, timeout=10)
         assert get_result(first) is None  # expired (swept later)
         tasks.record.delay("e2")
         run_all()  # its finish sweeps the expired record

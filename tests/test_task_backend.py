@@ -192,7 +192,7 @@ def test_async_task_functions_are_awaited() -> None:
 
 
 def test_a_worker_killed_mid_task_runs_it_again() -> None:
-    result = framework_tasks.sleep_then_return.enqueue(1.0)
+    result = framework_tasks.sleep_then_return.enqueue(30)  # its first run is killed
     victim = start_worker(lease=1.5, queues=("slow",))
     wait_until(lambda: get_client().llen("test:framework-started") >= 1, timeout=60)
     victim.send_signal(signal.SIGKILL)

@@ -189,8 +189,8 @@ def test_a_worker_killed_mid_batch_repeats_only_the_task_it_was_running() -> Non
         first = tasks.record.delay("t1")
         tasks.record_then_block.delay("t2", 30)  # taken with t1, its effect done, then blocks
         wait_until(lambda: ran() == ["warm", "t1", "t2"])
-        # t1 was acknowledged while t2 ran, not with the take after it.
-        wait_until(lambda: result_of(first).status == "SUCCESSFUL", timeout=1)
+        # t1 was acknowledged while t2 ran (it blocks for 30 s), not with the take after it.
+        wait_until(lambda: result_of(first).status == "SUCCESSFUL", timeout=10)
         worker.send_signal(signal.SIGKILL)
         worker.wait(10)
     finally:
@@ -209,14 +209,16 @@ def test_tasks_that_ended_before_a_long_one_are_acknowledged_while_it_runs() -> 
         tasks.record.delay("warm")
         wait_until(lambda: ran() == ["warm"])
         quick = [tasks.record.delay(f"q{n}") for n in range(3)]
-        tasks.record_slowly.delay("long", 2.0)
+        tasks.record_when_released.delay("long")
         wait_until(lambda: get_client().llen("test:started") == 1)
+        # Acknowledged while "long" runs (until released), not when it ends.
         wait_until(
             lambda: {result_of(task_id).status for task_id in quick} == {"SUCCESSFUL"},
-            timeout=1,
+            timeout=10,
         )
         assert "long" not in ran()
     finally:
+        tasks.release("long")
         worker.stop()
         thread.join(30)
     assert ran() == ["warm", "q0", "q1", "q2", "long"]

@@ -75,6 +75,12 @@ class Run:
     def all_ran(self) -> bool:
         return len(self.runs()) == len(self.markers)
 
+    def recovered(self) -> bool:
+        """Whether each process that logged a Redis error has since logged that Redis
+        answers again (one still backing off says so on its next try)."""
+        logs = [Path(worker.log_path).read_text() for worker in self.workers]  # type: ignore[attr-defined]
+        return all("Redis answers again after" in log for log in logs if "Redis error" in log)
+
     def alive(self) -> bool:
         return all(worker.poll() is None for worker in self.workers)
 
@@ -143,6 +149,7 @@ def test_a_redis_restart_mid_run_loses_nothing(own_redis: EmbeddedRedis, tmp_pat
         time.sleep(1.0)
         own_redis.start()
         wait_until(run.all_ran, timeout=120)
+        wait_until(run.recovered, timeout=60)
         assert run.alive()
     finally:
         outputs = run.stop()
@@ -180,6 +187,7 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
         during = len(run.runs()) - readonly_from
         admin.replicaof("NO", "ONE")
         wait_until(run.all_ran, timeout=120)
+        wait_until(run.recovered, timeout=60)
         assert run.alive()
     finally:
         outputs = run.stop()
@@ -205,7 +213,6 @@ def test_the_keeper_waits_out_a_failing_give_back_with_backoff(
     lost or run twice."""
     client = own_redis.client()
     log = tmp_path / "runs.log"
-    log.touch()
     # One quick task first (after it, the worker takes several at once); then the read-only
     # spell, first of the next batch (nothing run waits to be acknowledged), more behind it.
     quick: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = [
@@ -216,13 +223,23 @@ def test_the_keeper_waits_out_a_failing_give_back_with_backoff(
         (2.0, free_port()),
         {},
     )
-    enqueue_many([quick[0], spell, *quick[1:]], client=client)
     env = {"RCOORD_TEST_REDIS_URL": own_redis.url, "RCOORD_TEST_RUN_LOG": str(log)}
-    worker = start_worker("--burst", env=env)
-    output = output_of(worker, 120)
-    assert worker.returncode == 0, output
-    failed_turns = output.count("lease keeper failed") + output.count("could not give back")
-    print(f"\nREADONLY for 2 s: the keeper failed {failed_turns} turn(s)")
-    # Backoff of 0.5 s, growing: a handful of turns in 2 s. Without it: thousands.
-    assert 1 <= failed_turns <= 20, output[-3000:]
-    assert collections.Counter(log.read_text().split()) == {f"t{n}": 1 for n in range(30)}
+    # The give-back meets READONLY only where the worker took the spell in a batch and the
+    # spell began before the give-back (a worker stalled on a busy machine may do neither:
+    # then nothing failed and there was no backoff to see). Each try is checked in full;
+    # the scenario is set up again, at most three times, until the give-back met READONLY.
+    for _ in range(3):
+        client.flushall()
+        log.write_text("")
+        enqueue_many([quick[0], spell, *quick[1:]], client=client)
+        worker = start_worker("--burst", env=env)
+        output = output_of(worker, 120)
+        assert worker.returncode == 0, output
+        failed_turns = output.count("lease keeper failed") + output.count("could not give back")
+        print(f"\nREADONLY for 2 s: the keeper failed {failed_turns} turn(s)")
+        # Backoff of 0.5 s, growing: a handful of turns in 2 s. Without it: thousands.
+        assert failed_turns <= 20, output[-3000:]
+        assert collections.Counter(log.read_text().split()) == {f"t{n}": 1 for n in range(30)}
+        if failed_turns:
+            break
+    assert failed_turns >= 1, output[-3000:]

@@ -148,9 +148,22 @@ def wait_for_log(process: subprocess.Popen, text: str, timeout: float = 60) -> N
         time.sleep(0.05)
 
 
+def ticks_within(started_ms: int, stopped_ms: int, every: int) -> list[int]:
+    """The ticks (whole seconds) of an ``every``-second schedule in a span of the server's
+    clock."""
+    first = -(-started_ms // 1000)
+    return [tick for tick in range(first, stopped_ms // 1000 + 1) if tick % every == 0]
+
+
+#: A tick every 2 s in the tests of several pollers: a tick is missed only where no poller
+#: made a pass for a whole period, which one second of every process stalled at once on a
+#: busy machine must not bring about.
+EVERY_TWO_SECONDS = {**EVERY_SECOND, "every": 2}
+
+
 @pytest.mark.slow
 def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> None:
-    pollers = [start_poller(periodic_env(EVERY_SECOND)) for _ in range(3)]
+    pollers = [start_poller(periodic_env(EVERY_TWO_SECONDS)) for _ in range(3)]
     try:
         for poller in pollers:
             wait_for_log(poller, "poller started")
@@ -162,18 +175,20 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     finally:
         for poller in pollers:
             poller.send_signal(signal.SIGTERM)
+        signalled = server_ms()
         outputs = [output_of(poller, 30) for poller in pollers]
     assert pollers[0].returncode == -signal.SIGKILL, outputs[0]
     assert all(poller.returncode == 0 for poller in pollers[1:]), outputs
     ticks = sorted(round(message["periodic"]["tick"]) for message in ready_messages())
     assert len(ticks) == len(set(ticks)), ticks  # no tick queued twice
-    # Consecutive seconds: none skipped, also across the kill.
-    assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), ticks
-    # Every tick of the ten seconds all three ran (the first fired on its own while the
-    # others were starting), and at most one more while they stopped.
-    window = [tick for tick in ticks if started <= tick * 1000 <= stopped]
-    assert len(window) in (10, 11), (started, stopped, ticks)
-    assert len([tick for tick in ticks if tick * 1000 > stopped]) <= 1, (stopped, ticks)
+    # Consecutive ticks: none skipped, also across the kill.
+    assert ticks == list(range(ticks[0], ticks[0] + 2 * len(ticks), 2)), ticks
+    # Every tick of the ten seconds (or longer, for a stalled test) all three ran; the
+    # first fired on its own while the others were starting. A tick due in the last period
+    # may have come after they were told to stop, and at most one more did.
+    fired = {tick for tick in ticks if started <= tick * 1000 <= stopped}
+    assert set(ticks_within(started, stopped - 2000, 2)) <= fired, (started, stopped, ticks)
+    assert len([tick for tick in ticks if tick * 1000 > signalled]) <= 1, (signalled, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
     # One record per fire: a lateness sample, or a catch-up (a tick due before the poller
@@ -189,13 +204,15 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
 def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> None:
     minutely = {"name": "minutely", "task": "tests.tasks.record", "cron": "* * * * *"}
     schedule = Schedule("minutely", "tests.tasks.record", cron="* * * * *")
-    # The schedule has run before: its latest tick is claimed, the next is the boundary.
-    get_client().hset(claim_key("minutely"), "tick", schedule.latest_tick(server_ms()))
-    boundary = schedule.next_tick(server_ms())
+    # The schedule has run before: the tick before the boundary is claimed. The boundary is
+    # at least 15 s away, so the poller has started well before it (a boundary inside its
+    # start-up would be a catch-up fire, not a fire on time).
+    boundary = schedule.next_tick(server_ms() + 15_000)
+    get_client().hset(claim_key("minutely"), "tick", boundary - 60_000)
     assert boundary % 60_000 == 0
     poller = start_poller(periodic_env({**minutely, "args": ["minute"]}))
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         while not ready_messages():
             assert time.monotonic() < deadline
             assert poller.poll() is None
@@ -208,8 +225,9 @@ def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> 
     (message,) = ready_messages()
     assert message["periodic"] == {"name": "minutely", "tick": boundary / 1000}
     (lateness,) = get_client().lrange(lateness_key("minutely"), 0, -1)
-    # Queued on the server's clock at the boundary (not before), within a second of it.
-    assert 0 <= int(lateness) < 1000, output
+    # Queued on the server's clock at the boundary (not before), soon after it: the poller
+    # sleeps until the boundary; 2 s is room for one stalled on a busy machine.
+    assert 0 <= int(lateness) < 2000, output
     assert boundary <= seen
 
 
@@ -389,7 +407,7 @@ def test_a_tick_the_previous_release_queued_from_its_groups_claim_is_not_queued_
 
 @pytest.mark.slow
 def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tick_once() -> None:
-    moved = {"name": "beat", "task": "tests.tasks.moved", "every": 1, "args": ["beat"]}
+    moved = {"name": "beat", "task": "tests.tasks.moved", "every": 2, "args": ["beat"]}
     old, new = periodic_env(moved), periodic_env(moved)
     new["RCOORD_TEST_MOVED_QUEUE"] = "elsewhere/default"
     pollers = [start_poller(old), start_poller(new)]
@@ -407,9 +425,9 @@ def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tic
     by_group = queued_ticks()
     ticks = sorted(by_group["default"] + by_group["elsewhere/default"])
     assert len(ticks) == len(set(ticks)), by_group  # no tick queued in both groups
-    assert ticks == list(range(ticks[0], ticks[0] + 1000 * len(ticks), 1000)), by_group
-    window = [tick for tick in ticks if started <= tick <= stopped]
-    assert len(window) in (6, 7), (started, stopped, by_group)
+    assert ticks == list(range(ticks[0], ticks[0] + 2000 * len(ticks), 2000)), by_group
+    fired = {tick // 1000 for tick in ticks if started <= tick <= stopped}
+    assert set(ticks_within(started, stopped - 2000, 2)) <= fired, (started, stopped, by_group)
 
 
 # -- lateness: catch-up fires apart, statistics with their sample count ---------------------

@@ -239,7 +239,7 @@ def test_market_bench_command_prints_the_table(tmp_path: Path, redis_url: str) -
     result = manage(
         "market_bench",
         "--duration",
-        "0.5",
+        "2",  # each process times its own run: long enough to overlap on a busy machine
         "--configs",
         "1L1B",
         "--methods",

@@ -43,7 +43,8 @@ def sentinel_setup(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedi
     config.write_text(
         f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
         f"sentinel monitor {SERVICE} 127.0.0.1 {primary.port} 1\n"
-        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+        # (5 s: a primary stalled on a busy machine is not failed over before the test asks.)
+        f"sentinel down-after-milliseconds {SERVICE} 5000\n"
         f"sentinel failover-timeout {SERVICE} 10000\n"
     )
     sentinel = subprocess.Popen(

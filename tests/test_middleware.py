@@ -199,12 +199,14 @@ def test_an_async_body_after_a_sync_middleware_releases_its_permit(client) -> No
     assert semaphore.holders() == 0
 
 
-@limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 0.3})
+@limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 1.5})
 def test_a_request_longer_than_the_lease_keeps_its_permit() -> None:
     results: list = []
-    thread = in_thread("/limited/slow/?sleep=1.2", results)
-    time.sleep(0.8)  # well past the 0.3 s lease: only refreshing keeps the permit
+    thread = in_thread("/limited/slow/", results)
+    assert views.inside.acquire(timeout=10)  # it holds the permit, in the view
+    time.sleep(2.0)  # past the 1.5 s lease: only refreshing (every 0.5 s) keeps the permit
     assert Client().get("/limited/slow/?sleep=0").status_code == 503
+    views.gate.set()
     thread.join(10)
     assert results[0].status_code == 200
     assert Client().get("/limited/slow/?sleep=0").status_code == 200
@@ -292,7 +294,7 @@ async def test_async_a_user_rule_whose_look_up_raises_gives_back_the_permits_tak
 
 
 @limits(
-    {"name": "stream", "path": "^/limited/streaming", "limit": 1, "timeout": 0.3, "max_hold": 0.3}
+    {"name": "stream", "path": "^/limited/streaming", "limit": 1, "timeout": 1.5, "max_hold": 1.5}
 )
 def test_a_permit_is_refreshed_no_longer_than_its_max_hold(client) -> None:
     """A client that reads only the start of a streaming body keeps its permit refreshed
@@ -303,7 +305,7 @@ def test_a_permit_is_refreshed_no_longer_than_its_max_hold(client) -> None:
     assert next(chunks) == b"chunk 0\n"
     semaphore = Semaphore("stream", 1)
     assert semaphore.holders() == 1
-    # Refreshed every 0.1 s until 0.3 s, then its last lease (0.3 s) runs out.
+    # Refreshed every 0.5 s until 1.5 s, then its last lease (1.5 s) runs out.
     wait_until(lambda: semaphore.holders() == 0, timeout=10)
     assert client.get("/limited/streaming/").status_code == 200
     assert list(chunks) == [b"chunk 1\n", b"chunk 2\n"]  # the slow reader still gets its body

@@ -139,10 +139,10 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
 
 
 def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None:
-    semaphore = Semaphore("refresh", 1, timeout=0.2)
+    semaphore = Semaphore("refresh", 1, timeout=1.5)
     identifier = granted(semaphore.acquire())
     assert semaphore.refresh(identifier) is True
-    time.sleep(0.3)
+    time.sleep(1.6)
     assert semaphore.refresh(identifier) is False
     assert get_client().zscore(holders_key("refresh"), identifier) is None
     assert semaphore.release(identifier) is False
@@ -150,10 +150,11 @@ def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None
 
 
 def test_refresh_keeps_a_holder_past_its_timeout() -> None:
-    semaphore = Semaphore("kept", 1, timeout=0.3)
+    # Refreshed every 0.5 s, past its 1.5 s lease: a second to spare each time.
+    semaphore = Semaphore("kept", 1, timeout=1.5)
     identifier = granted(semaphore.acquire())
     for _ in range(4):
-        time.sleep(0.15)
+        time.sleep(0.5)
         assert semaphore.refresh(identifier)
     assert semaphore.acquire() is None
     assert semaphore.release(identifier)

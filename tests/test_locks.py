@@ -68,9 +68,14 @@ def blocked_clients(key: str) -> int:
     return int(info["blocked_clients"])
 
 
-def wait_in_line(name: str, tag: str, hold: float, go: str | None = None) -> None:
+def wait_in_line(
+    name: str, tag: str, hold: float, go: str | None = None, recheck: float | None = None
+) -> None:
     """Wait for the lock, note the order it came in and the token, hold it, release.
-    ``go``: a list to pop from first (the test says when to start asking)."""
+    ``go``: a list to pop from first (the test says when to start asking). ``recheck``:
+    how often a waiter asks again (``protocol.RECHECK``, in this process)."""
+    if recheck is not None:
+        protocol.RECHECK = recheck
     if go is not None:
         assert get_client().blpop([go], timeout=60) is not None
     lock = Lock(name, timeout=30, wait=60)
@@ -330,12 +335,16 @@ def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_
     assert holder.acquire()
     first_token = token_of(holder)
     # A waiter asks again each second (protocol.RECHECK) and so rejoins Redis's line of
-    # blocked clients: the processes start first (slow on a busy machine) and are then told
-    # to ask one after the other, each once the previous one is blocked on the lock.
+    # blocked clients: here each asks again after a minute at most (the socket timeout's
+    # cap, seconds, on TCP), so the line stands while the test forms it on a busy machine.
+    # The processes start first (slow on a busy machine) and are then told to ask one
+    # after the other, each once the previous one is blocked on the lock.
     # The go lists share the lock's hash slot: on a cluster, blocked clients are counted on
     # the node that holds the lock.
     go = [f"test:go:{{line}}:{tag}" for tag in range(4)]
-    waiters = [start_process(wait_in_line, "line", str(tag), 0.01, go[tag]) for tag in range(4)]
+    waiters = [
+        start_process(wait_in_line, "line", str(tag), 0.01, go[tag], 60.0) for tag in range(4)
+    ]
     try:
         wait_until(functools.partial(blocked_count_is, signal, 4))  # each on its go list
         for tag in range(4):
@@ -356,7 +365,8 @@ def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_
     assert [int(token) for _, token in order] == list(range(first_token + 1, first_token + 5))
 
 
-def test_threads_of_one_process_are_served_in_arrival_order() -> None:
+def test_threads_of_one_process_are_served_in_arrival_order(monkeypatch) -> None:
+    monkeypatch.setattr(protocol, "RECHECK", 60.0)  # the line stands while it forms
     signal = lock_key("thread-line", "signal")
     holder = Lock("thread-line", timeout=30, wait=0)
     assert holder.acquire()
@@ -791,7 +801,9 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
     )
     client = primary.client()
     owner_key = KeySpace("lock", "durable").key("owner")
-    durable = {**settings.RCOORD, "LOCK_REPLICAS": 1, "LOCK_REPLICA_TIMEOUT": 0.3}
+    # WAIT returns once the replica acknowledges: 5 s is room for a busy machine; the
+    # replica-stopped part below asks with 0.3 s, as nothing will acknowledge.
+    durable = {**settings.RCOORD, "LOCK_REPLICAS": 1, "LOCK_REPLICA_TIMEOUT": 5}
     try:
         replica.start()
         wait_until(lambda: client.info("replication")["connected_slaves"] == 1, timeout=30)
@@ -818,6 +830,7 @@ def test_lock_replicas_waits_for_replicas_and_gives_back_what_they_miss(tmp_path
 
             replica.stop()
             wait_until(lambda: client.info("replication")["connected_slaves"] == 0, timeout=30)
+        with override_settings(RCOORD={**durable, "LOCK_REPLICA_TIMEOUT": 0.3}):
             unreplicated = Lock("durable", wait=0, client=client)
             with pytest.raises(LockNotReplicated, match="0 of 1 replicas"):
                 unreplicated.acquire()
@@ -882,10 +895,10 @@ def test_a_sync_waiter_outwaits_the_connections_default_socket_timeout(
     releaser = threading.Timer(
         2.5, release_lock, args=("default-timeout", identifier), kwargs={"client": client}
     )
+    started = time.monotonic()  # (before the timer: the wait is then 2.5 s at least)
     releaser.start()
     try:
         waiter = Lock("default-timeout", timeout=10, wait=8, client=client)
-        started = time.monotonic()
         assert waiter.acquire()  # a TimeoutError here before the fix
         assert time.monotonic() - started >= 2
         waiter.release()

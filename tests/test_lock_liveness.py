@@ -23,7 +23,7 @@ from django_rcoord.locks import Lock, lock_status, new_identifier, protocol
 from django_rcoord.scripts import run_script
 from tests import cluster
 from tests.procs import server_now, start_process, wait_until
-from tests.test_locks import blocked_clients, blocked_count_is, lock_key
+from tests.test_locks import blocked_clients, blocked_count_is, lock_key, waiter_asks
 
 #: The holder's TTL in these tests: a stranded lock shows as a wait of this long.
 TIMEOUT = 30
@@ -163,7 +163,8 @@ def test_an_acquire_retried_with_its_identifier_answers_the_grant_it_already_got
     again = int(run_script("lock_acquire", client, keys=keys_of("retried"), args=args))
     assert again == token
     assert client.get(lock_key("retried", "owner")).decode() == identifier
-    assert 19_000 < client.pttl(lock_key("retried", "owner")) <= 20_000  # the TTL asked for
+    # The TTL asked for (not the 5 s grant lease), read a moment later on a busy machine.
+    assert 10_000 < client.pttl(lock_key("retried", "owner")) <= 20_000
     # Another caller is still refused.
     other = protocol.acquire_args(new_identifier(), 20_000, 0, False)
     assert int(run_script("lock_acquire", client, keys=keys_of("retried"), args=other)) < 0
@@ -176,11 +177,13 @@ def test_a_hand_over_nobody_takes_holds_the_lock_for_its_lease_only() -> None:
     lease at most (before: the releaser's whole TTL), and a newcomer claims it at once."""
     holder = Lock("nobody-left", timeout=TIMEOUT, wait=0)
     assert holder.acquire()
-    assert Lock("nobody-left", timeout=TIMEOUT, wait=0.05).acquire() is False  # raised the flag
+    assert waiter_asks("nobody-left", 5000, woken=False) < 0  # raises the flag (for 6 s)
+    released = server_now()
     holder.release()
     status = lock_status("nobody-left")
-    assert status["held"]
-    assert status["ttl"] <= protocol.GRANT_LEASE
+    # Held by the hand-over for its lease at most (read within it, unless the test stalled).
+    assert status["held"] or server_now() - released >= protocol.GRANT_LEASE
+    assert status["ttl"] is None or status["ttl"] <= protocol.GRANT_LEASE
     newcomer = Lock("nobody-left", timeout=TIMEOUT, wait=0)
     assert newcomer.acquire()
     assert lock_status("nobody-left")["ttl"] > TIMEOUT - 2
@@ -216,7 +219,7 @@ def test_every_key_of_a_lock_expires_once_idle_and_tokens_still_increase() -> No
         tokens.append(lock.token)
         lock.release()
         for key in client.keys("*idle-keys*"):
-            assert client.pttl(key) > 0, key
+            assert client.pttl(key) != -1, key  # expiring (or expired since KEYS)
         # The counter expires (as it does once idle): the next token is still larger.
         client.delete(lock_key("idle-keys", "fence"))
         time.sleep(0.002)  # the server's clock moves on by more than a grant

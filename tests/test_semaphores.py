@@ -20,6 +20,7 @@ from django_rcoord.semaphores import (
     release_fair_semaphore,
     release_semaphore,
 )
+from django_rcoord.semaphores import semaphore as semaphore_module
 from tests.procs import run_in_processes, start_process, wait_until
 
 INSIDE = "test:inside"
@@ -76,13 +77,19 @@ def probe(name: str, seconds: float) -> int:
     return most
 
 
-def hold_and_die(name: str, limit: int) -> None:
-    Semaphore(name, limit, timeout=1).acquire()
+def hold_and_die(name: str, limit: int, timeout: float = 1) -> None:
+    Semaphore(name, limit, timeout=timeout).acquire()
     get_client().set("test:holding", 1)
     time.sleep(3600)
 
 
-def wait_in_line(name: str, label: str) -> None:
+def wait_in_line(name: str, label: str, waiter_lease: float | None = None) -> None:
+    """Wait for a permit, note the order it came in, hold it briefly, release.
+    ``waiter_lease``: how long a place in line lasts unless re-asked for (in this process;
+    a long one keeps the line as it formed where a stalled waiter re-asks late)."""
+    if waiter_lease is not None:
+        semaphore_module.WAITER_LEASE = waiter_lease
+        semaphore_module._WAITER_LEASE_MS = int(waiter_lease * 1000)
     semaphore = Semaphore(name, 1, timeout=10)
     identifier = semaphore.acquire(wait=30)
     assert identifier is not None
@@ -124,7 +131,9 @@ def run_role(role: str, args: tuple) -> int:
 
 # -- leases, refresh, release ------------------------------------------------------------
 def test_dead_holders_stop_counting_after_their_timeout() -> None:
-    holder = start_process(hold_and_die, "leased", 1)
+    # A 3 s lease: it outlasts the handshake on a busy machine (the permit is still held
+    # when the test looks), and it ends well before the 10 s wait.
+    holder = start_process(hold_and_die, "leased", 1, 3)
     try:
         wait_until(lambda: get_client().exists("test:holding"))
         holder.kill()  # SIGKILL
@@ -132,7 +141,7 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
         assert semaphore.acquire() is None
         started = time.monotonic()
         assert semaphore.acquire(wait=10) is not None
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 8
     finally:
         holder.kill()
         holder.join()
@@ -180,7 +189,7 @@ def test_waiters_are_served_first_come_first_served() -> None:
     held = granted(holder.acquire())
     processes = []
     for index, label in enumerate(["first", "second", "third", "fourth"]):
-        processes.append(start_process(wait_in_line, "line", label))
+        processes.append(start_process(wait_in_line, "line", label, 60))
         wait_until(functools.partial(in_line, "line", index + 1))
     assert holder.release(held)
     for process in processes:
@@ -196,7 +205,7 @@ def test_waiters_are_served_first_come_first_served() -> None:
 def test_fair_semaphore_does_not_let_a_newcomer_jump_the_line() -> None:
     holder = Semaphore("no-jumping", 1, timeout=120)  # outlasts a process start under load
     held = granted(holder.acquire())
-    waiter = start_process(wait_in_line, "no-jumping", "waiter")
+    waiter = start_process(wait_in_line, "no-jumping", "waiter", 60)
     try:
         wait_until(lambda: waiters("no-jumping") == 1)
         holder.release(held)
@@ -271,14 +280,14 @@ async def test_aacquire_waits_the_instances_wait_by_default() -> None:
 def test_waiter_is_woken_by_release() -> None:
     semaphore = Semaphore("woken", 1, timeout=30)
     held = granted(semaphore.acquire())
-    waiter = start_process(wait_in_line, "woken", "w")
+    waiter = start_process(wait_in_line, "woken", "w", 60)
     wait_until(lambda: waiters("woken") == 1)
     released_at = time.monotonic()
     semaphore.release(held)
     wait_until(lambda: get_client().llen("test:order") == 1)
-    # The holder's lease is 30 s and the waiter re-asks every second at most; the
-    # release itself wakes it.
-    assert time.monotonic() - released_at < 0.9
+    # The holder's lease is 30 s and the waiter re-asks every 30 s (its place lasts 60 s
+    # here); the release itself wakes it. (5 s: room for a stalled process.)
+    assert time.monotonic() - released_at < 5
     waiter.join(10)
 
 

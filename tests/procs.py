@@ -3,6 +3,8 @@ and wait for what they do."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import multiprocessing
 import os
 import subprocess
@@ -59,6 +61,19 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
             assert predicate(), "timed out"
             return
         time.sleep(0.01)
+
+
+async def await_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
+    """``wait_until`` for a running event loop: ``predicate`` may return an awaitable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
 
 
 def server_now(client: Any = None) -> float:

@@ -33,14 +33,15 @@ from django_rcoord.autocomplete import (
     ajoin_guild,
     aleave_guild,
 )
-from django_rcoord.connection import get_client, loop_clients
+from django_rcoord.connection import get_async_client, get_client, loop_clients
 from django_rcoord.keys import KeySpace
-from django_rcoord.locks import Lock
+from django_rcoord.locks import Lock, protocol
 from django_rcoord.queues import aexecute_later, queue_stats
 from django_rcoord.queues.worker import Worker
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.waiting import SignalHub, signal_hub
 from tests import cluster, tasks, views
+from tests.procs import await_until
 from tests.test_queues import output_of, ran, start_worker
 
 MIDDLEWARE = "django_rcoord.middleware.ConcurrencyLimitMiddleware"
@@ -108,6 +109,12 @@ class StallWatch:
         self._stopped.set()
         self._thread.join(5)
         return self.longest
+
+
+def hub_waiting(key: str) -> int:
+    """How many tasks of this loop wait on ``key`` through its signal hub."""
+    hub = loop_clients().hub
+    return 0 if hub is None else hub.waiting(key)
 
 
 def server_connections() -> int:
@@ -261,19 +268,25 @@ async def test_wait_counts_from_the_call_and_a_cancelled_waiter_leaves_the_line(
     assert held is not None
     started = time.monotonic()
     assert await semaphore.aacquire(wait=0.3) is None
-    assert 0.25 <= time.monotonic() - started < 2
+    assert 0.25 <= time.monotonic() - started < 5  # (not the 30 s of the next call)
+    waiters_key = KeySpace("semaphore", "line").key("waiters")
     waiter = asyncio.create_task(semaphore.aacquire(wait=30))
-    await asyncio.sleep(0.1)
+    await await_until(lambda: get_async_client().zcard(waiters_key))  # until it is in line
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    await asyncio.sleep(0.05)  # the background release of its place in line
+
+    async def nobody_in_line() -> bool:
+        return not await get_async_client().zcard(waiters_key)
+
+    await await_until(nobody_in_line)  # the background release of its place in line
     assert await semaphore.arelease(held)
     # Nobody is left in line ahead of a newcomer.
     assert await semaphore.aacquire() is not None
 
 
-async def test_tasks_of_one_loop_are_handed_the_lock_in_arrival_order() -> None:
+async def test_tasks_of_one_loop_are_handed_the_lock_in_arrival_order(monkeypatch) -> None:
+    monkeypatch.setattr(protocol, "RECHECK", 30.0)  # the line stands while it forms
     holder = Lock("task-line", timeout=30, wait=0)
     assert await holder.aacquire()
     first_token = holder.token
@@ -287,9 +300,11 @@ async def test_tasks_of_one_loop_are_handed_the_lock_in_arrival_order() -> None:
             await asyncio.sleep(0.005)
 
     tasks = []
+    signal_key = KeySpace("lock", "task-line").key("signal")
     for tag in range(5):
         tasks.append(asyncio.create_task(wait_in_line(tag)))
-        await asyncio.sleep(0.02)  # each refused and in line before the next comes
+        # Each refused and in line before the next comes.
+        await await_until(lambda: hub_waiting(signal_key) == tag + 1)  # noqa: B023
     await holder.arelease()
     # Handed over, never free: a newcomer is refused.
     assert await Lock("task-line", wait=0).aacquire() is False

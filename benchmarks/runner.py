@@ -42,6 +42,7 @@ SCENARIOS = (
     "task_controls",
     "autocomplete",
     "queues",
+    "server_cost",
     "tasks",
     "delayed",
     "periodic",

@@ -104,3 +104,23 @@ def test_a_queue_peer_drains_through_its_own_worker(
         client.close()
     finally:
         stop_redis(server)
+
+
+@pytest.mark.django_db(transaction=True)  # a Worker runs in this process
+def test_server_cost_reads_what_the_server_spent_per_task() -> None:
+    """Its rows come from the server's own counters: each positive, the floor (two list
+    commands, pipelined) far cheaper than a task's scripts (about 30 times here)."""
+    from benchmarks import server_cost
+    from benchmarks.common import Bench
+    from django_rcoord.connection import get_client
+
+    client = get_client()
+    rows = {row.name: row for row in server_cost.measure(Bench(client, "", quick=True), 300, 1)}
+    floor = rows["RPUSH + LPOP per task, pipelined (the floor)"]
+    end_to_end = rows["django-rcoord: end to end"]
+    assert all(row.values[0] > 0 and row.extra["in commands"] > 0 for row in rows.values())
+    assert floor.values[0] < end_to_end.values[0]
+    assert end_to_end.values[0] == pytest.approx(
+        rows["django-rcoord: enqueue (delay)"].values[0]
+        + rows["django-rcoord: take + finish (burst worker)"].values[0]
+    )

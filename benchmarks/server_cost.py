@@ -1,0 +1,190 @@
+"""What the Redis server spends on each task: server CPU per task, beside a floor.
+
+    python -m benchmarks.server_cost [--quick] [--repeats R]
+    python -m benchmarks --only server_cost
+
+The server's own counters are read around each phase: ``INFO cpu`` (the main thread's
+user + system time where the server reports it, Redis 6.2+ and Valkey; the process's
+otherwise) and ``INFO commandstats`` (the time spent inside commands, scripts included).
+They count the server's work only, so the client running on the same machine does not
+count, whatever the machine's load (a busy machine makes both a little dearer).
+
+Per no-op task: **enqueue** (one ``delay()`` each), **take + finish** (a burst worker in
+this process: it takes up to 32 at a time and acknowledges them with the next take),
+and **end to end**, their sum. The floor, in the same run: a bare ``RPUSH`` and ``LPOP``
+per task, pipelined 100 at a time (what a list costs the server, with no lease, no
+result, no retry). Each row once for a plain task and once with options
+(``unique_for=60``, ``timeout=10``: a claim per task and a time limit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import Bench, Measurement, ScenarioResult, Table
+from benchmarks.runner import run_benchmark
+
+NAME = "server_cost"
+QUEUE = "cost"
+FLOOR_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The server's CPU seconds and its seconds inside commands, as it reports them."""
+
+    cpu: float
+    commands: float
+
+    def __sub__(self, other: Counters) -> Counters:
+        return Counters(self.cpu - other.cpu, self.commands - other.commands)
+
+
+def read_counters(client: Any) -> Counters:
+    """One server's counters."""
+    return Counters(_cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats")))
+
+
+def _cpu_seconds(section: dict[str, Any]) -> float:
+    if "used_cpu_user_main_thread" in section:
+        return float(section["used_cpu_user_main_thread"]) + float(
+            section["used_cpu_sys_main_thread"]
+        )
+    return float(section["used_cpu_user"]) + float(section["used_cpu_sys"])
+
+
+def _command_seconds(section: dict[str, Any]) -> float:
+    return sum(float(stats["usec"]) for stats in section.values() if isinstance(stats, dict)) / 1e6
+
+
+def per_task_us(client: Any, count: int, work: Any) -> Counters:
+    """Run ``work()`` and return what the server spent on it, in us per task."""
+    before = read_counters(client)
+    work()
+    spent = read_counters(client) - before
+    return Counters(spent.cpu * 1e6 / count, spent.commands * 1e6 / count)
+
+
+def floor_work(client: Any, count: int) -> tuple[Any, Any]:
+    """The floor's two halves: RPUSH ``count`` items, then LPOP them, pipelined."""
+
+    def push() -> None:
+        for start in range(0, count, FLOOR_BATCH):
+            with client.pipeline(transaction=False) as pipe:
+                for _ in range(min(FLOOR_BATCH, count - start)):
+                    pipe.rpush("cost:floor", b"x" * 40)
+                pipe.execute()
+
+    def pop() -> None:
+        for start in range(0, count, FLOOR_BATCH):
+            with client.pipeline(transaction=False) as pipe:
+                for _ in range(min(FLOOR_BATCH, count - start)):
+                    pipe.lpop("cost:floor")
+                pipe.execute()
+
+    return push, pop
+
+
+def tasks() -> dict[str, Any]:
+    """The benchmark's two tasks: plain, and with options."""
+    from benchmarks import queue_tasks
+    from django_rcoord.queues import task
+
+    return {
+        "plain": task(name="bench.cost.noop", queue=QUEUE, max_retries=0)(queue_tasks.noop),
+        "options": task(
+            name="bench.cost.options", queue=QUEUE, max_retries=0, unique_for=60, timeout=10
+        )(noop_with_argument),
+    }
+
+
+def noop_with_argument(number: int) -> None:
+    pass
+
+
+def enqueue(noop: Any, kind: str, count: int) -> None:
+    """``count`` delay() calls (new arguments each: a unique task's claims all differ)."""
+    if kind == "plain":
+        for _ in range(count):
+            noop.delay()
+    else:
+        for number in range(count):
+            noop.delay(number)
+
+
+def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
+    """One row per phase and kind of task, in server CPU us per task (commands' us in
+    ``extra``)."""
+    from django_rcoord.queues.worker import Worker
+
+    client = bench.client
+    by_task = tasks()
+    results: dict[str, list[Counters]] = {}
+
+    def add(row: str, counters: Counters) -> None:
+        results.setdefault(row, []).append(counters)
+
+    for _ in range(repeats):
+        client.flushdb()
+        push, pop = floor_work(client, count)
+        pushed, popped = per_task_us(client, count, push), per_task_us(client, count, pop)
+        add("floor", Counters(pushed.cpu + popped.cpu, pushed.commands + popped.commands))
+        for kind, noop in by_task.items():
+            client.flushdb()
+            enqueued = per_task_us(
+                client, count, lambda noop=noop, kind=kind: enqueue(noop, kind, count)
+            )
+            worker = Worker([QUEUE], burst=True)
+            drained = per_task_us(client, count, worker.run)
+            if worker.processed != count:
+                raise RuntimeError(f"the worker ran {worker.processed} of {count} tasks")
+            add(f"{kind}:enqueue", enqueued)
+            add(f"{kind}:take+finish", drained)
+            add(
+                f"{kind}:end to end",
+                Counters(enqueued.cpu + drained.cpu, enqueued.commands + drained.commands),
+            )
+    names = {
+        "floor": ("RPUSH + LPOP per task, pipelined (the floor)", "2 commands"),
+        "plain:enqueue": ("django-rcoord: enqueue (delay)", "1 script"),
+        "plain:take+finish": ("django-rcoord: take + finish (burst worker)", "1 script per batch"),
+        "plain:end to end": ("django-rcoord: end to end", ""),
+        "options:enqueue": ("with unique_for and timeout: enqueue", "1 script"),
+        "options:take+finish": ("with unique_for and timeout: take + finish", "1 script per batch"),
+        "options:end to end": ("with unique_for and timeout: end to end", ""),
+    }
+    return [
+        Measurement(
+            names[row][0],
+            names[row][1],
+            [counters.cpu for counters in values],
+            extra={"in commands": round(sorted(c.commands for c in values)[len(values) // 2], 2)},
+        )
+        for row, values in results.items()
+    ]
+
+
+def table(bench: Bench) -> Table:
+    count = bench.pick(quick=2000, full=20000)
+    repeats = bench.repeats_or(3)
+    return Table(
+        f"Server CPU per no-op task: {count:,} tasks, {repeats} runs",
+        "server CPU us per task",
+        measure(bench, count, repeats),
+        floor="RPUSH + LPOP per task, pipelined (the floor)",
+        lower_is_better=True,
+        extra_columns=("in commands",),
+        note="server CPU: INFO cpu (main thread) deltas; in commands: INFO commandstats "
+        "usec deltas, the part spent inside commands and scripts",
+    )
+
+
+def run(bench: Bench) -> ScenarioResult:
+    result = table(bench)
+    repeats = len(result.rows[0].values)
+    return ScenarioResult(NAME, "Server CPU per task", [result], params={}, repeats=repeats)
+
+
+if __name__ == "__main__":
+    run_benchmark(NAME, (__doc__ or "").splitlines()[0])

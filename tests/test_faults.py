@@ -29,7 +29,7 @@ from django_rcoord.queues.worker import PREFETCH_BUDGET_MS
 from tests import cluster, tasks
 from tests.procs import wait_until
 from tests.test_periodic import start_poller
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import log_of, output_of, start_worker
 
 pytestmark = pytest.mark.slow
 single_server = pytest.mark.skipif(cluster.ENABLED, reason="a single server's fault")
@@ -78,7 +78,7 @@ class Run:
     def recovered(self) -> bool:
         """Whether each process that logged a Redis error has since logged that Redis
         answers again (one still backing off says so on its next try)."""
-        logs = [Path(worker.log_path).read_text() for worker in self.workers]  # type: ignore[attr-defined]
+        logs = [log_of(worker) for worker in self.workers]
         return all("Redis answers again after" in log for log in logs if "Redis error" in log)
 
     def alive(self) -> bool:

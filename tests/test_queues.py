@@ -98,6 +98,11 @@ def start_logged(command: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 def output_of(process: subprocess.Popen, timeout: float = 60) -> str:
     process.wait(timeout)
+    return log_of(process)
+
+
+def log_of(process: subprocess.Popen) -> str:
+    """What a process started by ``start_logged`` has logged so far."""
     return Path(process.log_path).read_text()  # type: ignore[attr-defined]
 
 
@@ -547,7 +552,7 @@ def test_sigterm_mid_task_finishes_that_task_and_exits_cleanly() -> None:
     worker.send_signal(signal.SIGTERM)
     # Released once the worker has said it is stopping: however late, s0 runs to its end
     # and s1 never starts.
-    wait_until(lambda: "SIGTERM received" in Path(worker.log_path).read_text(), timeout=30)
+    wait_until(lambda: "SIGTERM received" in log_of(worker), timeout=30)
     tasks.release("s0")
     output = output_of(worker, 30)
     assert worker.returncode == 0, output
@@ -748,7 +753,7 @@ def test_the_tasks_behind_a_long_task_go_back_while_it_runs() -> None:
             assert record.attempts == 0
             assert record.started_at is None
         worker.send_signal(signal.SIGTERM)
-        wait_until(lambda: "SIGTERM received" in Path(worker.log_path).read_text(), timeout=30)
+        wait_until(lambda: "SIGTERM received" in log_of(worker), timeout=30)
         tasks.release("first")
         output = output_of(worker, 30)
     finally:

@@ -17,6 +17,7 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace
 from django_rcoord.ratelimit import (
     ALGORITHMS,
+    RateLimitResult,
     aallow_n,
     ahit,
     allow_n,
@@ -68,7 +69,7 @@ def test_fixed_windows_start_at_a_hit_and_do_not_overlap() -> None:
     # What the server decided, on its clock: a window starts at the hit that finds none
     # (hits == 1) and lasts 0.3 s; it holds at most 3 grants, and the next starts only
     # after it has ended, however late the client was to ask.
-    calls = []
+    calls: list[tuple[float, RateLimitResult, float]] = []
     deadline = time.monotonic() + 30
     while sum(result.hits == 1 for _, result, _ in calls) < 4:
         assert time.monotonic() < deadline

@@ -7,7 +7,6 @@ import asyncio
 import json
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +38,7 @@ from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
 from django_rcoord.queues.worker import Done, Outcome, Worker
 from tests import framework_tasks, tasks
 from tests.procs import run_in_processes, server_ms, wait_until
-from tests.test_queues import output_of, start_worker, take
+from tests.test_queues import log_of, output_of, start_worker, take
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -567,7 +566,7 @@ def test_a_sync_task_run_inline_is_not_interrupted_and_only_sees_the_flag() -> N
     wait_until(lambda: get_client().llen("test:started") == 1, timeout=30)
     assert cancel(task_id) is False
     assert stop_requested(task_id)
-    wait_until(lambda: "cannot be interrupted" in Path(worker.log_path).read_text(), timeout=30)
+    wait_until(lambda: "cannot be interrupted" in log_of(worker), timeout=30)
     tasks.release("inline")
     output = output_of(worker, 60)
     assert worker.returncode == 0, output

@@ -74,6 +74,10 @@ def through(proxy: FaultProxy, *, resent: bool) -> redis.Redis:
         retry=retry,
         retry_on_error=[redis.exceptions.ConnectionError],
         client_name=FIRST,
+        # The proxy's threads live in the test process: a process stalled on a busy machine
+        # stalls them too, and a reply they relay late is not a fault under test (a cut
+        # closes the connection at once, whatever the timeout).
+        socket_timeout=30,
     )
 
 

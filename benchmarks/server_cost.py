@@ -40,6 +40,9 @@ class Counters:
     def __sub__(self, other: Counters) -> Counters:
         return Counters(self.cpu - other.cpu, self.commands - other.commands)
 
+    def __add__(self, other: Counters) -> Counters:
+        return Counters(self.cpu + other.cpu, self.commands + other.commands)
+
 
 def read_counters(client: Any) -> Counters:
     """One server's counters."""
@@ -129,7 +132,7 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
         client.flushdb()
         push, pop = floor_work(client, count)
         pushed, popped = per_task_us(client, count, push), per_task_us(client, count, pop)
-        add("floor", Counters(pushed.cpu + popped.cpu, pushed.commands + popped.commands))
+        add("floor", pushed + popped)
         for kind, noop in by_task.items():
             client.flushdb()
             enqueued = per_task_us(
@@ -141,10 +144,7 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
                 raise RuntimeError(f"the worker ran {worker.processed} of {count} tasks")
             add(f"{kind}:enqueue", enqueued)
             add(f"{kind}:take+finish", drained)
-            add(
-                f"{kind}:end to end",
-                Counters(enqueued.cpu + drained.cpu, enqueued.commands + drained.commands),
-            )
+            add(f"{kind}:end to end", enqueued + drained)
     names = {
         "floor": ("RPUSH + LPOP per task, pipelined (the floor)", "2 commands"),
         "plain:enqueue": ("django-rcoord: enqueue (delay)", "1 script"),

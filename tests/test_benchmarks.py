@@ -4,6 +4,7 @@ burst workers) drain through it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -124,3 +125,31 @@ def test_server_cost_reads_what_the_server_spent_per_task() -> None:
         rows["django-rcoord: enqueue (delay)"].values[0]
         + rows["django-rcoord: take + finish (burst worker)"].values[0]
     )
+
+
+@pytest.mark.django_db(transaction=True)  # a Worker runs in this process
+def test_tracing_rows_run_each_way_and_the_traced_way_traces() -> None:
+    """Three rows per table (absent, no provider, traced), each a positive rate; under the
+    traced way a message carries its trace context (a span was made around it), and the
+    shipped ``tracing.tracer`` is back in place afterwards."""
+    from benchmarks import tracing as bench_tracing
+    from benchmarks.common import Bench
+    from django_rcoord import tracing
+    from django_rcoord.connection import get_client
+    from django_rcoord.queues import QueueKeys
+
+    shipped = tracing.tracer
+    client = get_client()
+    bench = Bench(client, "", quick=True)
+    for rows in (bench_tracing.enqueue_rows(bench, 60, 1), bench_tracing.drain_rows(bench, 60, 1)):
+        assert [row.name for row in rows] == [
+            bench_tracing.ABSENT,
+            bench_tracing.NO_PROVIDER,
+            bench_tracing.TRACED,
+        ]
+        assert all(row.values and row.values[0] > 0 for row in rows)
+    with bench_tracing.way(bench_tracing.ways()[bench_tracing.TRACED]):
+        task_id = bench_tracing.noop_task().delay()
+    message = json.loads(client.hget(QueueKeys.of(bench_tracing.QUEUE).messages, task_id))
+    assert set(message[tracing.TRACE_FIELD]) >= {"traceparent"}
+    assert tracing.tracer is shipped

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
+from django_rcoord import tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline
 from django_rcoord.connection.features import SET_IFEQ
@@ -29,6 +30,7 @@ class AsyncLock(LockBase):
         return await aresolve_client(self._client)
 
     # -- acquiring -----------------------------------------------------------
+    @tracing.traced_wait("lock", lambda lock, _: {"rcoord.lock.token": lock.token})
     async def aacquire(self, wait: float | None = None) -> bool:
         """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
 

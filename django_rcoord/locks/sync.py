@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
+from django_rcoord import tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.connection.features import SET_IFEQ
@@ -31,6 +32,7 @@ class SyncLock(LockBase):
         return resolve_client(self._client)
 
     # -- acquiring -----------------------------------------------------------
+    @tracing.traced_wait("lock", lambda lock, _: {"rcoord.lock.token": lock.token})
     def acquire(self, wait: float | None = None) -> bool:
         """Take the lock, waiting up to ``wait`` seconds (default: the lock's ``wait``).
 

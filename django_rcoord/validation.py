@@ -33,6 +33,42 @@ def parse_int_in(raw: str, low: int, high: int) -> int | None:
     return value if low <= value <= high else None
 
 
+def named_dicts(
+    raw: object, keys: set[str] | frozenset[str], check_id: str, label: str = ""
+) -> tuple[list[tuple[str, Mapping[str, Any], str | None]], list[tuple[str, str]]]:
+    """Read a setting that is a list of dicts, each with a unique non-empty ``name`` and
+    only ``keys``: its entries, each as (where, the dict, its name or None when the name is
+    missing or repeated), and the (``check_id``, message) of each problem of that shape.
+    ``label`` begins each entry's "where" (``CONCURRENCY_LIMITS`` gives
+    ``CONCURRENCY_LIMITS[0]``); the caller checks each entry's own fields."""
+    if not isinstance(raw, (list, tuple)):
+        return [], [
+            (check_id, f"{label} must be a list of dicts, not {type(raw).__name__}".lstrip())
+        ]
+    entries: list[tuple[str, Mapping[str, Any], str | None]] = []
+    problems: list[tuple[str, str]] = []
+    names: set[str] = set()
+    for index, entry in enumerate(raw):
+        where = f"{label}[{index}]"
+        if not isinstance(entry, Mapping):
+            problems.append((check_id, f"{where} must be a dict, not {type(entry).__name__}"))
+            continue
+        unknown = sorted(set(entry) - keys)
+        if unknown:
+            problems.append((check_id, f"{where} has unknown keys {unknown}"))
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append((check_id, f"{where} needs a 'name' (a non-empty str)"))
+            name = None
+        elif name in names:
+            problems.append((check_id, f"{where} repeats the name {name!r}"))
+            name = None
+        else:
+            names.add(name)
+        entries.append((where, entry, name))
+    return entries, problems
+
+
 #: Most items one script call may move: a call's work (and Redis's pause while it runs)
 #: stays bounded, and Lua's unpack() stays far below its limit (about 8,000 values).
 MAX_BATCH = 1000

@@ -67,6 +67,7 @@ from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.producer import GROUP_CREATED, register_group
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness
 from django_rcoord.scripts import run_script
+from django_rcoord.validation import named_dicts
 
 __all__ = [
     "LATENESS_SAMPLES",
@@ -143,25 +144,8 @@ def problems(raw: object) -> list[tuple[str, str]]:
     (exactly one of ``cron`` and ``every``, a valid cron, ``every`` of 1 s or more).
     Whether ``task`` names a task is checked by ``unknown_tasks`` (it imports them).
     """
-    if not isinstance(raw, (list, tuple)):
-        return [("rcoord.E023", f"must be a list of dicts, not {type(raw).__name__}")]
-    found: list[tuple[str, str]] = []
-    names: set[str] = set()
-    for index, entry in enumerate(raw):
-        where = f"[{index}]"
-        if not isinstance(entry, Mapping):
-            found.append(("rcoord.E023", f"{where} must be a dict, not {type(entry).__name__}"))
-            continue
-        unknown = sorted(set(entry) - KEYS)
-        if unknown:
-            found.append(("rcoord.E023", f"{where} has unknown keys {unknown}"))
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            found.append(("rcoord.E023", f"{where} needs a 'name' (a non-empty str)"))
-        elif name in names:
-            found.append(("rcoord.E023", f"{where} repeats the name {name!r}"))
-        else:
-            names.add(name)
+    entries, found = named_dicts(raw, KEYS, "rcoord.E023")
+    for where, entry, _ in entries:
         if not isinstance(entry.get("task"), str) or not entry.get("task"):
             found.append(("rcoord.E023", f"{where} needs a 'task' (a task name or dotted path)"))
         args, kwargs = entry.get("args", []), entry.get("kwargs", {})

@@ -18,7 +18,7 @@ from django.http import HttpRequest
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.identity import client_ip, requester
 from django_rcoord.semaphores.semaphore import Semaphore
-from django_rcoord.validation import is_number, is_positive_int
+from django_rcoord.validation import is_number, is_positive_int, named_dicts
 
 RULE_KEYS = {
     "name",
@@ -64,27 +64,9 @@ class ConcurrencyRule:
 
 def rule_problems(raw: object) -> list[tuple[str, str]]:
     """(check id, message) for each problem of a CONCURRENCY_LIMITS value; [] when valid."""
-    if not isinstance(raw, (list, tuple)):
-        return [
-            ("rcoord.E008", f"CONCURRENCY_LIMITS must be a list of dicts, not {type(raw).__name__}")
-        ]
-    problems: list[tuple[str, str]] = []
-    names: set[str] = set()
-    for index, rule in enumerate(raw):
-        where = f"CONCURRENCY_LIMITS[{index}]"
-        if not isinstance(rule, dict):
-            problems.append(("rcoord.E008", f"{where} must be a dict, not {type(rule).__name__}"))
-            continue
-        unknown = sorted(set(rule) - RULE_KEYS)
-        if unknown:
-            problems.append(("rcoord.E008", f"{where} has unknown keys {unknown}"))
-        name = rule.get("name")
-        if not isinstance(name, str) or not name:
-            problems.append(("rcoord.E008", f"{where} needs a 'name' (a non-empty str)"))
-        elif name in names:
-            problems.append(("rcoord.E008", f"{where}: the name {name!r} is used twice"))
-        else:
-            names.add(name)
+    entries, problems = named_dicts(raw, RULE_KEYS, "rcoord.E008", "CONCURRENCY_LIMITS")
+    for where, rule, name in entries:
+        if name is not None:
             try:
                 Semaphore(name, 1)
             except InvalidName as exc:

@@ -275,7 +275,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     from benchmarks import framework_tasks
     from django_rcoord.connection.features import SCRIPT_FLAGS
     from django_rcoord.queues import get_result
-    from django_rcoord.queues.records import _record_keys, _result_script
+    from django_rcoord.queues.records import record_keys, result_script
     from django_rcoord.scripts import run_script
 
     client = bench.client
@@ -283,7 +283,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     ours = framework_tasks.rcoord_noop
     ids = [ours.enqueue().id for _ in range(READ_TASKS)]
     _drain("rcoord-framework")()
-    keys = _record_keys(ids[0])
+    keys = record_keys(ids[0])
     assert keys is not None, "a task id of this backend names its record's keys"
     turn = iter(range(1 << 62))
 
@@ -302,7 +302,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
             "bare EVALSHA of task_result (no decoding)",
             "1",
             lambda: run_script(
-                _result_script(SCRIPT_FLAGS.usable(client)), client, keys=keys, args=(next_id(ids),)
+                result_script(SCRIPT_FLAGS.usable(client)), client, keys=keys, args=(next_id(ids),)
             ),
         ),
     ]

@@ -30,7 +30,7 @@ T = TypeVar("T")
 MIN_BLOCK = 0.01
 
 
-def _socket_timeout_cap(client: Any) -> float:
+def socket_timeout_cap(client: Any) -> float:
     """How long one BLPOP may block without tripping the client's socket timeout."""
     pool = getattr(client, "connection_pool", None)
     if pool is None and hasattr(client, "get_default_node"):  # Redis Cluster: a node's pool
@@ -79,7 +79,7 @@ def wait_for_signal(client: Any, key: str, seconds: float) -> bool:
 
 def pop_signal(client: Any, key: str, seconds: float) -> bytes | None:
     """Block on the wake-up list ``key`` for up to ``seconds``; the token taken, or None."""
-    timeout = max(MIN_BLOCK, min(seconds, _socket_timeout_cap(client)))
+    timeout = max(MIN_BLOCK, min(seconds, socket_timeout_cap(client)))
     popped = client.blpop([key], timeout=timeout)
     return None if popped is None else popped[1]
 
@@ -186,7 +186,7 @@ class SignalHub:
         #: Per list whose server pauses: resolved when someone waits again or the line empties.
         self._resume: dict[str, asyncio.Future[None]] = {}
         self._connections = asyncio.Semaphore(conf.ASYNC_WAIT_CONNECTIONS)
-        self._block = min(HUB_BLOCK, _socket_timeout_cap(waits))
+        self._block = min(HUB_BLOCK, socket_timeout_cap(waits))
         #: How many lists are blocked on now (one connection of ``waits`` each).
         self.blocking = 0
 

@@ -494,9 +494,9 @@ def test_metrics_without_prometheus_client_is_a_501_not_a_500(client, monkeypatc
 
 
 def test_the_per_minute_chart_is_drawn_to_scale() -> None:
-    from django_rcoord.ops.dashboard import CHART_HEIGHT, CHART_WIDTH, _chart
+    from django_rcoord.ops.dashboard import CHART_HEIGHT, CHART_WIDTH, minute_chart
 
-    chart = _chart([0] * 56 + [1, 0, 2, 8])
+    chart = minute_chart([0] * 56 + [1, 0, 2, 8])
     heights = [bar["height"] for bar in chart["bars"]]
     assert heights == [0] * 56 + [round(CHART_HEIGHT / 8), 0, round(CHART_HEIGHT / 4), CHART_HEIGHT]
     assert chart["top"] == 8
@@ -505,7 +505,7 @@ def test_the_per_minute_chart_is_drawn_to_scale() -> None:
     assert chart["bars"][0]["x"] == 0
     assert chart["bars"][-1]["x"] + chart["bar_width"] <= CHART_WIDTH
     assert chart["bars"][-1]["x"] + chart["bar_width"] >= CHART_WIDTH - 3
-    assert _chart([0] * 60)["top"] == 1  # nothing done: no bar, no division by zero
+    assert minute_chart([0] * 60)["top"] == 1  # nothing done: no bar, no division by zero
 
 
 # -- cancellations ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from django_rcoord.locks import (
     release_lock,
 )
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import _socket_timeout_cap
+from django_rcoord.waiting import socket_timeout_cap
 from tests import cluster
 from tests.procs import run_in_processes, server_ms, start_process, wait_until
 from tests.test_results import CountingRedis as CommandsRedis
@@ -854,7 +854,7 @@ def test_a_waiters_block_stays_under_the_socket_timeout_its_connections_get(
     client = redis.Redis.from_url(url)
     pool = client.connection_pool
     socket_timeout = pool.connection_class(**pool.connection_kwargs).socket_timeout
-    cap = _socket_timeout_cap(client)
+    cap = socket_timeout_cap(client)
     if socket_timeout:
         assert cap < socket_timeout
     else:

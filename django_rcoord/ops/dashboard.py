@@ -129,7 +129,7 @@ def _queue(name: str) -> QueueKeys:
         raise Http404(str(exc)) from exc
 
 
-def _chart(per_minute: list[int]) -> dict[str, Any]:
+def minute_chart(per_minute: list[int]) -> dict[str, Any]:
     """Bars of an inline SVG: one per minute of the last hour (oldest first, now at the
     right), their heights in proportion to the busiest minute's, which fills the chart. A
     track behind them and a baseline show the whole hour, however few minutes had work."""
@@ -155,7 +155,7 @@ def _chart(per_minute: list[int]) -> dict[str, Any]:
 def index(request: HttpRequest) -> HttpResponse:
     state = overview()
     for queue in state["queues"]:
-        queue["chart"] = _chart(queue["finished_per_minute"])
+        queue["chart"] = minute_chart(queue["finished_per_minute"])
     return TemplateResponse(
         request,
         "django_rcoord/dashboard/index.html",

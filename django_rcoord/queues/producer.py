@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def _enqueue_call(
+def enqueue_call(
     task_name: str,
     queue: str,
     args: Sequence[Any],
@@ -264,7 +264,7 @@ def _send_message(
     priority: int,
     unique: Uniqueness | None,
 ) -> Enqueued:
-    task_id, queue_keys, keys, argv = _enqueue_call(
+    task_id, queue_keys, keys, argv = enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )
     register_group(client, queue_keys.group)
@@ -310,7 +310,7 @@ async def _asend_message(
     priority: int,
     unique: Uniqueness | None,
 ) -> Enqueued:
-    task_id, queue_keys, keys, argv = _enqueue_call(
+    task_id, queue_keys, keys, argv = enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )
     client = await aresolve_client(client)
@@ -459,7 +459,7 @@ def enqueue_in_script(
             "script queues it without the uniqueness check; queue it with delay(), or "
             "define it without unique_for"
         )
-    task_id, queue_keys, keys, argv = _enqueue_call(
+    task_id, queue_keys, keys, argv = enqueue_call(
         name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
     )
     register_group(resolve_client(client), queue_keys.group)
@@ -496,7 +496,7 @@ def enqueue_many(
     for entries in by_group.values():
         with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
             for index, name, target_queue, args, kwargs, priority, unique in entries:
-                ids[index], _, keys, argv = _enqueue_call(
+                ids[index], _, keys, argv = enqueue_call(
                     name, target_queue, args, kwargs, (0, 0), None, priority, unique=unique
                 )
                 run_script("task_enqueue", pipe, keys=keys, args=argv)

@@ -290,13 +290,13 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
     task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
     or not a task id. One round trip: one read-only script call."""
-    keys = _record_keys(task_id)
+    keys = record_keys(task_id)
     if keys is None:
         return None
     client = resolve_client(client)
     read_only = SCRIPT_FLAGS.usable(client)
     try:
-        reply = run_script(_result_script(read_only), client, keys=keys, args=(task_id,))
+        reply = run_script(result_script(read_only), client, keys=keys, args=(task_id,))
     except ResponseError as error:
         if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
@@ -306,13 +306,13 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
 
 async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """``get_result`` for async code (redis.asyncio, one round trip)."""
-    keys = _record_keys(task_id)
+    keys = record_keys(task_id)
     if keys is None:
         return None
     client = await aresolve_client(client)
     read_only = SCRIPT_FLAGS.usable(client)
     try:
-        reply = await arun_script(_result_script(read_only), client, keys=keys, args=(task_id,))
+        reply = await arun_script(result_script(read_only), client, keys=keys, args=(task_id,))
     except ResponseError as error:
         if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
@@ -320,7 +320,7 @@ async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     return _record_from_reply(task_id, reply)
 
 
-def _record_keys(task_id: str) -> tuple[str, str, str, str] | None:
+def record_keys(task_id: str) -> tuple[str, str, str, str] | None:
     """The keys ``task_result.lua`` reads for ``task_id``, or None when it is not a task id."""
     group = group_of_task_id(task_id)
     if group is None:
@@ -329,7 +329,7 @@ def _record_keys(task_id: str) -> tuple[str, str, str, str] | None:
     return keys.messages, keys.results, keys.results_expiry, keys.errors
 
 
-def _result_script(read_only: bool) -> str:
+def result_script(read_only: bool) -> str:
     # The read-only declaration where the server knows it (a replica may run it), the plain
     # script where not (Redis 6.2).
     return "task_result_ro" if read_only else "task_result"

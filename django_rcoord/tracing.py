@@ -90,20 +90,50 @@ def _messaging(operation: str, queue: str, task_name: str) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def sending(active: Any, task_name: str, queue: str) -> Iterator[Any]:
-    """A PRODUCER span around one enqueue (``active``: ``tracer()``); set the task id on
-    what it yields with ``sent``."""
-    with active.start_as_current_span(
-        f"send {queue}", kind=SpanKind.PRODUCER, attributes=_messaging("send", queue, task_name)
-    ) as span:
-        yield span
+_Send = TypeVar("_Send", bound=Callable[..., Any])
 
 
-def sent(span: Any, task_id: str, queued: bool) -> None:
-    span.set_attribute("messaging.message.id", task_id)
-    if not queued:  # a unique task already queued: this call queued nothing
-        span.set_attribute("rcoord.task.already_queued", True)
+def traced_send(send: _Send) -> _Send:
+    """Decorate ``send(client, task_name, queue, ...)`` (sync or async), which returns an
+    ``Enqueued``: a PRODUCER span ``send <queue>`` around it, when traced."""
+
+    def started(active: Any, task_name: str, queue: str) -> Any:
+        return active.start_as_current_span(
+            f"send {queue}",
+            kind=SpanKind.PRODUCER,
+            attributes=_messaging("send", queue, task_name),
+        )
+
+    def sent(span: Any, enqueued: Any) -> None:
+        span.set_attribute("messaging.message.id", enqueued.task_id)
+        if not enqueued.queued:  # a unique task already queued: this call queued nothing
+            span.set_attribute("rcoord.task.already_queued", True)
+
+    if inspect.iscoroutinefunction(send):
+
+        @functools.wraps(send)
+        async def asend(client: Any, task_name: str, queue: str, *args: Any, **kwargs: Any) -> Any:
+            active = tracer()
+            if active is None:
+                return await send(client, task_name, queue, *args, **kwargs)
+            with started(active, task_name, queue) as span:
+                enqueued = await send(client, task_name, queue, *args, **kwargs)
+                sent(span, enqueued)
+                return enqueued
+
+        return asend  # type: ignore[return-value]
+
+    @functools.wraps(send)
+    def traced(client: Any, task_name: str, queue: str, *args: Any, **kwargs: Any) -> Any:
+        active = tracer()
+        if active is None:
+            return send(client, task_name, queue, *args, **kwargs)
+        with started(active, task_name, queue) as span:
+            enqueued = send(client, task_name, queue, *args, **kwargs)
+            sent(span, enqueued)
+            return enqueued
+
+    return traced  # type: ignore[return-value]
 
 
 @contextmanager

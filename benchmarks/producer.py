@@ -43,10 +43,10 @@ def produced(number: int) -> None:
 def bare_evalsha(bench: Bench, prepared: int) -> Callable[[], object]:
     """EVALSHA of the enqueue script with keys and arguments built beforehand, a fresh task
     id and message per call (``prepared`` of them, reused round-robin after)."""
-    from django_rcoord.queues.producer import enqueue_call
+    from django_rcoord.queues.producer import Enqueue, enqueue_call
     from django_rcoord.scripts import get_script
 
-    calls = [enqueue_call(TASK, QUEUE, (number,), {}, (0, 0)) for number in range(prepared)]
+    calls = [enqueue_call(Enqueue(TASK, QUEUE, (number,), {})) for number in range(prepared)]
     sha = get_script("task_enqueue").sha
     client = bench.client
     prepared_calls = [(len(keys), *keys, *argv) for _, _, keys, argv in calls]

@@ -94,14 +94,15 @@ _Send = TypeVar("_Send", bound=Callable[..., Any])
 
 
 def traced_send(send: _Send) -> _Send:
-    """Decorate ``send(client, task_name, queue, ...)`` (sync or async), which returns an
-    ``Enqueued``: a PRODUCER span ``send <queue>`` around it, when traced."""
+    """Decorate ``send(client, run)`` (sync or async; ``run`` a producer's ``Enqueue``),
+    which returns an ``Enqueued``: a PRODUCER span ``send <queue>`` around it, when
+    traced."""
 
-    def started(active: Any, task_name: str, queue: str) -> Any:
+    def started(active: Any, run: Any) -> Any:
         return active.start_as_current_span(
-            f"send {queue}",
+            f"send {run.queue}",
             kind=SpanKind.PRODUCER,
-            attributes=_messaging("send", queue, task_name),
+            attributes=_messaging("send", run.queue, run.task_name),
         )
 
     def sent(span: Any, enqueued: Any) -> None:
@@ -112,24 +113,24 @@ def traced_send(send: _Send) -> _Send:
     if inspect.iscoroutinefunction(send):
 
         @functools.wraps(send)
-        async def asend(client: Any, task_name: str, queue: str, *args: Any, **kwargs: Any) -> Any:
+        async def asend(client: Any, run: Any) -> Any:
             active = tracer()
             if active is None:
-                return await send(client, task_name, queue, *args, **kwargs)
-            with started(active, task_name, queue) as span:
-                enqueued = await send(client, task_name, queue, *args, **kwargs)
+                return await send(client, run)
+            with started(active, run) as span:
+                enqueued = await send(client, run)
                 sent(span, enqueued)
                 return enqueued
 
         return asend  # type: ignore[return-value]
 
     @functools.wraps(send)
-    def traced(client: Any, task_name: str, queue: str, *args: Any, **kwargs: Any) -> Any:
+    def traced(client: Any, run: Any) -> Any:
         active = tracer()
         if active is None:
-            return send(client, task_name, queue, *args, **kwargs)
-        with started(active, task_name, queue) as span:
-            enqueued = send(client, task_name, queue, *args, **kwargs)
+            return send(client, run)
+        with started(active, run) as span:
+            enqueued = send(client, run)
             sent(span, enqueued)
             return enqueued
 

@@ -38,8 +38,8 @@ from django_rcoord.queues.producer import (
     aexecute_later,
     enqueue_in_script,
     enqueue_many,
-    enqueue_message,
     execute_later,
+    send_message,
 )
 from django_rcoord.queues.records import (
     LATENESS_SAMPLES,
@@ -101,10 +101,5 @@ def send_sold_email_via_queue(
     # The task is defined in the app's tasks module, which itself imports this package.
     from django_rcoord.tasks import send_sold_email
 
-    return enqueue_message(
-        resolve_client(client),
-        send_sold_email.name,
-        send_sold_email.queue,
-        (seller, item, price, buyer),
-        {},
-    )
+    run = send_sold_email.enqueue_request((seller, item, price, buyer), {})
+    return send_message(resolve_client(client), run).task_id

@@ -48,6 +48,7 @@ from django_rcoord.queues.framework import (
 from django_rcoord.queues.keys import split_queue_name
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
+    Enqueue,
     Enqueued,
     QueuedInStep,
     asend_message,
@@ -91,22 +92,24 @@ class RedisTaskBackend(BaseTaskBackend):
         return run_options_of(options_of(task.module_path), self.max_retries)
 
     # -- producing ---------------------------------------------------------------
-    def _message(self, task: Task, args: Any, kwargs: Any) -> tuple[Any, ...]:
-        """The producer's arguments (after the client) for a run of ``task``, validated;
-        its uniqueness from RCOORD["TASK_OPTIONS"]."""
+    def _message(self, task: Task, args: Any, kwargs: Any) -> Enqueue:
+        """The producer's run of ``task``, validated; its uniqueness from the task's
+        options."""
         self.validate_task(task)
         # run_after is read on the Redis server's clock, like every due time.
         when = due_time(None, task.run_after) if task.run_after is not None else (0, 0)
         extra = {"backend": self.alias}
         unique = uniqueness_of(options_of(task.module_path))
-        return (task.module_path, task.queue_name, args, kwargs, when, extra, task.priority, unique)
+        return Enqueue(
+            task.module_path, task.queue_name, args, kwargs, when, extra, task.priority, unique
+        )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        enqueued = send_message(resolve_client(None), *self._message(task, args, kwargs))
+        enqueued = send_message(resolve_client(None), self._message(task, args, kwargs))
         return self._enqueued(task, enqueued, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        enqueued = await asend_message(None, *self._message(task, args, kwargs))
+        enqueued = await asend_message(None, self._message(task, args, kwargs))
         return self._enqueued(task, enqueued, args, kwargs)
 
     def _enqueued(self, task: Task, enqueued: Enqueued, args: Any, kwargs: Any) -> TaskResult:
@@ -315,13 +318,15 @@ class FrameworkFollowUp:
         task = self.task
         task.get_backend().validate_task(task)
         return queue_now_in_step(
-            task.module_path,
-            task.queue_name,
-            [task_id],
-            {},
-            task.priority,
-            uniqueness_of(options_of(task.module_path)),
-            extra={"backend": task.backend},
+            Enqueue(
+                task.module_path,
+                task.queue_name,
+                [task_id],
+                {},
+                extra={"backend": task.backend},
+                priority=task.priority,
+                unique=uniqueness_of(options_of(task.module_path)),
+            )
         )
 
     def delay(self, task_id: str) -> str:

@@ -32,28 +32,34 @@ __all__ = [
 ]
 
 
+class Enqueue(NamedTuple):
+    """A run of a task to queue: what every producer (``@task``, ``execute_later``, the
+    Tasks framework's backend, ``enqueue_many``, follow-ups) builds and ``send_message``
+    sends. ``when`` is (delay ms, due time ms since the epoch or 0), see ``due_time``;
+    ``extra`` adds fields to the message (the Tasks framework's backend alias);
+    ``priority`` -100..100 (higher runs first within the queue); ``unique``: queue it
+    only if no task holds its claim."""
+
+    task_name: str
+    queue: str
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+    when: tuple[int, int] = (0, 0)
+    extra: dict[str, Any] | None = None
+    priority: int = 0
+    unique: Uniqueness | None = None
+
+
 def enqueue_call(
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int],
-    extra: dict[str, Any] | None = None,
-    priority: int = 0,
-    *,
-    full: bool = False,
-    unique: Uniqueness | None = None,
+    run: Enqueue, *, full: bool = False
 ) -> tuple[str, QueueKeys, Sequence[Any], list[Any]]:
-    """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message;
-    ``when`` is (delay ms, due time ms since the epoch or 0), see ``due_time``; ``priority``
-    -100..100 (higher runs first within the queue). A task queued now gets the script's
-    short form (fewer arguments to send), unless ``full`` (the shape of ``enqueue_task``,
-    for a project's own script) or ``unique`` (the unique form: the script may answer the
-    id of the task already holding the claim)."""
-    keys, task_id, body, claim = _new_message(
-        task_name, queue, args, kwargs, extra, priority, unique
-    )
-    delay_ms, due_at_ms = when
+    """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message
+    of ``run``. A task queued now gets the script's short form (fewer arguments to send),
+    unless ``full`` (the shape of ``enqueue_task``, for a project's own script) or
+    ``run.unique`` (the unique form: the script may answer the id of the task already
+    holding the claim)."""
+    keys, task_id, body, claim = _new_message(run)
+    when, priority, unique = run.when, run.priority, run.unique
     if unique is not None:
         return (
             task_id,
@@ -61,21 +67,14 @@ def enqueue_call(
             [*_full_keys(keys), keys.results],
             [*_full_args(task_id, body, keys, when, priority), claim, unique.ms],
         )
-    if not (full or delay_ms or due_at_ms):
+    if not (full or when[0] or when[1]):
         return task_id, keys, keys.enqueue_now, _now_args(task_id, body, keys, priority)
     return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
 
 
-def _new_message(
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    extra: dict[str, Any] | None,
-    priority: int,
-    unique: Uniqueness | None,
-) -> tuple[QueueKeys, str, str, str | None]:
+def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
     """(the queue's keys, a new task id, its message JSON, its unique claim or None)."""
+    task_name, queue, args, kwargs, _, extra, priority, unique = run
     keys = QueueKeys.of(queue)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
@@ -106,26 +105,16 @@ class QueuedInStep(NamedTuple):
     claim_ms: int
 
 
-def queue_now_in_step(
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    priority: int = 0,
-    unique: Uniqueness | None = None,
-    extra: dict[str, Any] | None = None,
-) -> QueuedInStep:
-    """A run of ``task_name`` for a script to queue now (see ``QueuedInStep``; ``extra``
-    adds fields to the message, as for ``send_message``); TypeError at once for arguments
-    JSON cannot carry."""
-    keys, task_id, body, claim = _new_message(
-        task_name, queue, args, kwargs, extra, priority, unique
-    )
+def queue_now_in_step(run: Enqueue) -> QueuedInStep:
+    """``run`` for a script to queue now (see ``QueuedInStep``); TypeError at once for
+    arguments JSON cannot carry."""
+    keys, task_id, body, claim = _new_message(run)
+    unique = run.unique
     return QueuedInStep(
         task_id,
         keys,
         keys.enqueue_now,
-        _now_args(task_id, body, keys, priority),
+        _now_args(task_id, body, keys, run.priority),
         claim or "",
         unique.ms if unique is not None else 0,
     )
@@ -227,25 +216,11 @@ def _enqueued(task_id: str, reply: Any) -> Enqueued:
 
 
 @tracing.traced_send
-def send_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int] = (0, 0),
-    extra: dict[str, Any] | None = None,
-    priority: int = 0,
-    unique: Uniqueness | None = None,
-) -> Enqueued:
-    """Queue a run of task ``task_name`` in one script call. ``when`` comes from
-    ``due_time``; ``extra`` adds fields to the message (the Tasks framework's backend
-    alias); ``unique``: queue it only if no task holds its claim. Every producer
-    (``@task``, ``execute_later``, the framework backend) ends here: a traced one
-    (``django_rcoord.tracing``) in a PRODUCER span."""
-    task_id, queue_keys, keys, argv = enqueue_call(
-        task_name, queue, args, kwargs, when, extra, priority, unique=unique
-    )
+def send_message(client: Any, run: Enqueue) -> Enqueued:
+    """Queue ``run`` in one script call. Every producer (``@task``, ``execute_later``, the
+    framework backend) ends here: a traced one (``django_rcoord.tracing``) in a PRODUCER
+    span."""
+    task_id, queue_keys, keys, argv = enqueue_call(run)
     register_group(client, queue_keys.group)
     reply = run_script("task_enqueue", client, keys=keys, args=argv)
     if reply == GROUP_CREATED:
@@ -254,62 +229,15 @@ def send_message(
 
 
 @tracing.traced_send
-async def asend_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int] = (0, 0),
-    extra: dict[str, Any] | None = None,
-    priority: int = 0,
-    unique: Uniqueness | None = None,
-) -> Enqueued:
+async def asend_message(client: Any, run: Enqueue) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
-    task_id, queue_keys, keys, argv = enqueue_call(
-        task_name, queue, args, kwargs, when, extra, priority, unique=unique
-    )
+    task_id, queue_keys, keys, argv = enqueue_call(run)
     client = await aresolve_client(client)
     await aregister_group(client, queue_keys.group)
     reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
     if reply == GROUP_CREATED:
         await aregister_group(client, queue_keys.group, force=True)
     return _enqueued(task_id, reply)
-
-
-def enqueue_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int] = (0, 0),
-    extra: dict[str, Any] | None = None,
-    priority: int = 0,
-    unique: Uniqueness | None = None,
-) -> str:
-    """``send_message``'s task id: the new task's, or a unique task's already queued."""
-    return send_message(
-        client, task_name, queue, args, kwargs, when, extra, priority, unique
-    ).task_id
-
-
-async def aenqueue_message(
-    client: Any,
-    task_name: str,
-    queue: str,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    when: tuple[int, int] = (0, 0),
-    extra: dict[str, Any] | None = None,
-    priority: int = 0,
-    unique: Uniqueness | None = None,
-) -> str:
-    """``enqueue_message`` on ``redis.asyncio``."""
-    enqueued = await asend_message(
-        client, task_name, queue, args, kwargs, when, extra, priority, unique
-    )
-    return enqueued.task_id
 
 
 def due_time(
@@ -336,18 +264,16 @@ def execute_later(
 
     Returns the task id (a unique ``@task``'s already queued, when it is). One round trip.
     """
-    return enqueue_message(
-        resolve_client(client), name, queue, args, {}, due_time(delay), unique=of_task(name)
-    )
+    run = Enqueue(name, queue, args, {}, due_time(delay), unique=of_task(name))
+    return send_message(resolve_client(client), run).task_id
 
 
 async def aexecute_later(
     queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
-    return await aenqueue_message(
-        client, name, queue, args, {}, due_time(delay), unique=of_task(name)
-    )
+    run = Enqueue(name, queue, args, {}, due_time(delay), unique=of_task(name))
+    return (await asend_message(client, run)).task_id
 
 
 @dataclass(frozen=True)
@@ -376,16 +302,15 @@ class ScriptedEnqueue:
 
 def _resolve_target(
     target: Any, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None, caller: str
-) -> tuple[str, str, int, Uniqueness | None]:
-    """(task name, queue, priority, uniqueness) of a ``@task`` (its arguments checked;
-    ``queue`` overrides its own) or of a task name, which needs ``queue`` (the uniqueness
-    of the ``@task`` of that name, if one is registered)."""
+) -> Enqueue:
+    """A run, now, of a ``@task`` (its arguments checked; ``queue`` overrides its own) or
+    of a task name, which needs ``queue`` (the uniqueness of the ``@task`` of that name,
+    if one is registered)."""
     if not isinstance(target, str):  # a registered task
-        target.check_arguments(args, kwargs)
-        return target.name, queue or target.queue, target.priority, target.unique
+        return target.enqueue_request(args, kwargs)._replace(queue=queue or target.queue)
     if queue is None:
         raise ValueError(f"{caller} needs queue= for a task given by name")
-    return target, queue, 0, of_task(target)
+    return Enqueue(target, queue, args, kwargs, unique=of_task(target))
 
 
 def enqueue_in_script(
@@ -405,18 +330,16 @@ def enqueue_in_script(
     is registered for pollers (once per process and hour) before the script runs.
     ValueError for a unique task (``unique_for``): its claim cannot be checked there."""
     kwargs = dict(kwargs or {})
-    name, queue, priority, unique = _resolve_target(
-        target, args, kwargs, queue, "enqueue_in_script"
-    )
-    if unique is not None:
+    run = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
+    if run.unique is not None:
         # A project's script queues the task with enqueue_task, which checks no claim.
         raise ValueError(
-            f"enqueue_in_script cannot keep {name!r} unique (unique_for): a project's own "
+            f"enqueue_in_script cannot keep {run.task_name!r} unique (unique_for): a project's own "
             "script queues it without the uniqueness check; queue it with delay(), or "
             "define it without unique_for"
         )
     task_id, queue_keys, keys, argv = enqueue_call(
-        name, queue, args, kwargs, due_time(delay, eta), None, priority, full=True
+        run._replace(when=due_time(delay, eta)), full=True
     )
     register_group(resolve_client(client), queue_keys.group)
     return ScriptedEnqueue(
@@ -437,28 +360,23 @@ def enqueue_many(
     is one pipeline (on Redis Cluster a group is one slot, on one primary).
     """
     client = resolve_client(client)
-    by_group: dict[str, list[tuple[int, str, str, Sequence[Any], dict[str, Any], int, Any]]] = {}
+    by_group: dict[str, list[tuple[int, Enqueue]]] = {}
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
-        name, target_queue, priority, unique = _resolve_target(
-            target, args, kwargs, queue, "enqueue_many"
-        )
-        group = QueueKeys.of(target_queue).group
-        entry = (count - 1, name, target_queue, args, kwargs, priority, unique)
-        by_group.setdefault(group, []).append(entry)
+        run = _resolve_target(target, args, kwargs, queue, "enqueue_many")
+        by_group.setdefault(QueueKeys.of(run.queue).group, []).append((count - 1, run))
     ids = [""] * count
     for group in by_group:
         register_group(client, group)
     for entries in by_group.values():
-        with slot_pipeline(client, QueueKeys.of(entries[0][2]).messages, transaction=False) as pipe:
-            for index, name, target_queue, args, kwargs, priority, unique in entries:
-                ids[index], _, keys, argv = enqueue_call(
-                    name, target_queue, args, kwargs, (0, 0), None, priority, unique=unique
-                )
+        queue_keys = QueueKeys.of(entries[0][1].queue)
+        with slot_pipeline(client, queue_keys.messages, transaction=False) as pipe:
+            for index, run in entries:
+                ids[index], _, keys, argv = enqueue_call(run)
                 run_script("task_enqueue", pipe, keys=keys, args=argv)
             replies = pipe.execute()
             if GROUP_CREATED in replies:
-                register_group(client, QueueKeys.of(entries[0][2]).group, force=True)
+                register_group(client, queue_keys.group, force=True)
             for entry, reply in zip(entries, replies, strict=True):
                 # A unique task whose claim was held (maybe by an earlier one of these).
                 ids[entry[0]] = _enqueued(ids[entry[0]], reply).task_id

@@ -6,7 +6,7 @@ import datetime
 import importlib
 import importlib.util
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import apps
@@ -17,12 +17,13 @@ from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
+    Enqueue,
     QueuedInStep,
-    aenqueue_message,
+    asend_message,
     check_priority,
     due_time,
-    enqueue_message,
     queue_now_in_step,
+    send_message,
 )
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
@@ -99,19 +100,17 @@ class Task:
         if problem is not None:
             raise TypeError(f"task {self.name!r} does not accept these arguments: {problem}")
 
+    def enqueue_request(
+        self, args: Sequence[Any], kwargs: dict[str, Any], when: tuple[int, int] = (0, 0)
+    ) -> Enqueue:
+        """A run of this task with these arguments (checked now), for the producer."""
+        self.check_arguments(args, kwargs)
+        return Enqueue(self.name, self.queue, args, kwargs, when, None, self.priority, self.unique)
+
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip). A unique
         task already queued, delayed or running returns that run's id, queueing nothing."""
-        self.check_arguments(args, kwargs)
-        return enqueue_message(
-            resolve_client(None),
-            self.name,
-            self.queue,
-            args,
-            kwargs,
-            priority=self.priority,
-            unique=self.unique,
-        )
+        return send_message(resolve_client(None), self.enqueue_request(args, kwargs)).task_id
 
     def schedule(
         self,
@@ -121,24 +120,12 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """Queue a run ``delay`` seconds from now or at ``eta`` (by the Redis server's clock)."""
-        self.check_arguments(args, kwargs)
-        return enqueue_message(
-            resolve_client(None),
-            self.name,
-            self.queue,
-            args,
-            kwargs,
-            due_time(delay, eta),
-            priority=self.priority,
-            unique=self.unique,
-        )
+        run = self.enqueue_request(args, kwargs, due_time(delay, eta))
+        return send_message(resolve_client(None), run).task_id
 
     async def adelay(self, *args: Any, **kwargs: Any) -> str:
         """``delay`` for async code (redis.asyncio, one round trip)."""
-        self.check_arguments(args, kwargs)
-        return await aenqueue_message(
-            None, self.name, self.queue, args, kwargs, priority=self.priority, unique=self.unique
-        )
+        return (await asend_message(None, self.enqueue_request(args, kwargs))).task_id
 
     async def aschedule(
         self,
@@ -148,17 +135,8 @@ class Task:
         **kwargs: Any,
     ) -> str:
         """``schedule`` for async code (redis.asyncio, one round trip)."""
-        self.check_arguments(args, kwargs)
-        return await aenqueue_message(
-            None,
-            self.name,
-            self.queue,
-            args,
-            kwargs,
-            due_time(delay, eta),
-            priority=self.priority,
-            unique=self.unique,
-        )
+        run = self.enqueue_request(args, kwargs, due_time(delay, eta))
+        return (await asend_message(None, run)).task_id
 
     def follow_up_task(self, succeeded: bool) -> Task | None:
         """The task that follows a run that succeeded (``on_success``) or failed for good
@@ -176,8 +154,7 @@ class Task:
         """A run with these arguments for another script of its queue's group to queue in
         its own step (``producer.queue_now_in_step``): the worker's finish script queues
         follow-ups so."""
-        self.check_arguments(args, kwargs)
-        return queue_now_in_step(self.name, self.queue, args, kwargs, self.priority, self.unique)
+        return queue_now_in_step(self.enqueue_request(args, kwargs))
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""

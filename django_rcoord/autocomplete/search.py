@@ -30,29 +30,6 @@ from typing import Any
 from django_rcoord.connection import aresolve_client, resolve_client
 from django_rcoord.keys import encoded_instance_keys, instance_keys
 
-__all__ = [
-    "MAX_LIMIT",
-    "RECENT_CONTACTS",
-    "aadd_update_contact",
-    "aautocomplete_on_prefix",
-    "aautocomplete_page",
-    "add_update_contact",
-    "afetch_autocomplete_list",
-    "ais_guild_member",
-    "ajoin_guild",
-    "aleave_guild",
-    "aremove_contact",
-    "autocomplete_on_prefix",
-    "autocomplete_page",
-    "fetch_autocomplete_list",
-    "fold",
-    "guild_members",
-    "is_guild_member",
-    "join_guild",
-    "leave_guild",
-    "remove_contact",
-]
-
 #: Contacts kept per user.
 RECENT_CONTACTS = 100
 #: Largest number of suggestions one query returns.

@@ -6,16 +6,9 @@ extend, wake-on-release waiting with hand-over, auto-renewal, sync and async.
 
 from __future__ import annotations
 
-from django_rcoord.locks.lock import (
-    Lock,
-    LockLost,
-    LockNotReplicated,
-    LockTimeout,
-    acquire_lock,
-    lock_status,
-    new_identifier,
-    release_lock,
-)
+from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout
+from django_rcoord.locks.holds import new_identifier
+from django_rcoord.locks.lock import Lock, acquire_lock, lock_status, release_lock
 
 __all__ = [
     "Lock",

@@ -36,21 +36,8 @@ from __future__ import annotations
 from typing import Any
 
 from django_rcoord.connection import resolve_client
-from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout
 from django_rcoord.locks.aio import AsyncLock
-from django_rcoord.locks.holds import new_identifier
 from django_rcoord.locks.sync import SyncLock
-
-__all__ = [
-    "Lock",
-    "LockLost",
-    "LockNotReplicated",
-    "LockTimeout",
-    "acquire_lock",
-    "lock_status",
-    "new_identifier",
-    "release_lock",
-]
 
 
 class Lock(SyncLock, AsyncLock):

@@ -40,18 +40,6 @@ from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import check_timeout_and_wait, is_positive_int
 from django_rcoord.waiting import Waiting, spawn, wait_for_signal
 
-__all__ = [
-    "Semaphore",
-    "SemaphoreTimeout",
-    "acquire_fair_semaphore",
-    "acquire_semaphore",
-    "acquire_semaphore_with_lock",
-    "refresh_fair_semaphore",
-    "release_fair_semaphore",
-    "release_semaphore",
-    "semaphore_status",
-]
-
 logger = logging.getLogger(__name__)
 
 #: Seconds a waiter keeps its place in line without asking again.

@@ -53,6 +53,7 @@ def test_published_extras_hold_no_development_tools() -> None:
         "embedded",
         "hiredis",
         "metrics",
+        "otel",
         "tasks",
     ]
     requirements = " ".join(metadata.get_all("Requires-Dist") or []).lower()

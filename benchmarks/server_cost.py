@@ -14,11 +14,19 @@ this process: it takes up to 32 at a time and acknowledges them with the next ta
 and **end to end**, their sum. The floor, in the same run: a bare ``RPUSH`` and ``LPOP``
 per task, pipelined 100 at a time (what a list costs the server, with no lease, no
 result, no retry). Each row once for a plain task and once with options
-(``unique_for=60``, ``timeout=10``: a claim per task and a time limit).
+(``unique_for=60``, ``timeout=10``: a claim per task and a time limit). Every row once on
+one Redis and once on a throwaway 3-primary Redis Cluster (its primaries' counters
+summed; measured by a child process whose client is the cluster's, ``BENCH_CLUSTER_URL``).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +36,8 @@ from benchmarks.runner import run_benchmark
 NAME = "server_cost"
 QUEUE = "cost"
 FLOOR_BATCH = 100
+CLUSTER_URL = "BENCH_CLUSTER_URL"
+CLUSTER_CHILD = "--cluster-child"
 
 
 @dataclass(frozen=True)
@@ -45,8 +55,18 @@ class Counters:
 
 
 def read_counters(client: Any) -> Counters:
-    """One server's counters."""
-    return Counters(_cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats")))
+    """The server's counters; on Redis Cluster, the sum of every primary's."""
+    if not hasattr(client, "get_primaries"):
+        return Counters(
+            _cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats"))
+        )
+    primaries = client.get_primaries()
+    cpu = client.info("cpu", target_nodes=primaries)
+    commands = client.info("commandstats", target_nodes=primaries)
+    return Counters(
+        sum(_cpu_seconds(section) for section in cpu.values()),
+        sum(_command_seconds(section) for section in commands.values()),
+    )
 
 
 def _cpu_seconds(section: dict[str, Any]) -> float:
@@ -165,13 +185,56 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
     ]
 
 
+def cluster_rows(count: int, repeats: int) -> list[Measurement]:
+    """The same rows on a throwaway 3-primary Redis Cluster (the counters summed over the
+    primaries), measured by a child process whose client is the cluster's."""
+    from django_rcoord.embedded import EmbeddedCluster
+
+    cluster = EmbeddedCluster(tempfile.mkdtemp(prefix="rcoord-bench-cost-")).start()
+    try:
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.server_cost",
+                CLUSTER_CHILD,
+                str(count),
+                str(repeats),
+            ],
+            env={**os.environ, CLUSTER_URL: cluster.url},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.data_dir, ignore_errors=True)
+    return [
+        Measurement(
+            f"cluster: {row['name']}", row["round_trips"], row["values"], extra=row["extra"]
+        )
+        for row in json.loads(child.stdout.splitlines()[-1])
+    ]
+
+
+def cluster_child(count: int, repeats: int) -> None:
+    """In the child: measure on the cluster of ``BENCH_CLUSTER_URL``, print the rows as JSON."""
+    from benchmarks.cluster_queues import cluster_client, configure
+
+    configure()
+    client = cluster_client()
+    rows = measure(Bench(client, os.environ[CLUSTER_URL], quick=True), count, repeats)
+    print(json.dumps([vars(row) for row in rows]))
+
+
 def table(bench: Bench) -> Table:
     count = bench.pick(quick=2000, full=20000)
     repeats = bench.repeats_or(3)
     return Table(
-        f"Server CPU per no-op task: {count:,} tasks, {repeats} runs",
+        f"Server CPU per no-op task: {count:,} tasks, {repeats} runs, on one Redis and on a "
+        "3-primary Redis Cluster",
         "server CPU us per task",
-        measure(bench, count, repeats),
+        measure(bench, count, repeats) + cluster_rows(count, repeats),
         floor="RPUSH + LPOP per task, pipelined (the floor)",
         lower_is_better=True,
         extra_columns=("in commands",),
@@ -187,4 +250,7 @@ def run(bench: Bench) -> ScenarioResult:
 
 
 if __name__ == "__main__":
-    run_benchmark(NAME, (__doc__ or "").splitlines()[0])
+    if sys.argv[1:2] == [CLUSTER_CHILD]:
+        cluster_child(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        run_benchmark(NAME, (__doc__ or "").splitlines()[0])

@@ -92,9 +92,9 @@ class RedisTaskBackend(BaseTaskBackend):
         return run_options_of(options_of(task.module_path), self.max_retries)
 
     # -- producing ---------------------------------------------------------------
-    def _message(self, task: Task, args: Any, kwargs: Any) -> Enqueue:
-        """The producer's run of ``task``, validated; its uniqueness from the task's
-        options."""
+    def enqueue_request(self, task: Task, args: Any, kwargs: Any) -> Enqueue:
+        """The producer's request for a run of ``task`` (validated), as
+        ``Task.enqueue_request`` makes them; its uniqueness from the task's options."""
         self.validate_task(task)
         # run_after is read on the Redis server's clock, like every due time.
         when = due_time(None, task.run_after) if task.run_after is not None else (0, 0)
@@ -105,11 +105,11 @@ class RedisTaskBackend(BaseTaskBackend):
         )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        enqueued = send_message(resolve_client(None), self._message(task, args, kwargs))
+        enqueued = send_message(resolve_client(None), self.enqueue_request(task, args, kwargs))
         return self._enqueued(task, enqueued, args, kwargs)
 
     async def aenqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        enqueued = await asend_message(None, self._message(task, args, kwargs))
+        enqueued = await asend_message(None, self.enqueue_request(task, args, kwargs))
         return self._enqueued(task, enqueued, args, kwargs)
 
     def _enqueued(self, task: Task, enqueued: Enqueued, args: Any, kwargs: Any) -> TaskResult:
@@ -315,19 +315,10 @@ class FrameworkFollowUp:
         self.task = task
 
     def queued_in_step(self, task_id: str) -> QueuedInStep:
-        task = self.task
-        task.get_backend().validate_task(task)
-        return queue_now_in_step(
-            Enqueue(
-                task.module_path,
-                task.queue_name,
-                [task_id],
-                {},
-                extra={"backend": task.backend},
-                priority=task.priority,
-                unique=uniqueness_of(options_of(task.module_path)),
-            )
-        )
+        backend = self.task.get_backend()
+        if not isinstance(backend, RedisTaskBackend):
+            raise TypeError(f"{self.task.module_path} is not on a RedisTaskBackend")
+        return queue_now_in_step(backend.enqueue_request(self.task, [task_id], {}))
 
     def delay(self, task_id: str) -> str:
         return self.task.enqueue(task_id).id

@@ -29,23 +29,6 @@ from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
 from tests import cluster
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if cluster.ENABLED:
-        # TEMPORARY, on Redis Cluster only: redis.asyncio cluster nodes and their
-        # connections (to every node: a command sent to all of them) are still open when
-        # a test's event loop closes, on the async middleware and semaphore paths
-        # (waiting.py, semaphores.py: being edited in parallel; the cluster client may
-        # also build new nodes after its aclose()). Their ResourceWarnings surface at
-        # whatever later test the garbage collector runs in. Only these socket, node and
-        # connection finalizers are let through; a never-awaited coroutine still fails.
-        config.addinivalue_line(
-            "filterwarnings",
-            "ignore:Exception ignored in. <(socket\\.socket |function "
-            "(_SelectorTransport|StreamWriter|AbstractConnection|ClusterNode)\\.__del__)"
-            ":pytest.PytestUnraisableExceptionWarning",
-        )
-
-
 @pytest.fixture(scope="session")
 def redis_server(
     tmp_path_factory: pytest.TempPathFactory,

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import pytest
 import redis
 import redis.asyncio
+from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import (
@@ -127,6 +130,36 @@ def test_each_loop_has_its_own_async_client_closed_with_the_loop() -> None:
         assert during > before
     # asyncio.run shut the loop's async generators down, which closed its clients.
     wait_until(lambda: _server_clients() <= before, timeout=10)
+
+
+def test_clients_a_settings_change_replaced_in_a_loop_close_with_it() -> None:
+    """As ``override_settings`` in an async test does: the old clients are not closed in a
+    task of their own, which the loop's shutdown cancelled half way (a cluster client
+    then counted itself closed with its nodes still connected)."""
+    loops = []
+
+    async def use() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await get_async_client().ping()
+        with override_settings(RCOORD=dict(settings.RCOORD)):
+            await get_async_client().ping()
+
+    asyncio.run(use())
+    # A connection left open would be a ResourceWarning here, an error in this suite.
+    gc.collect()
+    assert loops[0]() is None  # nor are they kept once closed, with their loop
+
+
+def test_a_loop_is_not_kept_with_its_closed_clients() -> None:
+    loops = []
+
+    async def use() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await get_async_client().ping()
+
+    asyncio.run(use())
+    gc.collect()
+    assert loops[0]() is None
 
 
 def test_async_client_keeps_the_aliases_settings(redis_url: str) -> None:

@@ -51,6 +51,10 @@ _loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopClients]
     weakref.WeakKeyDictionary()
 )
 _loop_clients_lock = threading.Lock()
+# Clients the running loop stopped using when settings changed, kept for its shutdown.
+_retired_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[LoopClients]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def get_async_client() -> Any:
@@ -156,12 +160,25 @@ def _close_with_loop(clients: LoopClients) -> Any:
             yield
         finally:
             await _close_clients(clients)
+            _drop_closed(clients)
 
     generator = closer()
     step = generator.asend(None)
     with contextlib.suppress(StopIteration):
         step.send(None)  # runs up to the yield without suspending: registers with the loop
     return generator
+
+
+def _drop_closed(clients: LoopClients) -> None:
+    """Take closed clients out of the tables: their connections hold their loop, the
+    tables' weak key, alive."""
+    loop = asyncio.get_running_loop()
+    with _loop_clients_lock:
+        if _loop_clients.get(loop) is clients:
+            del _loop_clients[loop]
+        retired = [each for each in _retired_clients.pop(loop, ()) if each is not clients]
+        if retired:
+            _retired_clients[loop] = retired
 
 
 async def _close_clients(clients: LoopClients) -> None:
@@ -186,7 +203,8 @@ def _forget_loop_clients_on_change(*, setting: str, **kwargs: Any) -> None:
 
 
 def _forget_loop_clients() -> None:
-    """Settings changed: later calls build new clients; close the old ones in their loops."""
+    """Settings changed: later calls build new clients; close the old ones in their loops
+    (the running loop's as it shuts down)."""
     with _loop_clients_lock:
         entries = list(_loop_clients.items())
         _loop_clients.clear()
@@ -198,7 +216,10 @@ def _forget_loop_clients() -> None:
         except RuntimeError:
             running = None
         if running is loop:
-            loop.create_task(_close_clients(clients))
+            # Not closed in a task of their own: a loop shutting down cancels pending
+            # tasks, and a cluster client interrupted in aclose() counts itself closed
+            # with its nodes still connected. Their closer runs with the loop's shutdown.
+            _retired_clients.setdefault(loop, []).append(clients)
         else:
             with contextlib.suppress(RuntimeError):  # the loop closed since the check
                 asyncio.run_coroutine_threadsafe(_close_clients(clients), loop)

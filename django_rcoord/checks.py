@@ -34,6 +34,22 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E001",
             )
         ]
+    errors = [*_unknown_keys(user), *_client_problems(user)]
+    prefix_problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
+    errors.extend(_value_problems(user, prefix_problem))
+    # Each capability checks its own settings.
+    for check_room in (
+        check_lock_settings,
+        check_concurrency_limits,
+        check_queue_settings,
+        check_autocomplete_settings,
+        check_operations_settings,
+    ):
+        errors.extend(check_room(user, prefix_ok=not prefix_problem))
+    return errors
+
+
+def _unknown_keys(user: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name in user:
         if name not in DEFAULTS:
@@ -46,6 +62,12 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                     id="rcoord.E002",
                 )
             )
+    return errors
+
+
+def _client_problems(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """The connection: a cache alias, or the client factories."""
+    errors: list[CheckMessage] = []
     factory = user.get("CLIENT_FACTORY", DEFAULTS["CLIENT_FACTORY"])
     async_factory = user.get("ASYNC_CLIENT_FACTORY", DEFAULTS["ASYNC_CLIENT_FACTORY"])
     if factory is not None:
@@ -67,6 +89,12 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.W002",
             )
         )
+    return errors
+
+
+def _value_problems(user: Mapping[str, Any], prefix_problem: str | None) -> list[CheckMessage]:
+    """ASYNC_WAIT_CONNECTIONS, KEY_PREFIX (its problem given) and EMBEDDED_REDIS_DIR."""
+    errors: list[CheckMessage] = []
     wait_connections = user.get("ASYNC_WAIT_CONNECTIONS", DEFAULTS["ASYNC_WAIT_CONNECTIONS"])
     if not is_positive_int(wait_connections):
         errors.append(
@@ -78,7 +106,6 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E016",
             )
         )
-    prefix_problem = validate_prefix(user.get("KEY_PREFIX", DEFAULTS["KEY_PREFIX"]))
     if prefix_problem:
         errors.append(
             Error(
@@ -97,15 +124,6 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
                 id="rcoord.E007",
             )
         )
-    # Each capability checks its own settings.
-    for check_room in (
-        check_lock_settings,
-        check_concurrency_limits,
-        check_queue_settings,
-        check_autocomplete_settings,
-        check_operations_settings,
-    ):
-        errors.extend(check_room(user, prefix_ok=not prefix_problem))
     return errors
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
@@ -82,97 +82,113 @@ def _check_options_set_twice(raw: object) -> list[CheckMessage]:
     return messages
 
 
+def _seconds_at_least(low: float) -> Callable[[Any], bool]:
+    return lambda value: is_number(value) and value >= low
+
+
+#: The queue's own settings: (name, whether a value is good, what it must be, a hint).
+_TASK_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
+    (
+        "TASK_LEASE",
+        _seconds_at_least(0.1),
+        "a number of seconds of at least 0.1",
+        (
+            "How long a worker holds a task before another may take it (renewed while the "
+            "task runs); the default is 60."
+        ),
+    ),
+    (
+        "TASK_RETRY_BACKOFF",
+        _seconds_at_least(0),
+        "a number of seconds of 0 or more",
+        "The default is 1.0.",
+    ),
+    (
+        "TASK_RETRY_BACKOFF_MAX",
+        _seconds_at_least(0),
+        "a number of seconds of 0 or more",
+        "The default is 600.",
+    ),
+    (
+        "TASK_MAX_DELIVERIES",
+        is_positive_int,
+        "a positive int",
+        (
+            "A task whose worker dies while running it this many times becomes a dead letter; "
+            "the default is 5."
+        ),
+    ),
+    (
+        "TASK_PREFETCH",
+        lambda value: is_positive_int(value) and value <= MAX_BATCH,
+        f"an int from 1 to {MAX_BATCH}",
+        "The most tasks a worker takes in one call; 1 takes them one by one. The default is 32.",
+    ),
+    (
+        "MAX_MESSAGE_BYTES",
+        lambda value: value is None or is_positive_int(value),
+        "None or a positive int",
+        (
+            "The largest task message accepted at enqueue, in bytes; the default is "
+            "10485760 (10 MiB; None: no limit)."
+        ),
+    ),
+    (
+        "TASK_STOP_CHECK",
+        lambda value: value is None or _seconds_at_least(0.1)(value),
+        "None or a number of seconds of at least 0.1",
+        (
+            "How often a worker running a task asks whether cancel() asked it to stop; "
+            "the default is 2.0 (None: only when it renews the task's lease)."
+        ),
+    ),
+)
+
+
 def _check_task_settings(user: Mapping[str, Any]) -> list[CheckMessage]:
     """The queue's settings: lease, retry backoff, deliveries, the e-mail worker's queues."""
-    errors: list[CheckMessage] = []
 
     def value(name: str) -> Any:
         return user.get(name, DEFAULTS[name])
 
-    def bad(name: str, wanted: str, hint: str) -> None:
-        errors.append(
-            Error(
-                f"settings.RCOORD[{name!r}] must be {wanted}, not {value(name)!r}.",
-                hint=hint,
-                id="rcoord.E020",
-            )
+    def bad(name: str, wanted: str, hint: str) -> CheckMessage:
+        return Error(
+            f"settings.RCOORD[{name!r}] must be {wanted}, not {value(name)!r}.",
+            hint=hint,
+            id="rcoord.E020",
         )
 
-    lease = value("TASK_LEASE")
-    if not is_number(lease) or not lease >= 0.1:
-        bad(
-            "TASK_LEASE",
-            "a number of seconds of at least 0.1",
-            "How long a worker holds a task before another may take it (renewed while the "
-            "task runs); the default is 60.",
-        )
+    errors = [
+        bad(name, wanted, hint)
+        for name, good, wanted, hint in _TASK_SETTINGS
+        if not good(value(name))
+    ]
     backoff, backoff_max = value("TASK_RETRY_BACKOFF"), value("TASK_RETRY_BACKOFF_MAX")
-    if not is_number(backoff) or not backoff >= 0:
-        bad("TASK_RETRY_BACKOFF", "a number of seconds of 0 or more", "The default is 1.0.")
-    if not is_number(backoff_max) or not backoff_max >= 0:
-        bad("TASK_RETRY_BACKOFF_MAX", "a number of seconds of 0 or more", "The default is 600.")
-    elif is_number(backoff) and backoff_max < backoff:
-        bad(
-            "TASK_RETRY_BACKOFF_MAX",
-            f"at least TASK_RETRY_BACKOFF ({backoff!r})",
-            "It caps the doubling retry delay.",
+    if is_number(backoff) and is_number(backoff_max) and 0 <= backoff_max < backoff:
+        errors.append(
+            bad(
+                "TASK_RETRY_BACKOFF_MAX",
+                f"at least TASK_RETRY_BACKOFF ({backoff!r})",
+                "It caps the doubling retry delay.",
+            )
         )
-    if not is_positive_int(value("TASK_MAX_DELIVERIES")):
-        bad(
-            "TASK_MAX_DELIVERIES",
-            "a positive int",
-            "A task whose worker dies while running it this many times becomes a dead letter; "
-            "the default is 5.",
-        )
-    prefetch = value("TASK_PREFETCH")
-    if not is_positive_int(prefetch) or prefetch > MAX_BATCH:
-        bad(
-            "TASK_PREFETCH",
-            f"an int from 1 to {MAX_BATCH}",
-            "The most tasks a worker takes in one call; 1 takes them one by one. The "
-            "default is 32.",
-        )
-    max_bytes = value("MAX_MESSAGE_BYTES")
-    if max_bytes is not None and not is_positive_int(max_bytes):
-        bad(
-            "MAX_MESSAGE_BYTES",
-            "None or a positive int",
-            "The largest task message accepted at enqueue, in bytes; the default is "
-            "10485760 (10 MiB; None: no limit).",
-        )
-    stop_check = value("TASK_STOP_CHECK")
-    if stop_check is not None and (not is_number(stop_check) or not stop_check >= 0.1):
-        bad(
-            "TASK_STOP_CHECK",
-            "None or a number of seconds of at least 0.1",
-            "How often a worker running a task asks whether cancel() asked it to stop; "
-            "the default is 2.0 (None: only when it renews the task's lease).",
-        )
-    queues = value("EMAIL_QUEUES")
+    return errors + _check_email_queues(value("EMAIL_QUEUES"))
+
+
+def _check_email_queues(queues: Any) -> list[CheckMessage]:
     hint = (
         'A non-empty list of queue names of one queue group, e.g. ["email"] or '
         '["mail/urgent", "mail/bulk"] (one worker watches one group).'
     )
     if not isinstance(queues, (list, tuple)) or not queues:
-        errors.append(
-            Error(
-                f"settings.RCOORD['EMAIL_QUEUES'] must be a non-empty list, not {queues!r}.",
-                hint=hint,
-                id="rcoord.E021",
-            )
-        )
-    else:
-        try:
-            one_group(list(queues))
-        except (InvalidName, ValueError) as exc:
-            errors.append(
-                Error(
-                    f"settings.RCOORD['EMAIL_QUEUES'] cannot be watched by one worker: {exc}",
-                    hint=hint,
-                    id="rcoord.E021",
-                )
-            )
-    return errors
+        message = f"settings.RCOORD['EMAIL_QUEUES'] must be a non-empty list, not {queues!r}."
+        return [Error(message, hint=hint, id="rcoord.E021")]
+    try:
+        one_group(list(queues))
+    except (InvalidName, ValueError) as exc:
+        message = f"settings.RCOORD['EMAIL_QUEUES'] cannot be watched by one worker: {exc}"
+        return [Error(message, hint=hint, id="rcoord.E021")]
+    return []
 
 
 def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMessage]:

@@ -219,39 +219,35 @@ def task(
         concurrency=concurrency,
         limit_key=limit_key,
     )
-    for follow_up in (on_success, on_failure):
-        if follow_up is not None and not isinstance(follow_up, (Task, str)):
-            raise TypeError("on_success and on_failure take a task or a task's name")
+    follow_ups = (on_success, on_failure)
+    if any(each is not None and not isinstance(each, (Task, str)) for each in follow_ups):
+        raise TypeError("on_success and on_failure take a task or a task's name")
     check_queue_name(queue)  # an unusable queue name fails at import time
     check_priority(priority)
     unique = make_uniqueness(unique_for, unique_key)
 
     def register(function: Callable[..., Any]) -> Task:
         task_name = name or f"{function.__module__}.{function.__qualname__}"
-        existing = _registry.get(task_name)
-        if existing is not None and existing.function is not function:
-            same_place = (
-                existing.function.__module__ == function.__module__
-                and existing.function.__qualname__ == function.__qualname__
-            )
-            if not same_place:  # a module imported twice registers the same function again
-                raise ValueError(f"two tasks are named {task_name!r}")
-        registered = Task(
-            function,
-            task_name,
-            queue,
-            max_retries,
-            priority,
-            options,
-            on_success,
-            on_failure,
-            unique,
-        )
-        _registry[task_name] = registered
+        _check_name_is_free(task_name, function)
+        made = Task(function, task_name, queue, max_retries, priority, options, *follow_ups, unique)
+        _registry[task_name] = made
         remember(task_name, unique)
-        return registered
+        return made
 
     return register
+
+
+def _check_name_is_free(task_name: str, function: Callable[..., Any]) -> None:
+    """ValueError when another function already has the task name ``task_name`` (a module
+    imported twice registers the same function again: that is no clash)."""
+    existing = _registry.get(task_name)
+    if existing is None or existing.function is function:
+        return
+    if (existing.function.__module__, existing.function.__qualname__) != (
+        function.__module__,
+        function.__qualname__,
+    ):
+        raise ValueError(f"two tasks are named {task_name!r}")
 
 
 def registered_tasks() -> list[Task]:

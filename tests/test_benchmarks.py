@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_rcoord.embedded import process_alive
-from django_rcoord.embedded.server import find_executable
+from django_rcoord.embedded import find_executable, process_alive
 from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent

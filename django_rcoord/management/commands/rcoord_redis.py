@@ -11,7 +11,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.conf import conf
 from django_rcoord.embedded.caches import configured_server
-from django_rcoord.embedded.server import EmbeddedRedis, program_name, started_port
+from django_rcoord.embedded.finder import program_name
+from django_rcoord.embedded.server import EmbeddedRedis, started_port
 from django_rcoord.exceptions import EmbeddedRedisError
 
 

@@ -418,7 +418,6 @@ def log_outcome(done: Done, held: bool) -> None:
             took_ms,
         )
     elif outcome.kind == "retry":
-        # With the task's exception: its traceback for the log and error trackers.
         logger.warning(
             "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
             job.id,

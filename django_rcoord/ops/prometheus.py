@@ -36,13 +36,16 @@ class _Collector:
         self.client = client
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
         state = overview(client=self.client)
+        yield from self._queues_and_workers(state)
+        yield from self._task_runs(state)
+        yield from self._lateness(state)
+        yield from self._task_controls(state)
+
+    def _queues_and_workers(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Tasks by queue and state; live workers by group."""
+        from prometheus_client.core import GaugeMetricFamily
+
         tasks = GaugeMetricFamily(
             "rcoord_queue_tasks",
             "Tasks in a queue, by state (ready, in_flight, delayed, dead).",
@@ -60,6 +63,10 @@ class _Collector:
         for group, count in state["worker_counts"].items():
             workers.add_metric([group], count)
         yield workers
+
+    def _task_runs(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Runs that ended, cancelled, held back, and their durations, by queue and task."""
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
         finished = CounterMetricFamily(
             "rcoord_tasks_finished",
@@ -98,6 +105,10 @@ class _Collector:
         yield cancelled
         yield held_back
         yield durations
+
+    def _lateness(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Lateness of delayed-task promotions and of periodic fires."""
+        from prometheus_client.core import GaugeMetricFamily
 
         lateness = GaugeMetricFamily(
             "rcoord_delayed_lateness_seconds",
@@ -144,6 +155,11 @@ class _Collector:
                 catch_ups.add_metric([row["name"]], row["catch_up_fires"])
         yield samples
         yield catch_ups
+
+    def _task_controls(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Concurrency limits of tasks: runs holding a permit, and the limit."""
+        from prometheus_client.core import GaugeMetricFamily
+
         concurrency_running = GaugeMetricFamily(
             "rcoord_task_concurrency_running",
             "Runs of a task holding a permit of its concurrency limit now.",

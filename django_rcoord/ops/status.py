@@ -166,6 +166,22 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     messages = _small_messages(client, messages_key, wanted)
 
     metrics = metrics_from_hash(raw_metrics)
+    queues = _queue_rows(group, per_queue, messages, metrics, now, now_ms)
+    workers = _worker_rows(group, beats, running, messages)
+    lateness = _lateness_summary(raw_lateness)
+    return _Group(queues, workers, lateness)
+
+
+def _queue_rows(
+    group: str,
+    per_queue: list[tuple[QueueKeys, dict[str, int], list[bytes], list[Any]]],
+    messages: dict[bytes, dict[str, Any] | None],
+    metrics: Any,
+    now: float,
+    now_ms: int,
+) -> list[dict[str, Any]]:
+    """Each queue's row: its counts, the age of its oldest ready task, when its next
+    delayed task is due, what it finished in the last hour."""
     queues = []
     for queue, counts, head, first_due in per_queue:
         oldest = messages.get(head[0]) if head else None
@@ -183,6 +199,16 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
                 "cancelled": cancelled_in(metrics, queue.name),
             }
         )
+    return queues
+
+
+def _worker_rows(
+    group: str,
+    beats: list[tuple[str, bytes, int]],
+    running: dict[str, list[str]],
+    messages: dict[bytes, dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """Each live worker's row: its heartbeat's contents and the tasks it runs now."""
     workers = []
     for worker_id, beat, ttl_ms in beats:
         about = _heartbeat(beat)
@@ -201,8 +227,13 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
                 "running": current,
             }
         )
+    return workers
+
+
+def _lateness_summary(raw_lateness: list[bytes]) -> dict[str, int] | None:
+    """The promotion lateness samples' median, p99 and worst (ms), or None for none."""
     samples = sorted(int(ms) for ms in raw_lateness)
-    lateness = (
+    return (
         {
             "samples": len(samples),
             "median_ms": samples[len(samples) // 2],
@@ -212,7 +243,6 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
         if samples
         else None
     )
-    return _Group(queues, workers, lateness)
 
 
 #: The largest message the overview reads (for its task's name and age); a bigger one is

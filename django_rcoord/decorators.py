@@ -106,6 +106,31 @@ def rate_limited(
     ``fail_open=False`` the request gets a 503 with ``Retry-After``. Sync, async and
     class-based views.
     """
+    _check_rate_arguments(limit, seconds, algorithm, fail_open)
+
+    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
+        name_for = KeyFunction(key, view, "@rate_limited")
+        limiter = _ViewLimit(name_for, limit, seconds, algorithm, fail_open)
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                refused = await limiter.arefusal(request, args, kwargs)
+                return refused if refused is not None else await view(request, *args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            refused = limiter.refusal(request, args, kwargs)
+            return refused if refused is not None else view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+def _check_rate_arguments(limit: int, seconds: float, algorithm: str, fail_open: bool) -> None:
     if not is_positive_int(limit):
         raise ImproperlyConfigured("@rate_limited: limit must be a positive integer.")
     if not is_number(seconds) or not seconds > 0:
@@ -116,61 +141,52 @@ def rate_limited(
         raise ImproperlyConfigured(f"@rate_limited: {exc}.") from None
     check_fail_open(fail_open, "@rate_limited")
 
-    def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        name_for = KeyFunction(key, view, "@rate_limited")
-        what = f"@rate_limited on view {name_for.view_name}"
 
-        def refusal(request: HttpRequest, result: RateLimitResult) -> HttpResponse | None:
-            if result.allowed:
-                return None
-            return error_response(
-                request,
-                429,
-                "rate_limited",
-                f"Too many requests: {limit} per {seconds:g} seconds.",
-                retry_after=result.retry_after,
+class _ViewLimit:
+    """What ``@rate_limited`` asks before a view runs: the response that refuses the
+    request (429 over the limit, 400 for an unusable key, 503 when Redis cannot be
+    reached and not ``fail_open``), or None to run the view."""
+
+    def __init__(
+        self, name_for: KeyFunction, limit: int, seconds: float, algorithm: str, fail_open: bool
+    ) -> None:
+        self.name_for = name_for
+        self.limit, self.seconds, self.algorithm = limit, seconds, algorithm
+        self.fail_open = fail_open
+        self.what = f"@rate_limited on view {name_for.view_name}"
+
+    def refusal(self, request: HttpRequest, args: tuple, kwargs: dict) -> HttpResponse | None:
+        check_request(request, "rate_limited")
+        try:
+            name = self.name_for.sync_name(request, args, kwargs)
+            return self._over(
+                request, hit(name, self.limit, self.seconds, algorithm=self.algorithm)
             )
-
-        def bad_key(request: HttpRequest, exc: InvalidName) -> HttpResponse:
+        except InvalidName as exc:
             return error_response(request, 400, "bad_rate_limit_key", str(exc))
+        except NO_REDIS as exc:
+            return unavailable(request, exc, fail_open=self.fail_open, what=self.what)
 
-        if iscoroutinefunction(view):
+    async def arefusal(
+        self, request: HttpRequest, args: tuple, kwargs: dict
+    ) -> HttpResponse | None:
+        check_request(request, "rate_limited")
+        try:
+            name = await self.name_for.async_name(request, args, kwargs)
+            result = await ahit(name, self.limit, self.seconds, algorithm=self.algorithm)
+        except InvalidName as exc:
+            return error_response(request, 400, "bad_rate_limit_key", str(exc))
+        except NO_REDIS as exc:
+            return unavailable(request, exc, fail_open=self.fail_open, what=self.what)
+        return self._over(request, result)
 
-            @functools.wraps(view)
-            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                check_request(request, "rate_limited")
-                try:
-                    result = await ahit(
-                        await name_for.async_name(request, args, kwargs),
-                        limit,
-                        seconds,
-                        algorithm=algorithm,
-                    )
-                except InvalidName as exc:
-                    return bad_key(request, exc)
-                except NO_REDIS as exc:
-                    refused = unavailable(request, exc, fail_open=fail_open, what=what)
-                else:
-                    refused = refusal(request, result)
-                return refused if refused is not None else await view(request, *args, **kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            check_request(request, "rate_limited")
-            try:
-                result = hit(
-                    name_for.sync_name(request, args, kwargs), limit, seconds, algorithm=algorithm
-                )
-            except InvalidName as exc:
-                return bad_key(request, exc)
-            except NO_REDIS as exc:
-                refused = unavailable(request, exc, fail_open=fail_open, what=what)
-            else:
-                refused = refusal(request, result)
-            return refused if refused is not None else view(request, *args, **kwargs)
-
-        return wrapper
-
-    return decorator
+    def _over(self, request: HttpRequest, result: RateLimitResult) -> HttpResponse | None:
+        if result.allowed:
+            return None
+        return error_response(
+            request,
+            429,
+            "rate_limited",
+            f"Too many requests: {self.limit} per {self.seconds:g} seconds.",
+            retry_after=result.retry_after,
+        )

@@ -122,7 +122,7 @@ MATRIX = [
             "django-redis==6.0.0",
             "django-tasks==0.12.0",
             "asgiref==3.8.1",
-            "cronsim==2.8",
+            "cronsim==2.6",
             "prometheus-client==0.20.0",
         ),
         pytest_args=tuple(dict.fromkeys((*SERVER_SURFACE, *CLIENT_SURFACE))),

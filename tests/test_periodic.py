@@ -13,6 +13,7 @@ import zoneinfo
 from pathlib import Path
 
 import pytest
+from cronsim import CronSimError
 from django.conf import settings
 from django.test import override_settings
 
@@ -74,6 +75,18 @@ def test_cron_is_read_in_the_time_zone_across_daylight_saving() -> None:
     assert autumn == ms(datetime.datetime(2026, 10, 25, 2, 30, tzinfo=PARIS).replace(fold=0))
     after = nightly.next_tick(autumn)
     assert after == ms(datetime.datetime(2026, 10, 26, 2, 30, tzinfo=PARIS))
+
+
+def test_the_latest_tick_of_a_cron_with_seconds_is_to_the_second() -> None:
+    every_twenty = Schedule("s", "t", cron="*/20 * * * * *")
+    try:
+        every_twenty.next_tick(0)
+    except CronSimError:
+        pytest.skip("this cronsim reads five fields only (before 2.7)")
+    at = ms(datetime.datetime(2026, 11, 23, 10, 0, 20, tzinfo=PARIS))
+    assert every_twenty.latest_tick(at) == at
+    assert every_twenty.latest_tick(at + 19_999) == at
+    assert every_twenty.latest_tick(at - 1) == at - 20_000
 
 
 # -- firing -----------------------------------------------------------------------------

@@ -110,7 +110,12 @@ class Schedule:
         if self.every is not None:
             period = round(self.every * 1000)
             return now_ms // period * period
-        moment = _at(now_ms) + datetime.timedelta(microseconds=1)
+        # A reverse walk yields the ticks before its start, and cronsim drops what is finer
+        # than its cron's resolution from the start (2.6 and 2.7, the last for Python 3.10):
+        # start one step of that resolution (a second for a six-field cron, else a minute)
+        # after the step that holds ``now_ms``.
+        step = 1000 if self.cron is not None and len(self.cron.split()) > 5 else 60_000
+        moment = _at(now_ms - now_ms % step + step)
         return _ms(next(self._cron_ticks(moment, reverse=True)))
 
     def next_tick(self, after_ms: int) -> int:

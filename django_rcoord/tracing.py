@@ -90,10 +90,10 @@ def _messaging(operation: str, queue: str, task_name: str) -> dict[str, Any]:
     }
 
 
-_Send = TypeVar("_Send", bound=Callable[..., Any])
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
-def traced_send(send: _Send) -> _Send:
+def traced_send(send: _Function) -> _Function:
     """Decorate ``send(client, run)`` (sync or async; ``run`` a producer's ``Enqueue``),
     which returns an ``Enqueued``: a PRODUCER span ``send <queue>`` around it, when
     traced."""
@@ -173,12 +173,9 @@ def processed(span: Any, kind: str, summary: str, exception: BaseException | Non
         span.set_status(Status(StatusCode.ERROR, summary or kind))
 
 
-_Acquire = TypeVar("_Acquire", bound=Callable[..., Any])
-
-
 def traced_wait(
     kind: str, describe: Callable[[Any, Any], dict[str, Any]]
-) -> Callable[[_Acquire], _Acquire]:
+) -> Callable[[_Function], _Function]:
     """Decorate ``acquire(self, wait=None)`` (sync or async) of a lock or a semaphore of
     ``kind``: an INTERNAL span ``acquire <kind> <name>`` with the wait, whether it got it
     and ``describe(self, result)``'s attributes (its token)."""
@@ -192,7 +189,7 @@ def traced_wait(
         if result:
             span.set_attributes(describe(self, result))
 
-    def decorate(acquire: _Acquire) -> _Acquire:
+    def decorate(acquire: _Function) -> _Function:
         if inspect.iscoroutinefunction(acquire):
 
             @functools.wraps(acquire)

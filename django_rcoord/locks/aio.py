@@ -10,22 +10,23 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from django_rcoord import tracing
+from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import aresolve_client, aslot_pipeline
 from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol
-from django_rcoord.locks.base import LockBase
+from django_rcoord.locks.core import LockCore
 from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import akeep_alive
 from django_rcoord.scripts import arun_script
-from django_rcoord.waiting import Waiting, spawn
+from django_rcoord.steps import Attempt, Wait
+from django_rcoord.waiting import Waiting
 
 _Held = TypeVar("_Held", bound="AsyncLock")
 
 
-class AsyncLock(LockBase):
+class AsyncLock(LockCore):
     async def _aclient(self) -> Any:
         return await aresolve_client(self._client)
 
@@ -37,69 +38,27 @@ class AsyncLock(LockBase):
         The wait is counted from this call. A waiter cancelled while its
         attempt was in flight gives back a lock that attempt got.
         """
-        holder, identifier, wait = self._start(wait)
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        deadline = now + wait
+        acquisition = self._acquisition(wait, asyncio.get_running_loop().time)
         client = await self._aclient()
-        waiting: Waiting | None = None
-        woken = False
-        backoff = pause = 0.0
+        face = _AsyncSteps(self, client)
         try:
-            while True:
-                attempt = asyncio.ensure_future(
-                    self._atry_acquire(
-                        client, identifier, protocol.block_ms(deadline, now), woken, pause
-                    )
-                )
-                try:
-                    result = await asyncio.shield(attempt)
-                except asyncio.CancelledError:
-                    attempt.add_done_callback(
-                        lambda done: self._give_back_late_grant(done, client, identifier)
-                    )
-                    raise
-                except Exception:
-                    # The server may have granted it before the reply was lost.
-                    spawn(self._arelease_identifier(client, identifier))
-                    raise
-                if result > 0:
-                    self._agranted(holder, identifier, result, client)
-                    return True
-                if woken and not self.fair:
-                    backoff = protocol.race_backoff(backoff)
-                block = self._after_refusal(result, deadline, loop.time())
-                if block is None:
-                    return False
-                if waiting is None:
-                    waiting = Waiting(
-                        client,
-                        self._signal_key,
-                        lambda token: self._arelease_handover(client, token),
-                    )
-                # Between the token's arrival and the hold's record there is no await: a
-                # cancellation either comes first (the hub passes the token on) or after.
-                token = await waiting.take(block)
-                grant = None if token is None else protocol.handover(token)
-                if grant is not None:
-                    grant_identifier, fencing_token, _lease_ms = grant
-                    self._agranted(holder, grant_identifier, fencing_token, client)
-                    await self._aconfirm_handover(client, holder, grant_identifier)
-                    if holder in self._holds:
-                        return True
-                woken = token is not None
-                now = loop.time()
-                pause = min(backoff, max(0.0, deadline - now)) if woken else 0.0
+            hold = await steps.arun(acquisition.steps, face.perform)
+        except BaseException:
+            if acquisition.in_doubt is not None:
+                face.attempts.give_back(self._arelease_identifier(client, acquisition.in_doubt))
+            raise
         finally:
-            if waiting is not None:
-                waiting.leave()
+            if face.waiting is not None:
+                face.waiting.leave()
+        if hold is None:
+            return False
+        if self.auto_renew:
+            self._akeep(client, hold)
+        return True
 
-    async def _atry_acquire(
-        self, client: Any, identifier: str, block_ms: int, woken: bool = False, pause: float = 0.0
-    ) -> int:
+    async def _atry_acquire(self, client: Any, args: tuple[Any, ...], pause: float) -> int:
         if pause:  # inside the shielded attempt: a waiter cancelled meanwhile still asks
             await asyncio.sleep(pause)
-        args = self._acquire_args(identifier, block_ms, woken)
         replicas = conf.LOCK_REPLICAS
         if not replicas:
             return int(await arun_script("lock_acquire", client, keys=self._keys, args=args))
@@ -110,21 +69,9 @@ class AsyncLock(LockBase):
             result, acknowledged = await pipe.execute()
         result = int(result)
         if result > 0 and acknowledged < replicas:
-            await self._arelease_identifier(client, identifier)
+            await self._arelease_identifier(client, args[0])
             raise self._not_replicated(acknowledged)
         return result
-
-    async def _aconfirm_handover(self, client: Any, holder: Any, identifier: str) -> None:
-        """A lock handed over is confirmed: extended from its grant lease to this lock's TTL;
-        if the grant lapsed meanwhile, the caller goes on waiting (and asks again)."""
-        try:
-            extended = await self._aextend_identifier(client, identifier, self._ttl_ms)
-        except BaseException:
-            self._holds.forget(holder)
-            spawn(self._arelease_identifier(client, identifier))
-            raise
-        if not extended:
-            self._holds.forget(holder)
 
     async def _arelease_handover(self, client: Any, token: bytes) -> bool:
         """A hand-over no waiter of this loop is left to take is released (and so handed
@@ -135,24 +82,14 @@ class AsyncLock(LockBase):
         await self._arelease_identifier(client, handover[0])
         return True
 
-    def _give_back_late_grant(
-        self, done: asyncio.Future[int], client: Any, identifier: str
-    ) -> None:
-        if not done.cancelled() and done.exception() is None and done.result() > 0:
-            spawn(self._arelease_identifier(client, identifier))
+    def _akeep(self, client: Any, hold: Hold) -> None:
+        async def renew() -> bool:
+            if await self._aextend_identifier(client, hold.identifier, self._ttl_ms):
+                return True
+            self._renewal_lost(hold)
+            return False
 
-    def _agranted(self, holder: Any, identifier: str, token: int, client: Any) -> Hold:
-        hold = self._holds.add(holder, identifier, token)
-        if self.auto_renew:
-
-            async def renew() -> bool:
-                if await self._aextend_identifier(client, hold.identifier, self._ttl_ms):
-                    return True
-                self._renewal_lost(hold)
-                return False
-
-            hold.renewal = akeep_alive(self.timeout / 3, renew, f"renewing lock {self.name!r}")
-        return hold
+        hold.renewal = akeep_alive(self.timeout / 3, renew, f"renewing lock {self.name!r}")
 
     # -- holding -----------------------------------------------------------
     async def aowned(self) -> bool:
@@ -213,3 +150,29 @@ class AsyncLock(LockBase):
             if exc_type is None:
                 raise
             self._lost_before_raise()
+
+
+class _AsyncSteps:
+    """How the async face sends one acquire's steps: its attempts shielded from
+    cancellation, its waits in the loop's line for the lock's signal list (joined at the
+    first wait and kept between waits)."""
+
+    __slots__ = ("attempts", "client", "lock", "waiting")
+
+    def __init__(self, lock: AsyncLock, client: Any) -> None:
+        self.lock = lock
+        self.client = client
+        self.attempts = steps.Shielded()
+        self.waiting: Waiting | None = None
+
+    async def perform(self, step: Any) -> Any:
+        lock, client = self.lock, self.client
+        if isinstance(step, Attempt):
+            return await self.attempts(lock._atry_acquire(client, step.args, step.pause))
+        if isinstance(step, Wait):
+            if self.waiting is None:
+                self.waiting = Waiting(
+                    client, lock._signal_key, lambda token: lock._arelease_handover(client, token)
+                )
+            return await self.waiting.take(step.seconds)
+        return await lock._aextend_identifier(client, step.identifier, lock._ttl_ms)

@@ -26,9 +26,10 @@ Redis in Action 6.2 done right:
 
 ``Lock`` is its sync face (``sync.SyncLock``: acquire, release, extend, owned,
 ``with``) and its async face (``aio.AsyncLock``: aacquire, arelease, aextend,
-aowned, ``async with``, on redis.asyncio) over what they share (``base``: settings,
-keys; ``holds``: one hold per thread or task; ``protocol``: the scripts' arguments
-and replies). Auto-renewal runs on the process's renewer (``django_rcoord.renewal``).
+aowned, ``async with``, on redis.asyncio) over one core with no I/O (``core``:
+settings, keys, and the acquire as steps both faces run; ``holds``: one hold per thread
+or task; ``protocol``: the scripts' arguments and replies). Auto-renewal runs on the
+process's renewer (``django_rcoord.renewal``).
 """
 
 from __future__ import annotations

@@ -9,16 +9,17 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from django_rcoord import tracing
+from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import resolve_client, slot_pipeline
 from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol
-from django_rcoord.locks.base import LockBase
+from django_rcoord.locks.core import LockCore
 from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import keep_alive
 from django_rcoord.scripts import run_script
+from django_rcoord.steps import Attempt, Wait
 from django_rcoord.waiting import pop_signal
 
 _Held = TypeVar("_Held", bound="SyncLock")
@@ -26,7 +27,7 @@ _Held = TypeVar("_Held", bound="SyncLock")
 logger = logging.getLogger(__name__)
 
 
-class SyncLock(LockBase):
+class SyncLock(LockCore):
     @property
     def client(self) -> Any:
         return resolve_client(self._client)
@@ -39,61 +40,38 @@ class SyncLock(LockBase):
         Returns True when taken (``token`` then holds its fencing token), False
         when ``wait`` ran out.
         """
-        holder, identifier, wait = self._start(wait)
+        acquisition = self._acquisition(wait, time.monotonic)
         client = self.client
-        # Identifiers a grant may have been made to that the caller does not hold yet: given
-        # back if the caller raises (a reply cut after the server ran the call, an alarm, a
-        # KeyboardInterrupt), instead of holding the lock for nobody until its TTL.
-        pending = [identifier]
         try:
-            return self._acquire_until(holder, client, identifier, wait, pending)
+            hold = steps.run(acquisition.steps, lambda step: self._perform(client, step))
         except BaseException:
-            self._give_back(client, pending)
+            if acquisition.in_doubt is not None:
+                self._give_back(client, acquisition.in_doubt)
             raise
+        if hold is None:
+            return False
+        if self.auto_renew:
+            self._keep(client, hold)
+        return True
 
-    def _acquire_until(
-        self, holder: Any, client: Any, identifier: str, wait: float, pending: list[str]
-    ) -> bool:
-        now = time.monotonic()
-        deadline = now + wait
-        woken = False
-        backoff = 0.0
-        while True:
-            result = self._try_acquire(client, identifier, protocol.block_ms(deadline, now), woken)
-            if result > 0:
-                self._granted(holder, identifier, result)
-                return True
-            if woken and not self.fair:
-                backoff = protocol.race_backoff(backoff)
-            block = self._after_refusal(result, deadline, time.monotonic())
-            if block is None:
-                return False
-            token = pop_signal(client, self._signal_key, block)
-            handover = None if token is None else protocol.handover(token)
-            if handover is not None:
-                pending.append(handover[0])
-                if self._extend_identifier(client, handover[0], self._ttl_ms):
-                    self._granted(holder, handover[0], handover[1])
-                    return True
-                # The grant lapsed before this waiter confirmed it: ask again.
-            woken = token is not None
-            if woken and backoff:
-                time.sleep(min(backoff, max(0.0, deadline - time.monotonic())))
-            now = time.monotonic()
+    def _perform(self, client: Any, step: Any) -> Any:
+        if isinstance(step, Attempt):
+            if step.pause:
+                time.sleep(step.pause)
+            return self._try_acquire(client, step.args)
+        if isinstance(step, Wait):
+            return pop_signal(client, self._signal_key, step.seconds)
+        return self._extend_identifier(client, step.identifier, self._ttl_ms)
 
-    def _give_back(self, client: Any, identifiers: list[str]) -> None:
-        """Release whatever of ``identifiers`` holds the lock (compare-and-release: one
-        that does not is left alone), as well as the connection allows."""
-        for identifier in identifiers:
-            try:
-                self._release_identifier(client, identifier)
-            except Exception as exc:  # noqa: BLE001 (the caller's own error is raised)
-                logger.warning("Could not give back lock %r: %s", self.name, exc)
+    def _give_back(self, client: Any, identifier: str) -> None:
+        """Release ``identifier`` if it holds the lock, as well as the connection allows."""
+        try:
+            self._release_identifier(client, identifier)
+        except Exception as exc:  # noqa: BLE001 (the caller's own error is raised)
+            logger.warning("Could not give back lock %r: %s", self.name, exc)
 
-    def _try_acquire(self, client: Any, identifier: str, block_ms: int, woken: bool = False) -> int:
-        """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms.
-        ``woken``: a plain wake-up woke the caller since its last attempt."""
-        args = self._acquire_args(identifier, block_ms, woken)
+    def _try_acquire(self, client: Any, args: tuple[Any, ...]) -> int:
+        """One attempt: the fencing token (> 0), or minus the holder's remaining TTL in ms."""
         replicas = conf.LOCK_REPLICAS
         if not replicas:
             return int(run_script("lock_acquire", client, keys=self._keys, args=args))
@@ -104,23 +82,18 @@ class SyncLock(LockBase):
             result, acknowledged = pipe.execute()
         result = int(result)
         if result > 0 and acknowledged < replicas:
-            self._release_identifier(client, identifier)
+            self._release_identifier(client, args[0])
             raise self._not_replicated(acknowledged)
         return result
 
-    def _granted(self, holder: Any, identifier: str, token: int) -> Hold:
-        hold = self._holds.add(holder, identifier, token)
-        if self.auto_renew:
-            client = self.client
+    def _keep(self, client: Any, hold: Hold) -> None:
+        def renew() -> bool:
+            if self._extend_identifier(client, hold.identifier, self._ttl_ms):
+                return True
+            self._renewal_lost(hold)
+            return False
 
-            def renew() -> bool:
-                if self._extend_identifier(client, hold.identifier, self._ttl_ms):
-                    return True
-                self._renewal_lost(hold)
-                return False
-
-            hold.renewal = keep_alive(self.timeout / 3, renew, f"renewing lock {self.name!r}")
-        return hold
+        hold.renewal = keep_alive(self.timeout / 3, renew, f"renewing lock {self.name!r}")
 
     # -- holding -----------------------------------------------------------
     def owned(self) -> bool:

@@ -1,4 +1,9 @@
-"""What the sync and async faces of ``Lock`` share: its settings, keys and holds."""
+"""The core of ``Lock``, with no I/O: its settings, keys and holds, and its acquire as steps.
+
+``Acquisition`` is the one acquire both faces run (``django_rcoord.steps``): the
+sync face (``sync``) sends its steps with redis-py, the async face (``aio``) with
+redis.asyncio, and neither decides anything the core does not.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from django_rcoord.conf import conf
 from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.locks import protocol
 from django_rcoord.locks.holds import Hold, HoldTable, new_identifier
+from django_rcoord.steps import Attempt, Confirm, Steps, Wait
 from django_rcoord.validation import check_timeout_and_wait
 
 if TYPE_CHECKING:
@@ -18,7 +24,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class LockBase:
+class LockCore:
     """A lock's name, TTL, default wait, renewal and fairness choices, keys and holds."""
 
     def __init__(
@@ -74,19 +80,10 @@ class LockBase:
         hold = self._holds.current()
         return None if hold is None else hold.token
 
-    def _start(self, wait: float | None) -> tuple[Any, str, float]:
-        """(holder, new identifier, wait) for an acquire by the caller, who must not hold it."""
-        return self._holds.new_holder(), new_identifier(), self.wait if wait is None else wait
-
-    def _after_refusal(self, result: int, deadline: float, now: float) -> float | None:
-        """Note the holder's TTL; seconds to wait for a wake-up, or None when out of time."""
-        self.holder_ttl = protocol.holder_ttl(result)
-        return protocol.wait_after_refusal(self.holder_ttl, deadline, now)
-
-    def _acquire_args(
-        self, identifier: str, block_ms: int, woken: bool
-    ) -> tuple[str, int, int, int]:
-        return protocol.acquire_args(identifier, self._ttl_ms, block_ms, woken)
+    def _acquisition(self, wait: float | None, clock: Callable[[], float]) -> Acquisition:
+        """A new acquire by the calling thread or task, which must not hold the lock."""
+        wait = self.wait if wait is None else wait
+        return Acquisition(self, self._holds.new_holder(), wait, clock)
 
     def _release_args(self, identifier: str) -> tuple[str, int, int]:
         return protocol.release_args(identifier, self._ttl_ms, conf.LOCK_REPLICAS, self.fair)
@@ -120,3 +117,54 @@ class LockBase:
         hold = self._holds.current()
         state = f"held here, token {hold.token}" if hold else "not held here"
         return f"<Lock {self.name!r} ({state})>"
+
+
+class Acquisition:
+    """One acquire: its steps (``steps``), and which identifier, if any, the lock may have
+    been granted to without the caller holding it yet (``in_doubt``: an attempt in flight,
+    a hand-over not yet confirmed). A face whose step raises (a reply cut after the server
+    ran the call, a cancellation, a KeyboardInterrupt) gives that identifier back
+    (compare-and-release: if it was not granted, nothing happens) instead of leaving the
+    lock held by nobody until its TTL."""
+
+    __slots__ = ("holder", "in_doubt", "steps")
+
+    def __init__(self, lock: LockCore, holder: Any, wait: float, clock: Callable[[], float]):
+        self.holder = holder
+        self.in_doubt: str | None = None
+        self.steps = self._steps(lock, new_identifier(), wait, clock)
+
+    def _steps(
+        self, lock: LockCore, identifier: str, wait: float, clock: Callable[[], float]
+    ) -> Steps[Hold | None]:
+        """The caller's hold once granted; None when ``wait`` ran out."""
+        now = clock()
+        deadline = now + wait
+        woken = False
+        backoff = pause = 0.0
+        while True:
+            args = protocol.acquire_args(
+                identifier, lock._ttl_ms, protocol.block_ms(deadline, now), woken
+            )
+            self.in_doubt = identifier
+            result = yield Attempt(args, pause)
+            self.in_doubt = None
+            if result > 0:
+                return lock._holds.add(self.holder, identifier, result)
+            if woken and not lock.fair:
+                backoff = protocol.race_backoff(backoff)
+            lock.holder_ttl = protocol.holder_ttl(result)
+            block = protocol.wait_after_refusal(lock.holder_ttl, deadline, clock())
+            if block is None:
+                return None
+            token = yield Wait(block)
+            grant = None if token is None else protocol.handover(token)
+            if grant is not None:
+                self.in_doubt = grant[0]
+                if (yield Confirm(grant[0])):
+                    return lock._holds.add(self.holder, grant[0], grant[1])
+                # The grant lapsed before this waiter confirmed it: ask again.
+                self.in_doubt = None
+            woken = token is not None
+            now = clock()
+            pause = min(backoff, max(0.0, deadline - now)) if woken else 0.0

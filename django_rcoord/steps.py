@@ -1,0 +1,101 @@
+"""One core, two faces: an operation that waits on Redis, written once with no I/O.
+
+A core is a generator: it yields the next step (an attempt, a wait, a confirmation: plain
+records of what to send) and receives the reply, and it alone decides what the state
+becomes and what comes next. ``run`` performs its steps with a sync face's calls,
+``arun`` with an async face's awaits, so the two faces of ``Lock.acquire`` and
+``Semaphore.acquire`` differ only in how a step is sent and cannot drift apart. A core
+raises what its caller should see; a step's own error propagates from the face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django_rcoord.waiting import spawn
+
+Result = TypeVar("Result")
+
+#: A core: yields steps, receives their replies, returns its result.
+Steps = Generator[Any, Any, Result]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """Run the acquire script with ``args``, after a pause of ``pause`` seconds."""
+
+    args: tuple[Any, ...]
+    pause: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Block up to ``seconds`` on the wake-up list; ``order`` places an async waiter among
+    the others of its loop (a fair semaphore's ticket). Reply: the token, or None."""
+
+    seconds: float
+    order: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """Take up a lock handed over to ``identifier``. Reply: True when it was still granted."""
+
+    identifier: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """Give ``identifier`` up (a waiter out of time leaves the line)."""
+
+    identifier: str
+
+
+def run(steps: Steps[Result], perform: Callable[[Any], Any]) -> Result:
+    """Drive ``steps`` to its result, performing each step with ``perform``."""
+    reply = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply = perform(step)
+
+
+async def arun(steps: Steps[Result], perform: Callable[[Any], Awaitable[Any]]) -> Result:
+    """``run`` for an async face."""
+    reply = None
+    while True:
+        try:
+            step = steps.send(reply)
+        except StopIteration as done:
+            return done.value
+        reply = await perform(step)
+
+
+class Shielded:
+    """An async face's attempts: each runs to its end even if its waiter is cancelled
+    meanwhile (the server may grant it all the same), so what it got can be given back
+    once it is known, not before."""
+
+    __slots__ = ("attempt",)
+
+    def __init__(self) -> None:
+        self.attempt: asyncio.Future[Any] | None = None
+
+    async def __call__(self, attempt: Coroutine[Any, Any, Result]) -> Result:
+        self.attempt = asyncio.ensure_future(attempt)
+        return await asyncio.shield(self.attempt)
+
+    def give_back(self, release: Coroutine[Any, Any, Any]) -> None:
+        """Run ``release`` in the background, after the attempt in flight (if any) ends."""
+        spawn(self._after_attempt(release))
+
+    async def _after_attempt(self, release: Coroutine[Any, Any, Any]) -> None:
+        attempt = self.attempt
+        if attempt is not None and not attempt.done():
+            await asyncio.wait([attempt])
+        await release

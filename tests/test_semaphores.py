@@ -20,7 +20,7 @@ from django_rcoord.semaphores import (
     release_fair_semaphore,
     release_semaphore,
 )
-from django_rcoord.semaphores import semaphore as semaphore_module
+from django_rcoord.semaphores import core as semaphore_core
 from tests.procs import run_in_processes, start_process, wait_until
 
 INSIDE = "test:inside"
@@ -88,8 +88,7 @@ def wait_in_line(name: str, label: str, waiter_lease: float | None = None) -> No
     ``waiter_lease``: how long a place in line lasts unless re-asked for (in this process;
     a long one keeps the line as it formed where a stalled waiter re-asks late)."""
     if waiter_lease is not None:
-        semaphore_module.WAITER_LEASE = waiter_lease
-        semaphore_module._WAITER_LEASE_MS = int(waiter_lease * 1000)
+        semaphore_core.WAITER_LEASE = waiter_lease
     semaphore = Semaphore(name, 1, timeout=10)
     identifier = semaphore.acquire(wait=30)
     assert identifier is not None

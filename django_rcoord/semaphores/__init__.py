@@ -6,9 +6,9 @@ for ``django_rcoord.middleware.ConcurrencyLimitMiddleware``.
 
 from __future__ import annotations
 
+from django_rcoord.exceptions import SemaphoreTimeout
 from django_rcoord.semaphores.semaphore import (
     Semaphore,
-    SemaphoreTimeout,
     acquire_fair_semaphore,
     acquire_semaphore,
     acquire_semaphore_with_lock,

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django_rcoord.waiting import spawn
+from django_rcoord.waiting import Unclaimed, Waiting, spawn
 
 Result = TypeVar("Result")
 
@@ -56,24 +56,27 @@ class Leave:
 
 def run(steps: Steps[Result], perform: Callable[[Any], Any]) -> Result:
     """Drive ``steps`` to its result, performing each step with ``perform``."""
-    reply = None
-    while True:
-        try:
-            step = steps.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply = perform(step)
+    finished, value = advance(steps, None)
+    while not finished:
+        finished, value = advance(steps, perform(value))
+    return value
 
 
 async def arun(steps: Steps[Result], perform: Callable[[Any], Awaitable[Any]]) -> Result:
     """``run`` for an async face."""
-    reply = None
-    while True:
-        try:
-            step = steps.send(reply)
-        except StopIteration as done:
-            return done.value
-        reply = await perform(step)
+    finished, value = advance(steps, None)
+    while not finished:
+        finished, value = advance(steps, await perform(value))
+    return value
+
+
+def advance(steps: Steps[Any], reply: Any) -> tuple[bool, Any]:
+    """(False, the next step) or, once ``steps`` returned, (True, its result). Only the
+    core's own end is caught here: a step's error, or a StopIteration it raised, is not."""
+    try:
+        return False, steps.send(reply)
+    except StopIteration as done:
+        return True, done.value
 
 
 class Shielded:
@@ -99,3 +102,25 @@ class Shielded:
         if attempt is not None and not attempt.done():
             await asyncio.wait([attempt])
         await release
+
+
+class AsyncSteps:
+    """What an async face keeps while it sends one acquire's steps: the client, its
+    attempts (shielded) and its place in the loop's line for the signal list (taken at
+    the first wait, kept between waits, left with ``leave``)."""
+
+    __slots__ = ("attempts", "client", "waiting")
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.attempts = Shielded()
+        self.waiting: Waiting | None = None
+
+    def place(self, key: str, unclaimed: Unclaimed | None = None) -> Waiting:
+        if self.waiting is None:
+            self.waiting = Waiting(self.client, key, unclaimed)
+        return self.waiting
+
+    def leave(self) -> None:
+        if self.waiting is not None:
+            self.waiting.leave()

@@ -5,7 +5,6 @@ connection per lock (``django_rcoord.waiting.Waiting``)."""
 from __future__ import annotations
 
 import asyncio
-from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -21,7 +20,6 @@ from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import akeep_alive
 from django_rcoord.scripts import arun_script
 from django_rcoord.steps import Attempt, Wait
-from django_rcoord.waiting import Waiting
 
 _Held = TypeVar("_Held", bound="AsyncLock")
 
@@ -40,21 +38,32 @@ class AsyncLock(LockCore):
         """
         acquisition = self._acquisition(wait, asyncio.get_running_loop().time)
         client = await self._aclient()
-        face = _AsyncSteps(self, client)
+        face = steps.AsyncSteps(client)
         try:
-            hold = await steps.arun(acquisition.steps, face.perform)
+            hold = await steps.arun(acquisition.steps, lambda step: self._aperform(face, step))
         except BaseException:
             if acquisition.in_doubt is not None:
                 face.attempts.give_back(self._arelease_identifier(client, acquisition.in_doubt))
             raise
         finally:
-            if face.waiting is not None:
-                face.waiting.leave()
+            face.leave()
         if hold is None:
             return False
         if self.auto_renew:
             self._akeep(client, hold)
         return True
+
+    async def _aperform(self, face: steps.AsyncSteps, step: Any) -> Any:
+        client = face.client
+        if isinstance(step, Attempt):
+            return await face.attempts(self._atry_acquire(client, step.args, step.pause))
+        if isinstance(step, Wait):
+            # A hand-over the hub took for a waiter of this loop who has gone is passed on.
+            place = face.place(
+                self._signal_key, lambda token: self._arelease_handover(client, token)
+            )
+            return await place.take(step.seconds)
+        return await self._aextend_identifier(client, step.identifier, self._ttl_ms)
 
     async def _atry_acquire(self, client: Any, args: tuple[Any, ...], pause: float) -> int:
         if pause:  # inside the shielded attempt: a waiter cancelled meanwhile still asks
@@ -138,41 +147,10 @@ class AsyncLock(LockCore):
             raise protocol.timed_out(self.name, self.wait)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         try:
             await self.arelease()
         except LockLost:
             if exc_type is None:
                 raise
             self._lost_before_raise()
-
-
-class _AsyncSteps:
-    """How the async face sends one acquire's steps: its attempts shielded from
-    cancellation, its waits in the loop's line for the lock's signal list (joined at the
-    first wait and kept between waits)."""
-
-    __slots__ = ("attempts", "client", "lock", "waiting")
-
-    def __init__(self, lock: AsyncLock, client: Any) -> None:
-        self.lock = lock
-        self.client = client
-        self.attempts = steps.Shielded()
-        self.waiting: Waiting | None = None
-
-    async def perform(self, step: Any) -> Any:
-        lock, client = self.lock, self.client
-        if isinstance(step, Attempt):
-            return await self.attempts(lock._atry_acquire(client, step.args, step.pause))
-        if isinstance(step, Wait):
-            if self.waiting is None:
-                self.waiting = Waiting(
-                    client, lock._signal_key, lambda token: lock._arelease_handover(client, token)
-                )
-            return await self.waiting.take(step.seconds)
-        return await lock._aextend_identifier(client, step.identifier, lock._ttl_ms)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import TracebackType
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -145,12 +144,7 @@ class SyncLock(LockCore):
             raise protocol.timed_out(self.name, self.wait)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         try:
             self.release()
         except LockLost:

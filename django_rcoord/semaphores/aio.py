@@ -5,7 +5,6 @@ loop share one blocking connection per semaphore (``django_rcoord.waiting.Waitin
 from __future__ import annotations
 
 import asyncio
-from types import TracebackType
 from typing import Any
 
 from django_rcoord import steps, tracing
@@ -15,7 +14,6 @@ from django_rcoord.renewal import Renewal, akeep_alive
 from django_rcoord.scripts import arun_script
 from django_rcoord.semaphores.core import SemaphoreCore, count_after
 from django_rcoord.steps import Attempt, Wait
-from django_rcoord.waiting import Waiting
 
 
 class AsyncSemaphore(SemaphoreCore):
@@ -32,19 +30,27 @@ class AsyncSemaphore(SemaphoreCore):
         wait = self.wait if wait is None else wait
         client = await self._aclient()
         identifier = new_identifier()
-        face = _AsyncSteps(self, client)
+        face = steps.AsyncSteps(client)
         try:
             return await steps.arun(
                 self._acquisition(identifier, wait, asyncio.get_running_loop().time),
-                face.perform,
+                lambda step: self._aperform(face, step),
             )
         except BaseException:
             # Granted or queued, perhaps in flight: either way, give the identifier up.
             face.attempts.give_back(self._arelease(client, identifier))
             raise
         finally:
-            if face.waiting is not None:
-                face.waiting.leave()
+            face.leave()
+
+    async def _aperform(self, face: steps.AsyncSteps, step: Any) -> Any:
+        client = face.client
+        if isinstance(step, Attempt):
+            attempt = arun_script("semaphore_acquire", client, keys=self._keys, args=step.args)
+            return await face.attempts(attempt)
+        if isinstance(step, Wait):
+            return await face.place(self._signal_key).take(step.seconds, step.order)
+        return await self._arelease(client, step.identifier)  # a waiter leaves the line
 
     async def arelease(self, identifier: str) -> bool:
         """``release`` for async code."""
@@ -79,36 +85,5 @@ class AsyncSemaphore(SemaphoreCore):
     async def __aenter__(self) -> str:
         return self._enter(await self.aacquire(self.wait))
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._exited(await self.arelease(self._pop_entered()), exc_type)
-
-
-class _AsyncSteps:
-    """How the async face sends one acquire's steps: its attempts shielded from
-    cancellation, its waits in the loop's line for the semaphore's signal list."""
-
-    __slots__ = ("attempts", "client", "semaphore", "waiting")
-
-    def __init__(self, semaphore: AsyncSemaphore, client: Any) -> None:
-        self.semaphore = semaphore
-        self.client = client
-        self.attempts = steps.Shielded()
-        self.waiting: Waiting | None = None
-
-    async def perform(self, step: Any) -> Any:
-        semaphore, client = self.semaphore, self.client
-        if isinstance(step, Attempt):
-            keys = semaphore._keys
-            return await self.attempts(
-                arun_script("semaphore_acquire", client, keys=keys, args=step.args)
-            )
-        if isinstance(step, Wait):
-            if self.waiting is None:
-                self.waiting = Waiting(client, semaphore._signal_key)
-            return await self.waiting.take(step.seconds, step.order)
-        return await semaphore._arelease(client, step.identifier)

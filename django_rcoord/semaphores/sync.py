@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from types import TracebackType
 from typing import Any
 
 from django_rcoord import steps, tracing
@@ -86,10 +85,5 @@ class SyncSemaphore(SemaphoreCore):
     def __enter__(self) -> str:
         return self._enter(self.acquire(self.wait))
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._exited(self.release(self._pop_entered()), exc_type)

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,24 @@ class Renewal:
         self.wake_at: float | None = None  # a wake() that came while it ran
         self._version = 0  # bumped by each scheduling: older entries in the table are stale
 
+    def failed(self, error: BaseException) -> float | None:
+        """Log a run that raised ``error``; the seconds until it is tried again: its
+        ``retry`` after an Exception, never (it is stopped) after one past Exception (a
+        SystemExit, a stray KeyboardInterrupt)."""
+        if isinstance(error, Exception):
+            logger.error("%s failed; trying again in %ss", self.name, self.retry, exc_info=error)
+            return self.retry
+        logger.error("%s raised past Exception; it is stopped", self.name, exc_info=error)
+        return None
+
+    def next_at(self, delay: float | None, now: float) -> float | None:
+        """When a run that asked for ``delay`` is due again (None: never), no later than a
+        ``wake`` that came while it ran."""
+        wake_at, self.wake_at = self.wake_at, None
+        if delay is None:
+            return None
+        return now + delay if wake_at is None else min(now + delay, wake_at)
+
     def cancel(self) -> None:
         raise NotImplementedError
 
@@ -48,6 +67,41 @@ class Renewal:
         """Run it no later than ``at`` (its clock's time): sooner than planned when its
         holder has work for it (a worker's finished task to acknowledge)."""
         raise NotImplementedError
+
+
+class _DueTable:
+    """Renewals by due time (a heap). Scheduling a renewal again leaves its older entry in
+    the heap, stale (its version is behind), as does a cancel; stale heads are dropped
+    when the first due is read."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Any]] = []
+
+    def push(self, renewal: Renewal, at: float) -> bool:
+        """Put ``renewal`` in, due at ``at``; True when it is now the first due."""
+        if renewal.cancelled:
+            return False
+        renewal._version += 1
+        renewal.at = at
+        heapq.heappush(self._heap, (at, next(_order), renewal._version, renewal))
+        return self._heap[0][3] is renewal
+
+    def first(self) -> tuple[float, Any] | None:
+        """(due time, renewal) of the first live entry, left in the table; None if none."""
+        while self._heap:
+            at, _, version, renewal = self._heap[0]
+            if not renewal.cancelled and version == renewal._version:
+                return at, renewal
+            heapq.heappop(self._heap)
+        return None
+
+    def pop_due(self, now: float) -> Any | None:
+        """The first live renewal if it is due by ``now``, taken off the table."""
+        first = self.first()
+        if first is None or first[0] > now:
+            return None
+        heapq.heappop(self._heap)
+        return first[1]
 
 
 # -- sync: one thread per process ----------------------------------------------------------
@@ -80,7 +134,7 @@ class _Renewer:
         renewal thread, and the parent's leases are the parent's to renew."""
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._due: list[tuple[float, int, int, _ThreadRenewal]] = []
+        self._due = _DueTable()
         self._thread: threading.Thread | None = None
 
     def schedule(self, renewal: _ThreadRenewal, at: float) -> None:
@@ -96,15 +150,11 @@ class _Renewer:
 
     def _push(self, renewal: _ThreadRenewal, at: float) -> None:
         """Put ``renewal`` in the table, due at ``at`` (under the lock)."""
-        if renewal.cancelled:
-            return
-        renewal._version += 1
-        renewal.at = at
-        heapq.heappush(self._due, (at, next(_order), renewal._version, renewal))
+        first = self._due.push(renewal, at)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="rcoord-renewer", daemon=True)
             self._thread.start()
-        elif self._due[0][3] is renewal:  # sooner than the thread planned to wake
+        elif first:  # sooner than the thread planned to wake
             # notify_all: cancel() waits on the same condition.
             self._changed.notify_all()
 
@@ -125,38 +175,24 @@ class _Renewer:
                 renewal.running = True
             try:
                 delay = renewal.job()
-            except Exception:
-                logger.exception("%s failed; trying again in %ss", renewal.name, renewal.retry)
-                delay = renewal.retry
-            except BaseException:
-                # Past Exception (a SystemExit, a stray KeyboardInterrupt): that job ends,
-                # and the thread goes on with every other renewal of the process.
-                logger.exception("%s raised past Exception; it is stopped", renewal.name)
-                delay = None
+            except BaseException as error:  # noqa: BLE001 (the thread goes on with the others)
+                delay = renewal.failed(error)
             with self._lock:
                 renewal.running = False
                 self._changed.notify_all()  # a cancel() may wait for this run
-                wake_at, renewal.wake_at = renewal.wake_at, None
-                if delay is not None:
-                    at = time.monotonic() + delay
-                    self._push(renewal, at if wake_at is None else min(at, wake_at))
+                at = renewal.next_at(delay, time.monotonic())
+                if at is not None:
+                    self._push(renewal, at)
 
     def _next_due(self) -> _ThreadRenewal | None:
         """The renewal due now, taken off the table; else waits (under the lock) and
         returns None."""
-        while self._due:
-            at, _, version, renewal = self._due[0]
-            if renewal.cancelled or version != renewal._version:
-                heapq.heappop(self._due)
-                continue
-            wait = at - time.monotonic()
-            if wait > 0:
-                self._changed.wait(wait)
-                return None
-            heapq.heappop(self._due)
-            return renewal
-        self._changed.wait()
-        return None
+        now = time.monotonic()
+        renewal = self._due.pop_due(now)
+        if renewal is None:
+            first = self._due.first()
+            self._changed.wait(None if first is None else first[0] - now)
+        return renewal
 
 
 _renewer = _Renewer()
@@ -228,37 +264,26 @@ class _LoopRenewer:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._due: list[tuple[float, int, int, _LoopRenewal]] = []
+        self._due = _DueTable()
         self._timer: asyncio.TimerHandle | None = None
         self._runs: set[asyncio.Task[None]] = set()  # strong references until they end
 
     def schedule(self, renewal: _LoopRenewal, at: float) -> None:
-        if renewal.cancelled:
-            return
-        renewal._version += 1
-        renewal.at = at
-        heapq.heappush(self._due, (at, next(_order), renewal._version, renewal))
-        if self._due[0][3] is renewal:
+        if self._due.push(renewal, at):
             self._arm()
 
     def _arm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        while self._due:
-            _, _, version, renewal = self._due[0]
-            if not renewal.cancelled and version == renewal._version:
-                self._timer = self.loop.call_at(self._due[0][0], self._fire)
-                return
-            heapq.heappop(self._due)
+        first = self._due.first()
+        if first is not None:
+            self._timer = self.loop.call_at(first[0], self._fire)
 
     def _fire(self) -> None:
         self._timer = None
         now = self.loop.time()
-        while self._due and self._due[0][0] <= now:
-            _, _, version, renewal = heapq.heappop(self._due)
-            if renewal.cancelled or version != renewal._version:
-                continue
+        while (renewal := self._due.pop_due(now)) is not None:
             run = self.loop.create_task(self._run(renewal), name=renewal.name)
             renewal.run = run
             self._runs.add(run)
@@ -270,19 +295,13 @@ class _LoopRenewer:
             delay = await renewal.job()
         except asyncio.CancelledError:
             return
-        except Exception:
-            logger.exception("%s failed; trying again in %ss", renewal.name, renewal.retry)
-            delay = renewal.retry
-        except BaseException:
-            # That job ends; the loop and its other renewals go on.
-            logger.exception("%s raised past Exception; it is stopped", renewal.name)
-            delay = None
+        except BaseException as error:  # noqa: BLE001 (the loop goes on with the others)
+            delay = renewal.failed(error)
         finally:
             renewal.run = None
-        wake_at, renewal.wake_at = renewal.wake_at, None
-        if delay is not None:
-            at = self.loop.time() + delay
-            self.schedule(renewal, at if wake_at is None else min(at, wake_at))
+        at = renewal.next_at(delay, self.loop.time())
+        if at is not None:
+            self.schedule(renewal, at)
 
 
 _loop_renewers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopRenewer] = (

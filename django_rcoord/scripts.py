@@ -40,8 +40,14 @@ def _source(name: str, package: str) -> bytes:
     return _INCLUDE.sub(included, source)
 
 
+#: A script's KEYS, as str or bytes.
+Keys = Sequence[str | bytes]
+#: The package whose ``lua/`` folder holds the project's own scripts.
+OURS = "django_rcoord"
+
+
 @functools.cache
-def get_script(name: str, package: str = "django_rcoord") -> Script:
+def get_script(name: str, package: str = OURS) -> Script:
     """Return the ``Script`` for ``<package>/lua/<name>.lua``, reading the file on first use.
 
     Projects keep their own scripts the same way (``package="myapp"``).
@@ -53,12 +59,7 @@ def get_script(name: str, package: str = "django_rcoord") -> Script:
 
 
 def run_script(
-    name: str,
-    client: Any,
-    keys: Sequence[str | bytes] = (),
-    args: Sequence[Any] = (),
-    *,
-    package: str = "django_rcoord",
+    name: str, client: Any, keys: Keys = (), args: Sequence[Any] = (), *, package: str = OURS
 ) -> Any:
     """Run script ``name`` of ``package`` on ``client`` (one round trip)."""
     script, sha = _evalsha_of(name, package)
@@ -91,12 +92,7 @@ def _is_pipeline(kind: type) -> bool:
 
 
 async def arun_script(
-    name: str,
-    client: Any,
-    keys: Sequence[str | bytes] = (),
-    args: Sequence[Any] = (),
-    *,
-    package: str = "django_rcoord",
+    name: str, client: Any, keys: Keys = (), args: Sequence[Any] = (), *, package: str = OURS
 ) -> Any:
     """``run_script`` for a ``redis.asyncio`` client (one round trip).
 

@@ -145,20 +145,19 @@ def _page_query(
 _COUNTS = [str(count).encode() for count in range(MAX_LIMIT + 2)]
 
 
-def _page(entries: list[bytes], limit: int) -> tuple[list[str], str | None]:
+#: A page of names, and the cursor of the next page (None: the last page).
+Page = tuple[list[str], str | None]
+
+
+def _page(entries: list[bytes], limit: int) -> Page:
     names = _displays(entries[:limit])
     cursor = encode_cursor(entries[limit - 1]) if len(entries) > limit else None
     return names, cursor
 
 
 def autocomplete_page(
-    guild: str,
-    prefix: str,
-    limit: int = 10,
-    *,
-    after: str | None = None,
-    client: Any = None,
-) -> tuple[list[str], str | None]:
+    guild: str, prefix: str, limit: int = 10, *, after: str | None = None, client: Any = None
+) -> Page:
     """Members of ``guild`` whose folded name starts with the folded ``prefix``, in index order.
 
     Returns (names, cursor): pass the cursor as ``after`` for the next page (None
@@ -169,13 +168,8 @@ def autocomplete_page(
 
 
 async def aautocomplete_page(
-    guild: str,
-    prefix: str,
-    limit: int = 10,
-    *,
-    after: str | None = None,
-    client: Any = None,
-) -> tuple[list[str], str | None]:
+    guild: str, prefix: str, limit: int = 10, *, after: str | None = None, client: Any = None
+) -> Page:
     """``autocomplete_page`` for async code."""
     command = _page_query(guild, prefix, limit, after)
     client = await aresolve_client(client)

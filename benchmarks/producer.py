@@ -14,6 +14,10 @@ side (interleaved) with:
 
 The queue is emptied between tables; each call queues a real task (the work a producer
 does in production).
+
+One path of the producer goes past a library's public API, and is kept only while it
+pays: a second table measures it beside the public call it replaces, in the same run (a
+script run as EVALSHA from its cached SHA1, against redis-py's ``Script.__call__``).
 """
 
 from __future__ import annotations
@@ -94,9 +98,35 @@ def run(bench: Bench) -> ScenarioResult:
     return ScenarioResult(
         NAME,
         "Producer: delay() beside a bare EVALSHA of its script",
-        [table],
+        [table, script_table(bench, count, repeats)],
         params={"count": count},
         repeats=repeats,
+    )
+
+
+def script_table(bench: Bench, count: int, repeats: int) -> Table:
+    """One script call: ``run_script`` (EVALSHA from the cached SHA1 as bytes, through
+    ``execute_command``) beside redis-py's ``Script.__call__``, the same script and
+    arguments (``lock_extend`` on a lock nobody holds: it reads, and writes nothing)."""
+    from django_rcoord.scripts import get_script, run_script
+
+    client = bench.client
+    name, keys, args = "lock_extend", ("bench:no-lock",), ("nobody", 30_000)
+    script = get_script(name)
+    operations = [
+        ("Script.__call__ (public)", "1", lambda: script(keys=keys, args=args, client=client)),
+        (
+            "run_script (EVALSHA, cached SHA1)",
+            "1",
+            lambda: run_script("lock_extend", client, keys, args),
+        ),
+    ]
+    return Table(
+        f"One script call, {repeats} x {count}",
+        "calls/s",
+        measure_side_by_side(operations, count=count, repeats=repeats),
+        floor=operations[0][0],
+        note="vs floor = the private path's speed / the public path's, in the same run",
     )
 
 

@@ -138,16 +138,11 @@ def test_arguments_json_cannot_carry_are_a_type_error_at_enqueue() -> None:
     assert body["kwargs"] == {"b": "1.50"}
 
 
-@pytest.mark.parametrize("c_encoder", [True, False], ids=["c-encoder", "encoder"])
-def test_a_message_is_the_json_djangos_encoder_writes_of_it(
-    c_encoder: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_message_is_the_json_djangos_encoder_writes_of_it() -> None:
     from django.core.serializers.json import DjangoJSONEncoder
 
     from django_rcoord.queues import messages
 
-    if not c_encoder:  # the path of a Python without json's C encoder
-        monkeypatch.setattr(messages, "_MAKE_ENCODER", None)
     encoder = DjangoJSONEncoder(separators=(",", ":"))
     calls: list[tuple[str, str, Any, dict[str, Any], dict[str, Any] | None]] = [
         ("t", "q", (1, 1.5, None, True), {}, None),

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
-import json.encoder
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
@@ -18,45 +17,12 @@ from django_rcoord.queues.keys import QueueKeys, new_task_id
 
 #: One encoder for every message and result (it keeps no state between calls).
 _ENCODER = DjangoJSONEncoder(separators=(",", ":"))
-#: What ``_ENCODER.encode`` gives CPython's C encoder after the table of the containers
-#: being written (which finds cycles; one per call).
-_C_ENCODER_OPTIONS = (
-    _ENCODER.default,
-    encode_basestring_ascii,
-    _ENCODER.indent,
-    _ENCODER.key_separator,
-    _ENCODER.item_separator,
-    _ENCODER.sort_keys,
-    _ENCODER.skipkeys,
-    _ENCODER.allow_nan,
-)
-
-
-def _c_make_encoder() -> Callable[..., Any] | None:
-    """json's C encoder maker, as ``JSONEncoder.iterencode`` calls it; None when this
-    Python has none or it does not write what ``_ENCODER`` writes (it is not public)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    sample = {"a": [1, 1.5, None, True, "\u00e9\n"], "b": {}}
-    try:
-        if make is not None and "".join(make({}, *_C_ENCODER_OPTIONS)(sample, 0)) == (
-            _ENCODER.encode(sample)
-        ):
-            return make
-    except TypeError:
-        pass
-    return None
-
-
-_MAKE_ENCODER = _c_make_encoder()
 
 
 def to_json(value: Any) -> str:
     """``value`` as compact JSON, dates and decimals as Django writes them; TypeError or
     ValueError when JSON cannot carry it."""
-    if _MAKE_ENCODER is None:
-        return _ENCODER.encode(value)
-    # What _ENCODER.encode does, without its Python layers (a producer encodes per task).
-    return "".join(_MAKE_ENCODER({}, *_C_ENCODER_OPTIONS)(value, 0))
+    return _ENCODER.encode(value)
 
 
 def encode_message(

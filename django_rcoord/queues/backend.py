@@ -196,11 +196,21 @@ def framework_task(path: str | None) -> Task | None:
     """The framework ``Task`` at dotted ``path`` (a task's ``module_path``), or None."""
     if not path:
         return None
-    try:
-        found = import_string(path)
-    except ImportError:
-        return None
-    return found if isinstance(found, Task) else None
+    found = _found_tasks.get(path)
+    if found is None:
+        try:
+            found = import_string(path)
+        except ImportError:
+            return None  # perhaps not yet: a rolling deploy's newer task is looked up again
+        if not isinstance(found, Task):
+            return None
+        _found_tasks[path] = found
+    return found
+
+
+#: Tasks found by path: a task is a module's attribute, there for the process's life, and
+#: a page polling a result looks its task up per poll.
+_found_tasks: dict[str, Task] = {}
 
 
 def result_from_record(task: Task, record: TaskRecord) -> TaskResult:

@@ -1,0 +1,136 @@
+"""What a worker took and how its run ended: no Redis here, and no task code.
+
+A ``Job`` is a task as the take script handed it over (its id, message, queue and
+record); ``run_options_of`` says what options it runs under. An ``Outcome`` says how its
+run ended (``later``, ``stopped`` and ``not_runnable`` make the common ones), and a
+``Done`` is the two together, waiting to be acknowledged. The runner makes outcomes and
+the session sends them; ``runner`` still exports these names, where they were before.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
+from django_rcoord.queues.producer import QueuedInStep
+from django_rcoord.queues.records import TaskRecord, record_from
+from django_rcoord.queues.registry import get_task
+
+
+@dataclass
+class Outcome:
+    """How a run ended: ``kind`` 'ack', 'retry', 'defer' (cannot run here), 'later' (its
+    limits say not yet: it did not run), 'stopped' (``cancel()`` asked it to stop and the
+    worker did: finished by ``QueueSession.finish_stopped``) or 'dead'; for failures the
+    error text (a traceback), the error entry of the result record and the retry delay;
+    for 'ack' the return value as JSON."""
+
+    kind: str
+    task_name: str
+    error: str = ""
+    error_class: str = ""
+    delay_ms: int = 0
+    value_json: str = "null"
+    exception: BaseException | None = None  # what the task raised (logged with its traceback)
+    follow_up: QueuedInStep | None = None  # queued by the finish script with this end
+
+    @property
+    def summary(self) -> str:
+        """One line for the log: the exception and its message (a traceback's last line)."""
+        lines = self.error.strip().splitlines()
+        return lines[-1] if lines else ""
+
+    @property
+    def error_entry(self) -> str:
+        if not self.error:
+            return ""
+        return json.dumps({"exception_class_path": self.error_class, "traceback": self.error})
+
+
+@dataclass
+class Job:
+    """A task a worker took: its id, message, queue and what its record says."""
+
+    id: str
+    body: bytes
+    queue: QueueKeys
+    failures: int  # failed attempts before this one
+    state: str = ""  # its result record: 'RUNNING|started|last attempted|finished|workers'
+    queue_index: int = 1  # of the worker's queues, 1-based (as the finish script's KEYS)
+
+    @functools.cached_property
+    def message(self) -> dict[str, Any] | None:
+        """Its message, decoded once (the limits, the runner and the logs all read it)."""
+        return decode_message(self.body)
+
+    @property
+    def task_name(self) -> str:
+        """The task its message names ('?' for a message that names none)."""
+        message = self.message
+        name = message.get("task") if message is not None else None
+        return name if isinstance(name, str) else "?"
+
+    @property
+    def record(self) -> TaskRecord | None:
+        """Its result record as it is now (RUNNING), from what the take script returned."""
+        return self.record_of(None)
+
+    def record_of(self, message: dict[str, Any] | None) -> TaskRecord | None:
+        """``record``, from its message already decoded (``message``) when given."""
+        body = self.body.encode() if isinstance(self.body, str) else self.body
+        fields = [self.state.encode(), None, None, None]
+        return record_from(self.id, body, fields, None, None, (0, 0), decoded=message)
+
+
+@dataclass
+class Done:
+    """A task that ran, waiting to be acknowledged with its worker's next take."""
+
+    job: Job
+    outcome: Outcome
+    took_ms: float
+    at: float = 0.0  # when it ended (time.monotonic())
+
+
+def later(job: Job, delay_ms: int, why: str) -> Outcome:
+    """A run its limits hold back (``why``: "its rate 100/m"): back to the delayed set for
+    ``delay_ms``, not an attempt."""
+    return Outcome("later", job.task_name, f"waiting for {why}", delay_ms=delay_ms)
+
+
+def stopped(task_name: str, reason: str) -> Outcome:
+    """A run the worker stopped because ``cancel()`` asked: it fails with ``TaskCancelled``
+    and is finished (no retry, no dead letter, no follow-up)."""
+    return Outcome("stopped", task_name, f"TaskCancelled: {reason}", class_path(TaskCancelled))
+
+
+def not_runnable(task_name: str, reason: str) -> Outcome:
+    """A task that cannot run anywhere (bad message, wrong arguments): dead."""
+    return Outcome("dead", task_name, reason, class_path(TaskNotRunnable))
+
+
+def class_path(kind: type) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def run_options_of(job: Job) -> RunOptions:
+    """The run options of ``job``'s task (its time limit, retries), as far as this worker
+    knows the task; the settings' defaults otherwise."""
+    message = job.message
+    name = message.get("task") if message is not None else None
+    if not isinstance(name, str):
+        return DEFAULT_OPTIONS
+    registered = get_task(name)
+    if registered is not None:
+        return registered.options
+    if message is not None and message.get("backend"):
+        from django_rcoord.queues.backend import framework_run_options
+
+        return framework_run_options(message)
+    return DEFAULT_OPTIONS

@@ -184,24 +184,12 @@ class Worker:
                     if failures:  # a whole turn went through: Redis answers
                         log_answering_again(logger, f"worker {self.id}", failures)
                     failures = 0
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - waited out, or RedisUnavailable
                     # What it holds stays held (the keeper renews it) and is finished or
                     # run on the next turn.
-                    wait = RECONNECT_BACKOFF.compute(failures)
                     failing_since = failing_since if failures else time.monotonic()
+                    self._wait_out(exc, failures, failing_since)
                     failures += 1
-                    outage = time.monotonic() - failing_since
-                    if (
-                        isinstance(exc, REDIS_ERRORS)
-                        and self.max_outage is not None
-                        and outage + wait > self.max_outage
-                    ):
-                        raise RedisUnavailable(
-                            f"worker {self.id}: Redis unusable for {outage:.0f} s "
-                            f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
-                        ) from exc
-                    log_waited_out(logger, f"worker {self.id}", exc, wait)
-                    self.stopping.wait(wait)
         except RedisUnavailable:
             patience = 0  # Redis was given its time already
             raise
@@ -214,6 +202,24 @@ class Worker:
                 self.runner.close()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
+
+    def _wait_out(self, exc: Exception, failures: int, failing_since: float) -> None:
+        """A loop turn failed with ``exc`` (``failures`` turns before it failed too, the
+        first at ``failing_since``, time.monotonic()): wait with backoff, or raise
+        ``RedisUnavailable`` once Redis errors would outlast ``max_outage``."""
+        wait = RECONNECT_BACKOFF.compute(failures)
+        outage = time.monotonic() - failing_since
+        if (
+            isinstance(exc, REDIS_ERRORS)
+            and self.max_outage is not None
+            and outage + wait > self.max_outage
+        ):
+            raise RedisUnavailable(
+                f"worker {self.id}: Redis unusable for {outage:.0f} s "
+                f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
+            ) from exc
+        log_waited_out(logger, f"worker {self.id}", exc, wait)
+        self.stopping.wait(wait)
 
     def _next_job(self) -> Job | None:
         """The next task to run: from the batch in hand, or taken (finishing the tasks run

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -152,8 +152,13 @@ Face = SyncFace | AsyncFace
 
 
 @pytest.fixture(params=["sync", "async"])
-def face(request: pytest.FixtureRequest) -> Face:
-    return SyncFace() if request.param == "sync" else AsyncFace()
+def face(request: pytest.FixtureRequest) -> Iterator[Face]:
+    if request.param == "async":
+        yield AsyncFace()
+        return
+    sync = SyncFace()
+    yield sync
+    sync.thread.shutdown()
 
 
 async def until(condition: Callable[[], bool]) -> None:

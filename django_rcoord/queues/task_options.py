@@ -80,7 +80,7 @@ def _follow_up_problem(value: Any) -> str | None:
 
 #: The options a task may have: name -> a function saying why a value is wrong (None: fine).
 OPTIONS: dict[str, Callable[[Any], str | None]] = {
-    # The task queued when it succeeds / fails for good (see queues.backend.follow_up_of).
+    # The task queued when it succeeds / fails for good (see queues.framework_runs.follow_up_of).
     "on_success": _follow_up_problem,
     "on_failure": _follow_up_problem,
     # Seconds the task stays unique at most (see django_rcoord.queues.unique).

@@ -130,7 +130,7 @@ def run_options_of(job: Job) -> RunOptions:
     if registered is not None:
         return registered.options
     if message is not None and message.get("backend"):
-        from django_rcoord.queues.backend import framework_run_options
+        from django_rcoord.queues.framework_runs import framework_run_options
 
         return framework_run_options(message)
     return DEFAULT_OPTIONS

@@ -5,7 +5,7 @@ arguments, calls it (awaiting an ``async def`` task on an event loop of the
 runner's own) and says how it ended as an ``Outcome``: acknowledged with a
 value, retried after a delay, deferred for a worker that knows it, or dead
 (``Job`` and ``Outcome`` are in ``jobs``). Tasks of Django's Tasks framework
-are run by the backend's ``run_framework_task`` through ``call`` and
+are run by ``framework_runs.run_framework_task`` through ``call`` and
 ``not_here``.
 """
 
@@ -96,7 +96,7 @@ class TaskRunner:
         registered = get_task(name)
         if registered is None and message.get("backend"):
             # The framework's tasks are run by its backend (which imports the framework).
-            from django_rcoord.queues.backend import run_framework_task
+            from django_rcoord.queues.framework_runs import run_framework_task
 
             return run_framework_task(self, job, message, name)
         if registered is None:

@@ -1,0 +1,189 @@
+"""Framework tasks in the worker: running one that a ``RedisTaskBackend`` enqueued (its
+signals, context and final result), the follow-ups ``TASK_OPTIONS`` names for it, and its
+run options. The worker's ``TaskRunner`` calls ``run_framework_task`` for a message whose
+``backend`` field says it came through Django's Tasks framework.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import inspect
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from django_rcoord.queues.arguments import argument_problem
+from django_rcoord.queues.backend import (
+    RedisTaskBackend,
+    framework_task,
+    result_from_record,
+    with_return_value,
+)
+from django_rcoord.queues.framework import (
+    Task,
+    TaskContext,
+    TaskError,
+    TaskResult,
+    TaskResultStatus,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
+from django_rcoord.queues.registry import get_task
+from django_rcoord.queues.task_class import options_of
+from django_rcoord.queues.task_options import follow_up_path
+
+if TYPE_CHECKING:
+    from django_rcoord.queues.worker.jobs import Job, Outcome
+    from django_rcoord.queues.worker.runner import FollowUp, TaskRunner
+
+logger = logging.getLogger(__name__)
+
+
+def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], name: str) -> Outcome:
+    """Run a task of Django's Tasks framework that this backend enqueued: find the task and
+    its backend, send ``task_started``, call it through ``runner.call``, then send
+    ``task_finished`` with its final result. What this release of the project cannot run
+    (a rolling deploy's newer task or settings) goes back through ``runner.not_here``."""
+    # The project's code and settings (the task's module, TASKS) may differ between the
+    # releases of a rolling deploy: what fails here may run on a newer worker.
+    try:
+        task = framework_task(name)
+    except Exception as exc:  # noqa: BLE001
+        return runner.not_here(job, name, f"importing {name!r} failed: {exc!r}")
+    if task is None:
+        return runner.not_here(job, name, f"{name!r} is not a Tasks framework task here")
+    try:
+        backend = task_backends[message["backend"]]
+    # An unknown alias, or a backend whose construction fails for any reason.
+    except Exception as exc:  # noqa: BLE001
+        return runner.not_here(job, name, f"no Tasks backend {message['backend']!r}: {exc}")
+    if not isinstance(backend, RedisTaskBackend):
+        return runner.not_here(job, name, f"backend {backend.alias!r} is not RedisTaskBackend")
+    args, kwargs = message.get("args", []), message.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return runner.refuse(name, "args must be a JSON list and kwargs a JSON object")
+    record = job.record_of(message)
+    assert record is not None  # its body is the message read above
+    try:
+        result = result_from_record(task, record)
+    except Exception as exc:  # noqa: BLE001 - e.g. a queue this release's TASKS lacks
+        return runner.not_here(job, name, f"its result does not validate here: {exc!r}")
+    if task.takes_context:
+        args = [TaskContext(task_result=result), *args]
+    problem = argument_problem(_signature(task.func), args, kwargs)
+    if problem is not None:
+        return runner.refuse(name, f"the task does not accept these arguments: {problem}")
+    sender = type(backend)
+    _send_robust(task_started, "task_started", sender, result)
+    options = backend.run_options(task)
+    outcome = runner.call(job, name, task.func, args, kwargs, options)
+    if outcome.kind == "retry":
+        return outcome
+    outcome = runner.follow_up(job, outcome, functools.partial(follow_up_of, name), options)
+    if outcome.kind == "retry":  # its follow-up could not be queued
+        return outcome
+    finished = _finished(result, outcome)
+    if outcome.exception is None:
+        _send_robust(task_finished, "task_finished", sender, finished)
+    else:
+        # Sent while the task's exception is being handled, as Django's own backends do:
+        # the framework's receiver logs it with logger.exception.
+        try:
+            raise outcome.exception
+        except BaseException:  # noqa: BLE001 - handled: it failed the task
+            _send_robust(task_finished, "task_finished", sender, finished)
+    return outcome
+
+
+class FrameworkFollowUp:
+    """A Tasks framework task that follows another (``TASK_OPTIONS``' ``on_success`` and
+    ``on_failure``), queued on its own ``RedisTaskBackend`` with the first one's id."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    def queued_in_step(self, task_id: str) -> QueuedInStep:
+        backend = self.task.get_backend()
+        if not isinstance(backend, RedisTaskBackend):
+            raise TypeError(f"{self.task.module_path} is not on a RedisTaskBackend")
+        return queue_now_in_step(backend.enqueue_request(self.task, [task_id], {}))
+
+    def delay(self, task_id: str) -> str:
+        return self.task.enqueue(task_id).id
+
+
+def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
+    """The follow-up ``TASK_OPTIONS`` names for the framework task at ``task_path`` (a
+    ``@task``'s name, or a framework task's dotted path on a ``RedisTaskBackend``), or
+    None. LookupError when it names neither."""
+    path = follow_up_path(options_of(task_path), succeeded)
+    if path is None:
+        return None
+    registered = get_task(path)
+    if registered is not None:
+        return registered
+    found = framework_task(path)
+    if found is None or not isinstance(found.get_backend(), RedisTaskBackend):
+        raise LookupError(
+            f"its follow-up {path!r} is neither a registered @task nor a Tasks framework "
+            "task of a RedisTaskBackend"
+        )
+    return FrameworkFollowUp(found)
+
+
+def framework_run_options(message: dict[str, Any]) -> RunOptions:
+    """The run options of the framework task a message names, from its backend; the
+    settings' defaults when this release cannot find the task or its backend."""
+    try:
+        task = framework_task(message.get("task"))
+        backend = task_backends[message["backend"]]
+    except Exception:  # noqa: BLE001 - run_framework_task reports why it cannot run
+        return RunOptions(max_retries=0)
+    if task is None or not isinstance(backend, RedisTaskBackend):
+        return RunOptions(max_retries=0)
+    return backend.run_options(task)
+
+
+def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:
+    """The final ``TaskResult`` of a run that ended with ``outcome`` ('ack' or 'dead')."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if outcome.kind == "ack":
+        status, errors = TaskResultStatus.SUCCESSFUL, result.errors
+    else:
+        error = TaskError(exception_class_path=outcome.error_class, traceback=outcome.error)
+        status, errors = TaskResultStatus.FAILED, [*result.errors, error]
+    # django-stubs types TaskResultStatus's members oddly (see _enqueued).
+    finished = dataclasses.replace(
+        result,
+        status=status,  # type: ignore[arg-type]
+        finished_at=now,
+        errors=errors,
+    )
+    value = json.loads(outcome.value_json) if outcome.kind == "ack" else None
+    return with_return_value(finished, value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature(function: Any) -> inspect.Signature:
+    """A framework task function's signature, read once (``inspect.signature`` costs more
+    than running a small task)."""
+    return inspect.signature(function)
+
+
+def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:
+    """Send a Tasks framework signal; a receiver that raises is logged (Django logs its
+    traceback too) and neither fails the task nor stops the worker."""
+    for receiver, response in signal.send_robust(sender, task_result=result):
+        if isinstance(response, Exception):
+            logger.error(
+                "task %s: a receiver of %s (%s) raised %r; the task goes on",
+                result.id,
+                signal_name,
+                getattr(receiver, "__qualname__", receiver),
+                response,
+            )

@@ -1,0 +1,193 @@
+"""A task's record: its statuses, ``TaskRecord``, and reading it (``get_result``,
+``aget_result``, and ``record_from`` for a worker that has read the fields itself).
+
+The scripts that queue, take and finish a task write the record; this module only reads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.features import SCRIPT_FLAGS
+from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.messages import as_text, decode_message
+from django_rcoord.scripts import arun_script, run_script
+
+#: The statuses of a task's record (the values of Django's Tasks framework, and CANCELLED:
+#: ``cancel()`` took it off its queue before it ran; the framework reads it as FAILED).
+READY, RUNNING, SUCCESSFUL, FAILED = "READY", "RUNNING", "SUCCESSFUL", "FAILED"
+CANCELLED = "CANCELLED"
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What is known of one task: written by the scripts that queue, take and finish it.
+
+    ``errors`` holds one ``{"exception_class_path", "traceback"}`` per failed
+    attempt; ``worker_ids`` one worker id per attempt. Times are the Redis
+    server's (``enqueued_at``: the producer's clock), as aware UTC datetimes to the
+    millisecond, so that one record's times compare as their clocks do.
+    """
+
+    id: str
+    task: str | None
+    queue: str | None
+    backend: str | None  # the Tasks framework backend alias of a framework task
+    priority: int
+    status: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    enqueued_at: datetime.datetime | None
+    started_at: datetime.datetime | None
+    last_attempted_at: datetime.datetime | None
+    finished_at: datetime.datetime | None
+    worker_ids: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    return_value: Any = None
+
+    @property
+    def attempts(self) -> int:
+        return len(self.worker_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (SUCCESSFUL, FAILED, CANCELLED)
+
+
+def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
+    """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
+    task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
+    or not a task id. One round trip: one read-only script call."""
+    keys = record_keys(task_id)
+    if keys is None:
+        return None
+    client = resolve_client(client)
+    read_only = SCRIPT_FLAGS.usable(client)
+    try:
+        reply = run_script(result_script(read_only), client, keys=keys, args=(task_id,))
+    except ResponseError as error:
+        if not read_only or not SCRIPT_FLAGS.refused(client, error):
+            raise
+        reply = run_script("task_result", client, keys=keys, args=(task_id,))
+    return _record_from_reply(task_id, reply)
+
+
+async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
+    """``get_result`` for async code (redis.asyncio, one round trip)."""
+    keys = record_keys(task_id)
+    if keys is None:
+        return None
+    client = await aresolve_client(client)
+    read_only = SCRIPT_FLAGS.usable(client)
+    try:
+        reply = await arun_script(result_script(read_only), client, keys=keys, args=(task_id,))
+    except ResponseError as error:
+        if not read_only or not SCRIPT_FLAGS.refused(client, error):
+            raise
+        reply = await arun_script("task_result", client, keys=keys, args=(task_id,))
+    return _record_from_reply(task_id, reply)
+
+
+def record_keys(task_id: str) -> tuple[str, str, str, str] | None:
+    """The keys ``task_result.lua`` reads for ``task_id``, or None when it is not a task id."""
+    group = group_of_task_id(task_id)
+    if group is None:
+        return None
+    keys = QueueKeys.of(f"{group}/q")
+    return keys.messages, keys.results, keys.results_expiry, keys.errors
+
+
+def result_script(read_only: bool) -> str:
+    # The read-only declaration where the server knows it (a replica may run it), the plain
+    # script where not (Redis 6.2).
+    return "task_result_ro" if read_only else "task_result"
+
+
+def _record_from_reply(task_id: str, reply: list[Any]) -> TaskRecord | None:
+    message, state, value, errors, finished_message, last_error, expired = reply
+    fields = [state, value, errors, finished_message]
+    return _record(task_id, message, fields, bool(expired), last_error)
+
+
+def record_from(
+    task_id: str,
+    message: bytes | None,
+    fields: list[bytes | None],
+    expires: float | None,
+    last_error: bytes | None,
+    now: tuple[int, int],
+    *,
+    decoded: dict[str, Any] | None = None,
+) -> TaskRecord | None:
+    """A ``TaskRecord`` from a task's message, its results fields (state, value, errors,
+    finished message), its record's expiry (server ms; None: none), its last error and the
+    server's ``TIME`` (None when there is no such task); ``decoded``: ``message`` as a dict,
+    when the caller has decoded it already."""
+    expired = expires is not None and expires <= now[0] * 1000 + now[1] // 1000
+    return _record(task_id, message, fields, expired, last_error, decoded)
+
+
+def _record(
+    task_id: str,
+    message: bytes | None,
+    fields: list[bytes | None],
+    expired: bool,
+    last_error: bytes | None,
+    decoded: dict[str, Any] | None = None,
+) -> TaskRecord | None:
+    state, value, errors, finished_message = fields
+    body = decoded or decode_message(message if message is not None else finished_message)
+    if body is None:
+        return None
+    if expired:
+        state = value = errors = None  # expired, not swept yet
+        if message is None:
+            return None
+    # 'STATUS|started|last attempted|finished|worker ids' (ms), every part optional.
+    parts = state.decode().split("|", 4) if state else []
+    if len(parts) < 5:
+        parts += [""] * (5 - len(parts))
+    status, started, attempted, finished, workers = parts
+    # A queued task without a record is READY; a dead letter whose record expired, FAILED.
+    status = status or (FAILED if last_error is not None else READY)
+    error_list = json.loads(errors) if errors else []
+    if errors is None and last_error is not None:
+        error_list = [{"exception_class_path": "", "traceback": as_text(last_error)}]
+    get = body.get
+    return TaskRecord(
+        id=task_id,
+        task=get("task"),
+        queue=get("queue"),
+        backend=get("backend"),
+        priority=get("priority", 0),
+        status=status,
+        args=get("args") or [],
+        kwargs=get("kwargs") or {},
+        enqueued_at=_to_the_ms(get("enqueued_at")),
+        started_at=_at_ms(started),
+        last_attempted_at=_at_ms(attempted),
+        finished_at=_at_ms(finished),
+        worker_ids=[worker for worker in workers.split(",") if worker] if workers else [],
+        errors=error_list,
+        return_value=json.loads(value) if value and status == SUCCESSFUL else None,
+    )
+
+
+def _to_the_ms(seconds: Any) -> datetime.datetime | None:
+    """The producer's time cut to the millisecond, the precision of the server's times:
+    finer, a task could read as queued after it started."""
+    if not isinstance(seconds, (int, float)):
+        return None
+    return _at_ms(int(seconds * 1000))
+
+
+def _at_ms(ms: str | int) -> datetime.datetime | None:
+    """The aware UTC datetime of ``ms`` (milliseconds since the epoch), or None for ''."""
+    return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.timezone.utc) if ms else None

@@ -38,6 +38,9 @@ def sentinel_setup(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedi
         port=free_port(),
         extra_config={"replicaof": f"127.0.0.1 {primary.port}"},
     ).start()
+    # A replica acknowledges writes (the lock's WAIT) once its first sync is done: on a
+    # busy machine that can take longer than the test's first WAIT allows.
+    wait_until(lambda: replica_in_sync(primary), timeout=60)
     port = free_port()
     config = tmp_path / "sentinel.conf"
     config.write_text(
@@ -59,6 +62,16 @@ def sentinel_setup(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedi
         sentinel.wait(10)
         replica.stop()
         primary.stop()
+
+
+def replica_in_sync(primary: EmbeddedRedis) -> bool:
+    """Whether the primary counts a replica online (its first sync done)."""
+    client = primary.client()
+    try:
+        replica = client.info("replication").get("slave0")
+    finally:
+        client.close()
+    return isinstance(replica, dict) and replica.get("state") == "online"
 
 
 def primary_port(sentinel_port: int) -> int | None:

@@ -65,7 +65,7 @@ def drain(queue: str, ready, start, finished) -> None:
 
 def groups_on_distinct_primaries(client, how_many: int) -> list[str]:
     """Queue group names whose slots live on ``how_many`` different primaries."""
-    from django_rcoord.queues import QueueKeys
+    from django_rcoord.queues.keys import QueueKeys
 
     chosen: dict[str, str] = {}
     index = 0

@@ -34,8 +34,9 @@ NAME = "delayed"
 
 
 def run(bench: Bench) -> ScenarioResult:
-    from django_rcoord.queues import QueueKeys, execute_later
+    from django_rcoord.queues import execute_later
     from django_rcoord.queues.delayed import DueTaskPromoter
+    from django_rcoord.queues.keys import QueueKeys
 
     client = bench.client
     count = bench.pick(quick=1000, full=20_000)

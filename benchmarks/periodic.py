@@ -40,7 +40,7 @@ SCHEDULE = {"name": "beat", "task": "bench.noop", "every": 1}
 def run(bench: Bench) -> ScenarioResult:
     import json
 
-    from django_rcoord.queues import QueueKeys
+    from django_rcoord.queues.keys import QueueKeys
     from django_rcoord.queues.periodic import claim_key, lateness_key
 
     client = bench.client

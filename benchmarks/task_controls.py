@@ -307,7 +307,8 @@ def limits_worker(url: str) -> None:
 
 def limits_table(bench: Bench, tasks: dict[str, Any]) -> Table:
     from django_rcoord.keys import KeySpace
-    from django_rcoord.queues import QueueKeys, enqueue_many
+    from django_rcoord.queues import enqueue_many
+    from django_rcoord.queues.keys import QueueKeys
 
     client: Any = bench.client  # redis-py's sync client (its stubs allow async replies)
     repeats = bench.repeats_or(3)

@@ -242,7 +242,8 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
     report."""
     from redis.exceptions import NoPermissionError
 
-    from django_rcoord.connection import REDIS_ERRORS, get_client
+    from django_rcoord.connection import get_client
+    from django_rcoord.connection.errors import REDIS_ERRORS
 
     where = _where_redis_is()
     try:

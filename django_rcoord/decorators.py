@@ -10,7 +10,7 @@ from asgiref.sync import iscoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 
-from django_rcoord.connection import NO_REDIS
+from django_rcoord.connection.errors import NO_REDIS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.locked_view import LockedView
 from django_rcoord.locks import Lock

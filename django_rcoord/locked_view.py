@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponse
 
-from django_rcoord.connection import NO_REDIS
+from django_rcoord.connection.errors import NO_REDIS
 from django_rcoord.exceptions import InvalidName, LockLost, LockNotReplicated
 from django_rcoord.locks import Lock
 from django_rcoord.responses import error_response, unavailable

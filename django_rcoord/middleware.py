@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import Resolver404, resolve
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import NO_REDIS
+from django_rcoord.connection.errors import NO_REDIS
 from django_rcoord.identity import aget_user, get_user
 from django_rcoord.renewal import Renewal
 from django_rcoord.responses import error_response, unavailable

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import RcoordError
 from django_rcoord.keys import KeySpace
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import aresolve_client, resolve_client
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.keys import KeySpace, encoded_instance_keys
 from django_rcoord.scripts import arun_script, run_script
 from django_rcoord.validation import is_positive_int

@@ -18,8 +18,8 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from django_rcoord import connection
 from django_rcoord.conf import conf
+from django_rcoord.connection import loops
 from django_rcoord.exceptions import RcoordError
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ _hubs_of_clients: weakref.WeakKeyDictionary[Any, SignalHub] = weakref.WeakKeyDic
 def signal_hub(client: Any) -> SignalHub:
     """The hub of ``client``: the running loop's own for the configured client (it blocks
     on the loop's separate wait client), else one per client given by the caller."""
-    clients = connection.loop_clients_if_made()
+    clients = loops.loop_clients_if_made()
     if clients is not None and client is clients.commands:
         if clients.hub is None:
             clients.hub = SignalHub(clients.waits, clients.commands)
@@ -254,7 +254,7 @@ class SignalHub:
             if waits is None or commands is None:
                 raise RcoordError("the client this list was waited on with is gone")
             async with self._connections:
-                await connection.aresolve_client(waits)
+                await loops.aresolve_client(waits)
                 self.blocking += 1
                 try:
                     while line:

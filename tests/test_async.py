@@ -33,7 +33,8 @@ from django_rcoord.autocomplete import (
     ajoin_guild,
     aleave_guild,
 )
-from django_rcoord.connection import get_async_client, get_client, loop_clients
+from django_rcoord.connection import get_async_client, get_client
+from django_rcoord.connection.loops import loop_clients
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock, protocol
 from django_rcoord.queues import aexecute_later, queue_stats

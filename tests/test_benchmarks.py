@@ -135,7 +135,7 @@ def test_tracing_rows_run_each_way_and_the_traced_way_traces() -> None:
     from benchmarks.common import Bench
     from django_rcoord import tracing
     from django_rcoord.connection import get_client
-    from django_rcoord.queues import QueueKeys
+    from django_rcoord.queues.keys import QueueKeys
 
     shipped = tracing.tracer
     client = get_client()

@@ -369,7 +369,8 @@ def test_list_later_lists_at_the_price_typed(browser, live_server, client, djang
     from selenium.webdriver.support.ui import WebDriverWait
 
     from django_rcoord.connection import get_client
-    from django_rcoord.queues import QueueKeys, queue_stats
+    from django_rcoord.queues import queue_stats
+    from django_rcoord.queues.keys import QueueKeys
 
     user = django_user_model.objects.create_user("ada", password="pw")
     open_signed_in(browser, live_server, client, user, "/example/market/")

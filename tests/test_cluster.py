@@ -19,7 +19,9 @@ from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedCluster
 from django_rcoord.keys import decode_name
 from django_rcoord.locks import Lock
-from django_rcoord.queues import DEFAULT_GROUP, QueueKeys, execute_later, known_groups, queue_stats
+from django_rcoord.queues import execute_later, queue_stats
+from django_rcoord.queues.keys import DEFAULT_GROUP, QueueKeys
+from django_rcoord.queues.records import known_groups
 from django_rcoord.semaphores import Semaphore
 from tests import cluster
 

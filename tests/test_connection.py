@@ -11,13 +11,10 @@ import redis.asyncio
 from django.conf import settings
 from django.test import override_settings
 
-from django_rcoord.connection import (
-    async_client_like,
-    get_async_client,
-    get_client,
-    resolve_async_client,
-    resolve_client,
-)
+from django_rcoord.connection import get_async_client, get_client
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.convert import async_client_like
+from django_rcoord.connection.loops import resolve_async_client
 from django_rcoord.exceptions import ConnectionNotConfigured, RcoordError
 from tests import cluster, factories
 from tests.procs import wait_until

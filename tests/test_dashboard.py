@@ -17,9 +17,11 @@ from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock
 from django_rcoord.ops.status import MAX_MESSAGE_READ, overview
-from django_rcoord.queues import QueueKeys, dead_letters, execute_later, queue_stats
+from django_rcoord.queues import dead_letters, execute_later, queue_stats
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.worker import Done, Outcome, Worker
+from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.jobs import Done, Outcome
 from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
 from tests.procs import run_in_processes, wait_until

@@ -14,14 +14,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import (
-    QueueKeys,
-    enqueue_many,
-    execute_later,
-    queue_stats,
-    recover_and_promote,
-)
+from django_rcoord.queues import enqueue_many, execute_later, queue_stats, recover_and_promote
 from django_rcoord.queues.delayed import DelayQueue, DueTaskPromoter, poll_queue
+from django_rcoord.queues.keys import QueueKeys
 from tests import tasks
 from tests.procs import run_in_processes, server_now, wait_until
 from tests.test_queues import output_of, ran, start_logged, start_worker

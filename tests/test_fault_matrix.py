@@ -29,13 +29,8 @@ from redis.retry import Retry
 from django_rcoord.connection import get_client
 from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.locks import Lock, LockLost
-from django_rcoord.queues import (
-    QueueKeys,
-    enqueue_many,
-    execute_later,
-    queue_stats,
-    recover_and_promote,
-)
+from django_rcoord.queues import enqueue_many, execute_later, queue_stats, recover_and_promote
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.periodic import Schedule, fire_due
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import get_script

@@ -25,7 +25,7 @@ import redis
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
 from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import dead_letters, enqueue_many, execute_later, queue_stats
-from django_rcoord.queues.worker import PREFETCH_BUDGET_MS
+from django_rcoord.queues.worker.prefetch import PREFETCH_BUDGET_MS
 from tests import cluster, tasks
 from tests.procs import wait_until
 from tests.test_periodic import start_poller

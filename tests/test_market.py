@@ -11,7 +11,8 @@ import redis
 
 from django_rcoord.connection import get_client
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys, queue_stats
+from django_rcoord.queues import queue_stats
+from django_rcoord.queues.keys import QueueKeys
 from example_project.market import Market
 from tests.procs import run_in_processes
 from tests.test_example_project import example_env, manage, redis_setting

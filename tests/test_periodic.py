@@ -18,7 +18,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import QueueKeys, periodic, queue_stats
+from django_rcoord.queues import periodic, queue_stats
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.periodic import (
     MISSED_AFTER,
     Schedule,

@@ -147,3 +147,15 @@ def test_every_dotted_path_the_documentation_names_resolves() -> None:
         except (ImportError, AttributeError) as exc:
             broken.append(f"{dotted}: {exc}")
     assert not broken, "\n".join(broken)
+
+
+def test_a_name_queues_no_longer_exports_still_imports_with_a_deprecation_warning() -> None:
+    from django_rcoord import queues
+    from django_rcoord.queues import keys
+
+    assert "QueueKeys" not in queues.__all__
+    with pytest.warns(DeprecationWarning, match=r"django_rcoord\.queues\.keys"):
+        from django_rcoord.queues import QueueKeys
+    assert QueueKeys is keys.QueueKeys
+    with pytest.raises(AttributeError):
+        queues.no_such_name  # noqa: B018

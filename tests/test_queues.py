@@ -25,7 +25,6 @@ from django.test import override_settings
 from django_rcoord.connection import get_client, slot_pipeline
 from django_rcoord.exceptions import MessageTooLarge
 from django_rcoord.queues import (
-    QueueKeys,
     Task,
     TaskRecord,
     dead_letters,
@@ -38,8 +37,10 @@ from django_rcoord.queues import (
     send_sold_email_via_queue,
     task,
 )
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.records import REQUEUE_BATCH
-from django_rcoord.queues.worker import Done, Job, Outcome, Worker
+from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 from django_rcoord.scripts import run_script
 from tests import tasks
 from tests.procs import server_now, wait_until
@@ -799,7 +800,7 @@ def test_a_task_that_lost_a_worker_is_taken_alone() -> None:
 # -- follow-up tasks ------------------------------------------------------------------------
 def _queued(task_name: str, queue: str = "default") -> list[dict]:
     """The messages of ``task_name`` ready on ``queue``."""
-    from django_rcoord.queues import decode_message
+    from django_rcoord.queues.messages import decode_message
 
     keys = QueueKeys.of(queue)
     client = get_client()
@@ -810,7 +811,7 @@ def _queued(task_name: str, queue: str = "default") -> list[dict]:
 
 
 def test_follow_ups_are_queued_with_the_end_they_follow_and_a_missing_one_fails_the_run() -> None:
-    from django_rcoord.queues.worker import TaskRunner
+    from django_rcoord.queues.worker.runner import TaskRunner
 
     runner = TaskRunner("w-1")
     try:
@@ -845,7 +846,7 @@ def test_a_follow_up_reads_the_final_record_of_the_task_it_follows() -> None:
 
 
 def test_a_run_whose_lease_was_lost_queues_no_follow_up() -> None:
-    from django_rcoord.queues.worker import TaskRunner
+    from django_rcoord.queues.worker.runner import TaskRunner
 
     runner = TaskRunner("w-1")
     try:

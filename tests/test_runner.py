@@ -15,7 +15,8 @@ from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import task
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.worker import Job, TaskRunner
+from django_rcoord.queues.worker.jobs import Job
+from django_rcoord.queues.worker.runner import TaskRunner
 from tests import tasks as project_tasks
 from tests.conftest import use_redis_at
 

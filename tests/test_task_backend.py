@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import QueueKeys, queue_stats
+from django_rcoord.queues import queue_stats
 from django_rcoord.queues.backend import RedisTaskBackend
 from django_rcoord.queues.checks import check_queue_settings
 from django_rcoord.queues.framework import (
@@ -27,6 +27,7 @@ from django_rcoord.queues.framework import (
     task_finished,
     task_started,
 )
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.task_class import RedisTask
 from django_rcoord.queues.worker import Worker
 from tests import framework_tasks, tasks

@@ -7,16 +7,10 @@ from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.ops.metrics import read_metrics
-from django_rcoord.queues import (
-    QueueKeys,
-    enqueue_many,
-    get_result,
-    queue_stats,
-    recover_and_promote,
-    task,
-)
+from django_rcoord.queues import enqueue_many, get_result, queue_stats, recover_and_promote, task
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.options import parse_rate
-from django_rcoord.queues.worker import Outcome
+from django_rcoord.queues.worker.jobs import Outcome
 from tests import tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, start_worker
@@ -102,7 +96,8 @@ def test_held_back_deliveries_are_not_attempts_in_the_records() -> None:
 
 
 def test_a_held_back_delivery_leaves_the_record_as_it_was() -> None:
-    from django_rcoord.queues.worker import Done, Worker
+    from django_rcoord.queues.worker import Worker
+    from django_rcoord.queues.worker.jobs import Done
     from django_rcoord.queues.worker.runner import later
     from tests.test_queues import take
 

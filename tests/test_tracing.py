@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from django_rcoord.locks import Lock
-from django_rcoord.queues import QueueKeys
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.worker import Worker
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.tracing import TRACE_FIELD, tracer

@@ -19,7 +19,6 @@ from django_rcoord.connection import get_client
 from django_rcoord.exceptions import TaskCancelled
 from django_rcoord.ops.metrics import read_metrics
 from django_rcoord.queues import (
-    QueueKeys,
     acancel,
     aexecute_later,
     cancel,
@@ -35,7 +34,9 @@ from django_rcoord.queues import (
     task,
 )
 from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
-from django_rcoord.queues.worker import Done, Outcome, Worker
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.jobs import Done, Outcome
 from tests import framework_tasks, tasks
 from tests.procs import run_in_processes, server_ms, wait_until
 from tests.test_queues import log_of, output_of, start_worker, take

@@ -21,7 +21,6 @@ from django.test import override_settings
 from django_rcoord.connection import get_client
 from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import (
-    QueueKeys,
     dead_letters,
     enqueue_many,
     execute_later,
@@ -29,6 +28,7 @@ from django_rcoord.queues import (
     recover_and_promote,
     task,
 )
+from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker import session as worker_module
 from django_rcoord.renewal import keep_alive, schedule

@@ -27,7 +27,8 @@ import binascii
 import unicodedata
 from typing import Any
 
-from django_rcoord.connection import aresolve_client, resolve_client
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.keys import encoded_instance_keys, instance_keys
 
 #: Contacts kept per user.

@@ -11,8 +11,9 @@ from redis.exceptions import ResponseError
 
 from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import aresolve_client, aslot_pipeline
+from django_rcoord.connection import aslot_pipeline
 from django_rcoord.connection.features import SET_IFEQ
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol
 from django_rcoord.locks.core import LockCore

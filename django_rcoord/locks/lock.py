@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.locks.aio import AsyncLock
 from django_rcoord.locks.sync import SyncLock
 

@@ -10,7 +10,8 @@ from redis.exceptions import ResponseError
 
 from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection import slot_pipeline
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.protocols import ProtocolMismatch, announce
 
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}

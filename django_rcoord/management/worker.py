@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.management.base import (
     add_protocol_arguments,
@@ -17,7 +17,9 @@ from django_rcoord.management.base import (
     configure_logging,
     stop_on_signals,
 )
-from django_rcoord.queues.worker import ISOLATIONS, Worker, default_queues, waiting_elsewhere
+from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.loop import ISOLATIONS
+from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
 
 logger = logging.getLogger("django_rcoord.queues.worker")
 

@@ -32,7 +32,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import REDIS_UNAVAILABLE
+from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.locks import lock_status
 from django_rcoord.ops.status import overview

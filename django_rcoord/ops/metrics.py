@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.keys import KeySpace
 
 __all__ = [

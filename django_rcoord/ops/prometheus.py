@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.ops.metrics import DURATION_BUCKETS, read_metrics
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.keys import QueueKeys

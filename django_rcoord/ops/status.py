@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import resolve_client, slot_pipeline
+from django_rcoord.connection import slot_pipeline
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import cancelled_in, finished_per_minute, metrics_from_hash
 from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys

@@ -10,7 +10,7 @@ from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_GET
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import REDIS_UNAVAILABLE
+from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 
 
 def _private(response: HttpResponse) -> HttpResponse:

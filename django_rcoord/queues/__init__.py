@@ -10,18 +10,20 @@ consuming loop is in ``worker``.
 
 The pieces live in this package's modules (``keys``: where queues live;
 ``messages``: encoding; ``registry``: ``@task``; ``producer``: enqueueing;
-``records``: task records, recovery, counts, dead letters; ``unique``: unique tasks;
-``cancel``: cancelling a task before it runs; ``worker``: the
-consuming loop; ``delayed`` and ``periodic``: the poller's work; ``backend`` and
-``framework``: Django's Tasks framework); this module gathers the names users
-import.
+``results``: a task's record; ``records``: recovery, counts, dead letters;
+``unique``: unique tasks; ``cancel``: cancelling a task before it runs; ``worker``: the
+consuming loop; ``delayed``, ``schedules`` and ``periodic``: the poller's work;
+``backend``, ``framework`` and ``framework_runs``: Django's Tasks framework); this module
+gathers the names users call.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import TaskCancelled
 from django_rcoord.queues.cancel import (
     acancel,
@@ -30,9 +32,6 @@ from django_rcoord.queues.cancel import (
     current_task_id,
     stop_requested,
 )
-from django_rcoord.queues.keys import DEFAULT_GROUP, WAKE_TOKEN_MS, QueueKeys, same_group
-from django_rcoord.queues.messages import decode_message, encode_message
-from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
     aexecute_later,
@@ -42,26 +41,18 @@ from django_rcoord.queues.producer import (
     send_message,
 )
 from django_rcoord.queues.records import (
-    LATENESS_SAMPLES,
     TaskRecord,
     dead_letters,
     delete_dead,
     get_result,
-    known_groups,
-    known_queues,
     queue_stats,
     recover_and_promote,
     requeue_dead,
 )
-from django_rcoord.queues.registry import PermanentFailure, Task, autodiscover_tasks, get_task, task
+from django_rcoord.queues.registry import PermanentFailure, Task, task
 
 __all__ = [
-    "DEFAULT_GROUP",
-    "LATENESS_SAMPLES",
-    "WAKE_TOKEN_MS",
     "PermanentFailure",
-    "QueueKeys",
-    "RunOptions",
     "ScriptedEnqueue",
     "Task",
     "TaskCancelled",
@@ -69,28 +60,53 @@ __all__ = [
     "acancel",
     "aexecute_later",
     "astop_requested",
-    "autodiscover_tasks",
     "cancel",
     "current_task_id",
     "dead_letters",
-    "decode_message",
     "delete_dead",
-    "encode_message",
     "enqueue_in_script",
     "enqueue_many",
     "execute_later",
     "get_result",
-    "get_task",
-    "known_groups",
-    "known_queues",
     "queue_stats",
     "recover_and_promote",
     "requeue_dead",
-    "same_group",
     "send_sold_email_via_queue",
     "stop_requested",
     "task",
 ]
+
+
+#: What this package exported before its public surface was cut to what users call: the
+#: key layout, the message codec, the registry's look-ups, the operators' listings and
+#: constants. Still importable from here, with a DeprecationWarning, until 0.2.
+_MOVED = {
+    "DEFAULT_GROUP": "keys",
+    "WAKE_TOKEN_MS": "keys",
+    "QueueKeys": "keys",
+    "same_group": "keys",
+    "decode_message": "messages",
+    "encode_message": "messages",
+    "RunOptions": "options",
+    "LATENESS_SAMPLES": "records",
+    "known_groups": "records",
+    "known_queues": "records",
+    "autodiscover_tasks": "registry",
+    "get_task": "registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    home = f"{__name__}.{module}"
+    warnings.warn(
+        f"{__name__}.{name} is not public API and will be removed in 0.2; it lives in {home}.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
 
 
 # -- the sold-item email (Redis in Action 6.4.1) -------------------------------------

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.core import checks
 from django.utils.module_loading import import_string
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import InvalidName, TaskCancelled
 from django_rcoord.queues.framework import (
     BaseTaskBackend,

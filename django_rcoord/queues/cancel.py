@@ -8,7 +8,8 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any
 
-from django_rcoord.connection import aresolve_client, resolve_client
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import metric_labels
 from django_rcoord.queues.keys import GROUP_KEYS_MS, QueueKeys, group_of_task_id

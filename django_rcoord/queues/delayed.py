@@ -23,8 +23,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_rcoord.connection import RECONNECT_BACKOFF, resolve_client
-from django_rcoord.connection.errors import log_answering_again, log_waited_out
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.errors import RECONNECT_BACKOFF, log_answering_again, log_waited_out
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import QueueKeys, registry_keys
 from django_rcoord.queues.periodic import fire_due, schedules

@@ -11,7 +11,9 @@ from typing import Any, NamedTuple
 
 from django_rcoord import tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import aresolve_client, resolve_client, slot_pipeline
+from django_rcoord.connection import slot_pipeline
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,

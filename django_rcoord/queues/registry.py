@@ -11,7 +11,7 @@ from typing import Any
 
 from django.apps import apps
 
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.keys import check_queue_name
 from django_rcoord.queues.messages import encode_message

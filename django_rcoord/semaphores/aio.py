@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from django_rcoord import steps, tracing
-from django_rcoord.connection import aresolve_client
+from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.locks import new_identifier
 from django_rcoord.renewal import Renewal, akeep_alive
 from django_rcoord.scripts import arun_script

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from django_rcoord import steps, tracing
-from django_rcoord.connection import resolve_client
+from django_rcoord.connection.clients import resolve_client
 from django_rcoord.locks import new_identifier
 from django_rcoord.renewal import Renewal, keep_alive
 from django_rcoord.scripts import run_script

@@ -14,26 +14,6 @@ ASGI view.
 
 from __future__ import annotations
 
-from django_rcoord.queues.worker.isolation import ProcessTaskRunner
-from django_rcoord.queues.worker.loop import ACK_AFTER_MS, ISOLATIONS, Worker
-from django_rcoord.queues.worker.prefetch import PREFETCH_BUDGET_MS, PrefetchPolicy
-from django_rcoord.queues.worker.runner import Done, Job, Outcome, TaskRunner
-from django_rcoord.queues.worker.session import IDLE_CHECK, QueueSession
-from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
+from django_rcoord.queues.worker.loop import Worker
 
-__all__ = [
-    "ACK_AFTER_MS",
-    "IDLE_CHECK",
-    "ISOLATIONS",
-    "PREFETCH_BUDGET_MS",
-    "Done",
-    "Job",
-    "Outcome",
-    "PrefetchPolicy",
-    "ProcessTaskRunner",
-    "QueueSession",
-    "TaskRunner",
-    "Worker",
-    "default_queues",
-    "waiting_elsewhere",
-]
+__all__ = ["Worker"]

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import REDIS_ERRORS
+from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.worker.runner import Job, run_options_of
 from django_rcoord.ratelimit import hit

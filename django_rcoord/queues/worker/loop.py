@@ -25,8 +25,12 @@ from typing import Any
 from django.db import close_old_connections
 
 from django_rcoord.conf import conf
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.connection.errors import log_answering_again, log_waited_out
+from django_rcoord.connection.errors import (
+    RECONNECT_BACKOFF,
+    REDIS_ERRORS,
+    log_answering_again,
+    log_waited_out,
+)
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks

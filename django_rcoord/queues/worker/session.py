@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django_rcoord.connection import RECONNECT_BACKOFF, REDIS_ERRORS, resolve_client
+from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
 from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.cancel import stop_key

@@ -275,7 +275,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     from benchmarks import framework_tasks
     from django_rcoord.connection.features import SCRIPT_FLAGS
     from django_rcoord.queues import get_result
-    from django_rcoord.queues.records import record_keys, result_script
+    from django_rcoord.queues.results import record_keys, result_script
     from django_rcoord.scripts import run_script
 
     client = bench.client

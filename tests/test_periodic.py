@@ -20,14 +20,8 @@ from django.test import override_settings
 from django_rcoord.connection import get_client
 from django_rcoord.queues import periodic, queue_stats
 from django_rcoord.queues.keys import QueueKeys
-from django_rcoord.queues.periodic import (
-    MISSED_AFTER,
-    Schedule,
-    claim_key,
-    fire_due,
-    lateness_key,
-    schedules,
-)
+from django_rcoord.queues.periodic import MISSED_AFTER, claim_key, fire_due, lateness_key
+from django_rcoord.queues.schedules import Schedule, schedules
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks

@@ -24,7 +24,7 @@ from django_rcoord.queues import (
     requeue_dead,
 )
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
-from django_rcoord.queues.records import TaskRecord, aget_result, record_from
+from django_rcoord.queues.results import TaskRecord, aget_result, record_from
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
 from tests.procs import server_ms, wait_until

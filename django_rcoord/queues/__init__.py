@@ -41,15 +41,14 @@ from django_rcoord.queues.producer import (
     send_message,
 )
 from django_rcoord.queues.records import (
-    TaskRecord,
     dead_letters,
     delete_dead,
-    get_result,
     queue_stats,
     recover_and_promote,
     requeue_dead,
 )
 from django_rcoord.queues.registry import PermanentFailure, Task, task
+from django_rcoord.queues.results import TaskRecord, get_result
 
 __all__ = [
     "PermanentFailure",

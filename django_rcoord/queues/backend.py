@@ -45,7 +45,8 @@ from django_rcoord.queues.producer import (
     due_time,
     send_message,
 )
-from django_rcoord.queues.records import CANCELLED, FAILED, TaskRecord, aget_result, get_result
+from django_rcoord.queues.records import FAILED
+from django_rcoord.queues.results import CANCELLED, TaskRecord, aget_result, get_result
 from django_rcoord.queues.task_class import RedisTask, options_of
 from django_rcoord.queues.task_options import run_options_of, uniqueness_of
 from django_rcoord.validation import is_number
@@ -53,7 +54,6 @@ from django_rcoord.validation import is_number
 if TYPE_CHECKING:
     pass
 
-__all__ = ["RedisTaskBackend", "framework_task"]
 
 logger = logging.getLogger(__name__)
 

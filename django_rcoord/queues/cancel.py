@@ -17,14 +17,6 @@ from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
 
-__all__ = [
-    "acancel",
-    "astop_requested",
-    "cancel",
-    "current_task_id",
-    "stop_requested",
-]
-
 #: What task_cancel answers for a task it cancelled (2: asked a running one to stop).
 CANCELLED = 1
 

@@ -27,13 +27,12 @@ from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, log_answering_again, log_waited_out
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import QueueKeys, registry_keys
-from django_rcoord.queues.periodic import fire_due, schedules
+from django_rcoord.queues.periodic import fire_due
 from django_rcoord.queues.records import known_groups, known_queues, recover_and_promote
+from django_rcoord.queues.schedules import schedules
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 from django_rcoord.waiting import wait_for_signal
-
-__all__ = ["DelayQueue", "DueTaskPromoter", "poll_queue"]
 
 logger = logging.getLogger(__name__)
 

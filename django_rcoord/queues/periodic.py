@@ -72,17 +72,6 @@ from django_rcoord.queues.schedules import unknown_tasks as unknown_tasks
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD
 from django_rcoord.scripts import run_script
 
-__all__ = [
-    "LATENESS_SAMPLES",
-    "MISSED_AFTER",
-    "Schedule",
-    "claim_key",
-    "fire_due",
-    "lateness_key",
-    "schedule_status",
-    "schedules",
-]
-
 logger = logging.getLogger(__name__)
 
 #: A tick first seen more than this many seconds after it was due was missed (no poller

@@ -25,14 +25,6 @@ from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
-__all__ = [
-    "ScriptedEnqueue",
-    "aexecute_later",
-    "enqueue_in_script",
-    "enqueue_many",
-    "execute_later",
-]
-
 
 class Enqueue(NamedTuple):
     """A run of a task to queue: what every producer (``@task``, ``execute_later``, the

@@ -24,26 +24,11 @@ from django_rcoord.queues.messages import as_text, decode_message
 from django_rcoord.queues.results import CANCELLED as CANCELLED
 from django_rcoord.queues.results import FAILED as FAILED
 from django_rcoord.queues.results import READY as READY
-from django_rcoord.queues.results import TaskRecord, aget_result, get_result
 from django_rcoord.queues.results import record_from as record_from
 from django_rcoord.queues.results import record_keys as record_keys
 from django_rcoord.queues.results import result_script as result_script
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
-
-__all__ = [
-    "TaskRecord",
-    "aget_result",
-    "dead_letters",
-    "delete_dead",
-    "get_result",
-    "known_groups",
-    "known_queues",
-    "queue_stats",
-    "recover_and_promote",
-    "requeue_dead",
-]
-
 
 logger = logging.getLogger(__name__)
 

@@ -27,15 +27,6 @@ from django_rcoord.queues.producer import (
 )
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
-__all__ = [
-    "PermanentFailure",
-    "Task",
-    "autodiscover_tasks",
-    "get_task",
-    "registered_tasks",
-    "task",
-]
-
 
 class PermanentFailure(Exception):
     """Raise from a task to send it to the dead letters at once, without retries."""

@@ -26,15 +26,6 @@ from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, unique_for_problem
 from django_rcoord.validation import callable_problem
 
-__all__ = [
-    "OPTIONS",
-    "RUN_OPTIONS",
-    "follow_up_path",
-    "problems",
-    "run_options_of",
-    "uniqueness_of",
-]
-
 
 def _unique_key_problem(value: Any) -> str | None:
     if callable(value):

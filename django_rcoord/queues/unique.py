@@ -23,15 +23,6 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-__all__ = [
-    "UNIQUE_FIELD",
-    "UNIQUE_MS_FIELD",
-    "Uniqueness",
-    "make_uniqueness",
-    "of_task",
-    "remember",
-]
-
 #: The message field naming a task's claim (read by the Lua helper ``_unique``).
 UNIQUE_FIELD = "unique"
 #: The message field saying how long the claim lasts, ms (``unique_for``): a dead letter

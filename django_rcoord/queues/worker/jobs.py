@@ -19,8 +19,8 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.producer import QueuedInStep
-from django_rcoord.queues.records import TaskRecord, record_from
 from django_rcoord.queues.registry import get_task
+from django_rcoord.queues.results import TaskRecord, record_from
 
 
 @dataclass

@@ -31,7 +31,8 @@ from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.locks import Lock, LockLost
 from django_rcoord.queues import enqueue_many, execute_later, queue_stats, recover_and_promote
 from django_rcoord.queues.keys import QueueKeys
-from django_rcoord.queues.periodic import Schedule, fire_due
+from django_rcoord.queues.periodic import fire_due
+from django_rcoord.queues.schedules import Schedule
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import get_script
 from django_rcoord.semaphores import Semaphore
@@ -91,7 +92,11 @@ def kill_blocked_first() -> None:
 
 
 def sha(script: str) -> str:
-    return get_script(script).sha
+    """The SHA1 whose reply a test cuts; the script is loaded first, so the cut falls on
+    its run and not on a NOSCRIPT answer (which it gets where no earlier test ran it)."""
+    source = get_script(script)
+    get_client().script_load(source.script)
+    return source.sha
 
 
 def holder_is(name: str, identifier: str | None) -> bool:

@@ -129,7 +129,7 @@ _CLAIM_PARTS = ("claim", "lateness")
 _CLAIM_FIELDS = ("tick", "pending", "queue", "priority", "id", "message")
 
 # periodic_claim's answers.
-_CLAIMED, _SKIPPED, _EARLIER_PENDING = 1, 2, 3
+_TAKEN, _CLAIMED, _SKIPPED, _EARLIER_PENDING = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,10 @@ def _fire(
                 schedule.name,
                 local_datetime(latest).isoformat(),
             )
-        if outcome != _EARLIER_PENDING:
+        # Taken already: by another poller, or by this call's own claim whose reply was
+        # cut and which was sent again. Either way it may be pending: read the claim again
+        # and queue it (once, whoever does), rather than leave it to a later pass.
+        if outcome not in (_TAKEN, _EARLIER_PENDING):
             return fired
     return fired
 

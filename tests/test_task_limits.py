@@ -97,8 +97,7 @@ def test_held_back_deliveries_are_not_attempts_in_the_records() -> None:
 
 def test_a_held_back_delivery_leaves_the_record_as_it_was() -> None:
     from django_rcoord.queues.worker import Worker
-    from django_rcoord.queues.worker.jobs import Done
-    from django_rcoord.queues.worker.runner import later
+    from django_rcoord.queues.worker.jobs import Done, later
     from tests.test_queues import take
 
     task_id = tasks.at_most_two.delay(0)

@@ -38,8 +38,8 @@ from django_rcoord.locks import lock_status
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
-from django_rcoord.queues.records import READY, dead_letters, delete_dead, queue_stats, requeue_dead
-from django_rcoord.queues.results import get_result
+from django_rcoord.queues.records import dead_letters, delete_dead, queue_stats, requeue_dead
+from django_rcoord.queues.results import READY, get_result
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import semaphore_status
 from django_rcoord.validation import parse_int_in

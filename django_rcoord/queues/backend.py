@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core import checks
 from django.utils.module_loading import import_string
@@ -45,15 +45,10 @@ from django_rcoord.queues.producer import (
     due_time,
     send_message,
 )
-from django_rcoord.queues.records import FAILED
-from django_rcoord.queues.results import CANCELLED, TaskRecord, aget_result, get_result
+from django_rcoord.queues.results import CANCELLED, FAILED, TaskRecord, aget_result, get_result
 from django_rcoord.queues.task_class import RedisTask, options_of
 from django_rcoord.queues.task_options import run_options_of, uniqueness_of
 from django_rcoord.validation import is_number
-
-if TYPE_CHECKING:
-    pass
-
 
 logger = logging.getLogger(__name__)
 

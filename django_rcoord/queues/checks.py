@@ -9,7 +9,7 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.queues import periodic, task_options
+from django_rcoord.queues import schedules, task_options
 from django_rcoord.queues.keys import one_group
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
@@ -202,12 +202,12 @@ def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMes
     )
     errors: list[CheckMessage] = [
         Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)
-        for check_id, text in periodic.problems(raw)
+        for check_id, text in schedules.problems(raw)
     ]
     if errors or not look_up_tasks:
         return errors
     try:
-        unknown = periodic.unknown_tasks(raw)
+        unknown = schedules.unknown_tasks(raw)
     # The project's own modules may raise anything on import: a check reports, never crashes.
     except Exception as exc:  # noqa: BLE001
         return [

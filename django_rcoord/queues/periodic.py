@@ -64,11 +64,6 @@ from django_rcoord.queues.schedules import (
     resolve_target,
     schedules,
 )
-
-# Still importable from here, where they were before schedules.py held them (the checks
-# read them as periodic.problems and periodic.unknown_tasks).
-from django_rcoord.queues.schedules import problems as problems
-from django_rcoord.queues.schedules import unknown_tasks as unknown_tasks
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD
 from django_rcoord.scripts import run_script
 

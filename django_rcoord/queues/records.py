@@ -19,14 +19,6 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import as_text, decode_message
-
-# Still importable from here, where they were before results.py held them.
-from django_rcoord.queues.results import CANCELLED as CANCELLED
-from django_rcoord.queues.results import FAILED as FAILED
-from django_rcoord.queues.results import READY as READY
-from django_rcoord.queues.results import record_from as record_from
-from django_rcoord.queues.results import record_keys as record_keys
-from django_rcoord.queues.results import result_script as result_script
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 

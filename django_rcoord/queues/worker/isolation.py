@@ -26,15 +26,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues.worker.runner import (
-    Done,
-    Job,
-    Outcome,
-    TaskRunner,
-    class_path,
-    run_options_of,
-    stopped,
-)
+from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, run_options_of, stopped
+from django_rcoord.queues.worker.runner import TaskRunner
 
 logger = logging.getLogger(__name__)
 

@@ -36,8 +36,9 @@ from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.worker.gates import TaskGates, Wait
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
+from django_rcoord.queues.worker.jobs import Done, Job, later
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
-from django_rcoord.queues.worker.runner import Done, Job, TaskRunner, later
+from django_rcoord.queues.worker.runner import TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch

@@ -33,9 +33,6 @@ from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.registry import PermanentFailure, get_task
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, not_runnable, stopped
 
-# Still importable from here, where they were before jobs.py held them.
-from django_rcoord.queues.worker.jobs import later as later
-from django_rcoord.queues.worker.jobs import run_options_of as run_options_of
 
 logger = logging.getLogger(__name__)
 

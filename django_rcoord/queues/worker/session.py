@@ -23,7 +23,8 @@ from django_rcoord.ops.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
-from django_rcoord.queues.worker.runner import Done, Job, log_outcome
+from django_rcoord.queues.worker.jobs import Done, Job
+from django_rcoord.queues.worker.runner import log_outcome
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import wait_for_signal
 

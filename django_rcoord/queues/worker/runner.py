@@ -33,7 +33,6 @@ from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.registry import PermanentFailure, get_task
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, not_runnable, stopped
 
-
 logger = logging.getLogger(__name__)
 
 

@@ -45,29 +45,64 @@ def test_each_script_has_a_header_naming_keys_args_and_return(package: str, name
     assert "Returns" in text, name
 
 
+#: A redis.call's first argument, and the name it starts from: KEYS[...], or a key table's
+#: entry (``group.results``, ``queues[index].ready``).
+REDIS_CALL = re.compile(r"redis\.call\('(\w+)',\s*([^,)]+)")
+#: A table of keys: ``name = { part = KEYS[...], ... }`` (or ``name[...] = {...}``).
+TABLE = re.compile(r"(\w+)(?:\[[^\]]*\])?\s*=\s*\{([^{}]*)\}")
+
+
+def key_tables(code: str) -> set[str]:
+    """The tables a script fills with nothing but its KEYS, by name (``group``, ``queues``)."""
+    tables = set()
+    for name, body in TABLE.findall(code):
+        values = [entry.split("=", 1)[-1].strip() for entry in body.split(",") if entry.strip()]
+        if values and all(value.startswith("KEYS[") for value in values):
+            tables.add(name)
+    return tables
+
+
+def base(argument: str) -> str:
+    """The name an argument starts from: ``queues`` for ``queues[index].ready``."""
+    match = re.match(r"\w+", argument.strip())
+    return match[0] if match else argument
+
+
+def without_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+
+
 @pytest.mark.parametrize(("package", "name"), SCRIPTS)
 def test_scripts_touch_keys_only_through_keys(package: str, name: str) -> None:
-    """A key built inside a script could sit in another cluster slot."""
-    code = "\n".join(
-        line for line in source(package, name).splitlines() if not line.lstrip().startswith("--")
-    )
-    for call in re.finditer(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
+    """A key built inside a script could sit in another cluster slot: every key it names is
+    one of its KEYS, directly or through a table holding nothing but KEYS."""
+    code = without_comments(source(package, name))
+    allowed = {"KEYS", *key_tables(code)}
+    for call in REDIS_CALL.finditer(code):
         command, first = call.groups()
         if command.upper() == "TIME":
             continue
-        assert first.startswith("KEYS["), f"{name}: {call.group(0)}"
+        assert base(first) in allowed, f"{name}: {call.group(0)}"
+
+
+def test_key_tables_hold_only_keys() -> None:
+    code = "local group = {\n    messages = KEYS[1], owners = KEYS[2],\n}\n"
+    code += (
+        "queues[index] = {\n    ready = KEYS[first + 1],\n}\nlocal t = {a = KEYS[1], b = ARGV[1]}"
+    )
+    assert key_tables(code) == {"group", "queues"}
 
 
 def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> None:
     assert HELPERS, "the ready-queue helper is shared by several scripts"
     for package, helper in HELPERS:
-        code = source(package, helper)
+        code = without_comments(source(package, helper))
         functions = dict(re.findall(r"local function (\w+)\(([^)]*)\)", code))
         parameters = {name.strip() for names in functions.values() for name in names.split(",")}
         key_parameters = set()
-        for call in re.finditer(r"redis\.call\('(\w+)',\s*([^,)]+)", code):
-            assert call[2].strip() in parameters, f"{helper}: {call[0]}"
-            key_parameters.add(call[2].strip())
+        for call in REDIS_CALL.finditer(code):
+            assert base(call[2]) in parameters | {"KEYS"}, f"{helper}: {call[0]}"
+            key_parameters.add(base(call[2]))
         for package_, name in SCRIPTS:
             # "--! include _name" in its own package, "--! include package:_name" elsewhere.
             qualifier = "" if package_ == package else f"{package}:"
@@ -78,13 +113,15 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
             expanded = script_text(helper, package)
             assert "--! include" not in script
             assert expanded.strip() in script
-            # Every key a helper is given is one of the script's KEYS.
+            # Every key a helper is given is one of the script's KEYS, or a table of them.
+            caller = without_comments(source(package_, name))
+            allowed = {"KEYS", *key_tables(caller)}
             for function, names in functions.items():
                 arguments = [argument.strip() for argument in names.split(",")]
                 positions = [i for i, arg in enumerate(arguments) if arg in key_parameters]
-                for call in re.finditer(rf"\b{function}\(([^)]*)\)", source(package_, name)):
+                for call in re.finditer(rf"\b{function}\(([^)]*)\)", caller):
                     passed = [argument.strip() for argument in call[1].split(",")]
-                    assert all(passed[i].startswith("KEYS[") for i in positions), call[0]
+                    assert all(base(passed[i]) in allowed for i in positions), call[0]
 
 
 def test_one_script_object_per_name_and_reload_after_flush(redis_client) -> None:

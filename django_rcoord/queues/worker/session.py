@@ -22,6 +22,7 @@ from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.runner import log_outcome
@@ -104,22 +105,13 @@ class QueueSession:
         seconds. A retried call carries the same nonce, so one whose reply was lost is
         answered as it ran, not run twice."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
-        args: list[Any] = [
-            self.worker_id,
-            self.lease_ms,
-            result_ttl_ms(),
-            idle_ms,
-            "1" if self._idle_registered else "0",
+        keys, args = self.finish_call(
+            done,
             take,
-            len(done),
-            f"{self._exchanges}",
-        ]
-        for item in done:
-            args += _finish_args(item)
-        keys = self._finish_keys
-        follow_up_keys, follow_up_args = _follow_ups(done)
-        if follow_up_keys:
-            keys, args = [*keys, *follow_up_keys], [*args, *follow_up_args]
+            idle_ms=idle_ms,
+            registered=self._idle_registered,
+            nonce=f"{self._exchanges}",
+        )
         deadline = time.monotonic() + (self.lease if patience is None else patience)
         failures = 0
         while True:
@@ -155,25 +147,48 @@ class QueueSession:
 
     def finish(self, done: Done) -> bool:
         """Finish one task on its own, taking nothing; True when this worker still held it."""
-        follow_up_keys, follow_up_args = _follow_ups([done])
-        (finished,), _ = run_script(
-            "task_finish",
-            self.client,
-            keys=[*self._finish_keys, *follow_up_keys],
-            args=[
-                self.worker_id,
-                self.lease_ms,
-                result_ttl_ms(),
-                0,
-                "0",
-                0,
-                1,
-                "",
-                *_finish_args(done),
-                *follow_up_args,
-            ],
-        )
+        keys, args = self.finish_call([done], 0)
+        (finished,), _ = run_script("task_finish", self.client, keys=keys, args=args)
         return bool(finished)
+
+    def finish_call(
+        self,
+        done: Sequence[Done],
+        take: int,
+        *,
+        idle_ms: int = 0,
+        registered: bool = False,
+        nonce: str = "",
+    ) -> tuple[list[Any], list[Any]]:
+        """The KEYS and ARGV of one ``task_finish`` call (see task_finish.lua): finish
+        ``done``, take up to ``take``; the call's settings as one JSON record, then one per
+        finished task, whose follow-up (if any) names where its keys start among KEYS."""
+        keys: list[Any] = self._finish_keys
+        args: list[Any] = [
+            json.dumps(
+                {
+                    "worker": self.worker_id,
+                    "lease": self.lease_ms,
+                    "result_ttl": result_ttl_ms(),
+                    "idle_ms": idle_ms,
+                    "registered": registered,
+                    "take": take,
+                    "queues": len(self.queues),
+                    "nonce": nonce,
+                },
+                separators=(",", ":"),
+            )
+        ]
+        for item in done:
+            record = _finish_record(item)
+            step = item.outcome.follow_up
+            if step is not None:
+                if keys is self._finish_keys:
+                    keys = list(keys)
+                record["follow_up"] = _follow_up_record(step, first_key=len(keys) + 1)
+                keys += step.keys
+            args.append(json.dumps(record, separators=(",", ":")))
+        return keys, args
 
     def _job(self, entry: Any) -> Job:
         task_id, body, queue_index, failures, state = entry
@@ -335,39 +350,38 @@ class QueueSession:
             logger.warning("worker %s could not sign off (%s)", self.worker_id, exc)
 
 
-def _finish_args(done: Done) -> list[Any]:
-    """A finished task's ten values among the finish script's ARGV (see task_finish.lua)."""
+def _finish_record(done: Done) -> dict[str, Any]:
+    """A finished task's record for the finish script (see task_finish.lua)."""
     outcome = done.outcome
-    return [
-        done.job.id,
-        done.job.queue_index,
-        outcome.kind,
-        outcome.error,
-        outcome.delay_ms,
-        outcome.value_json,
-        outcome.error_entry,
-        metric_labels(done.job.queue.name, outcome.task_name),
-        duration_bucket(done.took_ms / 1000),
-        round(done.took_ms * 1000),
-    ]
+    return {
+        "id": done.job.id,
+        "queue": done.job.queue_index,
+        "outcome": outcome.kind,
+        "error": outcome.error,
+        "delay": outcome.delay_ms,
+        "value": outcome.value_json,
+        "entry": outcome.error_entry,
+        "labels": metric_labels(done.job.queue.name, outcome.task_name),
+        "bucket": duration_bucket(done.took_ms / 1000),
+        "us": round(done.took_ms * 1000),
+    }
 
 
-def _follow_ups(done: Sequence[Done]) -> tuple[list[Any], list[Any]]:
-    """The follow-up tasks of ``done`` for the finish script: (KEYS after the queues' keys,
-    ARGV after the finished tasks' values); empty when there is none."""
-    steps = [
-        (position, item.outcome.follow_up)
-        for position, item in enumerate(done, 1)
-        if item.outcome.follow_up is not None
-    ]
-    if not steps:
-        return [], []
-    keys: list[Any] = []
-    args: list[Any] = [len(steps)]
-    for position, step in steps:
-        keys += step.keys
-        args += [position, *step.args, step.claim, step.claim_ms]
-    return keys, args
+def _follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
+    """A follow-up task for the finish script to queue (see _follow_ups.lua); its five
+    keys follow the others from KEYS[first_key]."""
+    task_id, message, queue, priority, wake_ms, keep_ms = step.args
+    return {
+        "keys": first_key,
+        "id": task_id,
+        "message": message.decode() if isinstance(message, bytes) else message,
+        "queue": queue,
+        "priority": int(priority),
+        "wake_ms": int(wake_ms),
+        "keep_ms": int(keep_ms),
+        "claim": step.claim,
+        "claim_ms": step.claim_ms,
+    }
 
 
 def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:

@@ -1,0 +1,85 @@
+-- Taking tasks: task_finish.lua's last step. Needs _records. `group` holds the group's keys
+-- by name and `queues[index]` a queue's (ready, in_flight, delayed, dead), in priority order.
+
+-- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
+-- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
+-- delivery. Returns the tasks taken ({id, message, queue index, failures, record state}
+-- each) and how many were wanted in the end: a task that lost a worker before (id:lost)
+-- is taken alone (first, or back for a later call with the tasks after it), so that a task
+-- killing its workers does not count against the tasks taken with it.
+local function take_tasks(group, queues, worker, wanted, now, lease)
+    local taken = {}
+    for queue_index = 1, #queues do
+        if #taken >= wanted then
+            break
+        end
+        local popped = redis.call('ZPOPMIN', queues[queue_index].ready, wanted - #taken)
+        local ids, scores = {}, {}
+        for index = 1, #popped, 2 do
+            ids[#ids + 1] = popped[index]
+            scores[#scores + 1] = popped[index + 1]
+        end
+        if #ids > 0 then
+            local fields = {}
+            for index = 1, #ids do
+                fields[#fields + 1] = ids[index]
+                fields[#fields + 1] = ids[index] .. ':lost'
+            end
+            local messages = redis.call('HMGET', group.messages, unpack(ids))
+            local failures = redis.call('HMGET', group.failures, unpack(fields))
+            local raw_states = redis.call('HMGET', group.results, unpack(ids))
+            local leases, owners, records, put_back = {}, {}, {}, {}
+            local function put_back_from(first)
+                for rest = first, #ids do
+                    put_back[#put_back + 1] = scores[rest]
+                    put_back[#put_back + 1] = ids[rest]
+                end
+                wanted = #taken
+            end
+            for index = 1, #ids do
+                local id = ids[index]
+                local lost = tonumber(failures[index * 2] or '0') > 0
+                if lost and #taken > 0 then
+                    -- Taken alone: it goes back, with the tasks after it, for a later call;
+                    -- and no lower-priority queue fills the batch ahead of them.
+                    put_back_from(index)
+                    break
+                end
+                -- An id whose message is gone was acknowledged already (a duplicate): skip it.
+                if messages[index] then
+                    leases[#leases + 1] = now + lease
+                    leases[#leases + 1] = id
+                    owners[#owners + 1] = id
+                    owners[#owners + 1] = worker
+                    local state = parse_state(raw_states[index])
+                    state[1] = 'RUNNING'
+                    if state[2] == '' then
+                        state[2] = now
+                    end
+                    state[3] = now
+                    state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
+                    local raw = table.concat(state, '|')
+                    records[#records + 1] = id
+                    records[#records + 1] = raw
+                    taken[#taken + 1] = {
+                        id, messages[index], queue_index,
+                        tonumber(failures[index * 2 - 1] or '0'), raw
+                    }
+                    if lost then
+                        put_back_from(index + 1)
+                        break
+                    end
+                end
+            end
+            if #leases > 0 then
+                redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
+                redis.call('HSET', group.owners, unpack(owners))
+                redis.call('HSET', group.results, unpack(records))
+            end
+            if #put_back > 0 then
+                redis.call('ZADD', queues[queue_index].ready, unpack(put_back))
+            end
+        end
+    end
+    return taken, wanted
+end

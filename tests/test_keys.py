@@ -15,6 +15,7 @@ from django_rcoord.keys import (
     encode_name,
     instance_keys,
 )
+from django_rcoord.queues.keys import GroupKeys, QueueKeys
 
 HOSTILE_NAMES = [
     "a",
@@ -142,3 +143,27 @@ def test_instance_keys_refuse_unusable_names_every_time(bad: object) -> None:
 def test_kind_is_checked() -> None:
     with pytest.raises(ValueError, match="kind must match"):
         KeySpace("Lock:{x}", "name")
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_queue_groups_keys_share_its_slot_whatever_the_worker_or_task_id(name: str) -> None:
+    group = GroupKeys.of("reports")
+    queue = QueueKeys.of("reports/pdf")
+    assert queue.group_keys is group
+    assert (queue.messages, queue.results, queue.metrics) == (
+        group.messages,
+        group.results,
+        group.metrics,
+    )
+    keys = [group.heartbeat(name), group.exchange(name), group.stop(name), group.workers]
+    assert len({group.heartbeat(name), group.exchange(name), group.stop(name)}) == 3
+    assert {key_slot(key.encode()) for key in keys} == {key_slot(group.hash_tag.encode())}
+    # A worker or task id cannot name another group's key, nor another part of this one.
+    assert group.heartbeat(name) != GroupKeys.of(name).heartbeat("reports")
+    assert group.heartbeat(name) not in {group.messages, group.owners, group.workers}
+
+
+def test_a_groups_keys_follow_the_key_prefix() -> None:
+    with override_settings(RCOORD={"KEY_PREFIX": "other"}):
+        assert GroupKeys.of("main").workers.startswith("other:queue:")
+    assert not GroupKeys.of("main").workers.startswith("other:")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.keys import KeySpace
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -100,9 +99,10 @@ class QueueMetrics:
 def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
     """One HGETALL of the group's metrics HASH (its size is set by the number of queues and
     task names, not by the number of tasks run)."""
-    return metrics_from_hash(
-        resolve_client(client).hgetall(KeySpace("queue", group).key("metrics"))
-    )
+    # The queues import this module's labels: their keys are imported once they are.
+    from django_rcoord.queues.keys import GroupKeys
+
+    return metrics_from_hash(resolve_client(client).hgetall(GroupKeys.of(group).metrics))
 
 
 def metrics_from_hash(raw: dict[bytes, bytes]) -> QueueMetrics:

@@ -10,9 +10,8 @@ from typing import Any
 
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import cancelled_in, finished_per_minute, metrics_from_hash
-from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, QueueKeys
+from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, GroupKeys, QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
@@ -118,16 +117,16 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     holds, then each queue's counts and heads and each worker's heartbeat, then the lengths
     of the messages of the heads and of the tasks running, then those not too long to read
     (``MAX_MESSAGE_READ``)."""
-    space = KeySpace("queue", group)
+    group_keys = GroupKeys.of(group)
     workers_key, owners_key, messages_key = (
-        space.key("workers"),
-        space.key("owners"),
-        space.key("messages"),
+        group_keys.workers,
+        group_keys.owners,
+        group_keys.messages,
     )
     with slot_pipeline(client, messages_key, transaction=False) as pipe:
-        pipe.hgetall(space.key("metrics"))
-        pipe.hkeys(space.key("queues"))
-        pipe.lrange(space.key("lateness"), 0, -1)
+        pipe.hgetall(group_keys.metrics)
+        pipe.hkeys(group_keys.queues)
+        pipe.lrange(group_keys.lateness, 0, -1)
         pipe.hlen(owners_key)
         pipe.smembers(workers_key)
         raw_metrics, raw_names, raw_lateness, in_flight, members = pipe.execute()
@@ -144,8 +143,8 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
         if show_owners:
             pipe.hgetall(owners_key)
         for worker_id in worker_ids:
-            pipe.get(space.key(f"worker:{worker_id}"))
-            pipe.pttl(space.key(f"worker:{worker_id}"))
+            pipe.get(group_keys.heartbeat(worker_id))
+            pipe.pttl(group_keys.heartbeat(worker_id))
         replies = iter(pipe.execute())
     per_queue = []
     for queue in keys:

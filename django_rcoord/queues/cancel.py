@@ -10,9 +10,8 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
-from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import metric_labels
-from django_rcoord.queues.keys import GROUP_KEYS_MS, QueueKeys, group_of_task_id
+from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
@@ -39,7 +38,7 @@ def cancel(task_id: str, *, client: Any = None) -> bool:
     if group is None:
         return False
     client = resolve_client(client)
-    body = client.hget(QueueKeys.of(f"{group}/q").messages, task_id)
+    body = client.hget(GroupKeys.of(group).messages, task_id)
     call = _call_for(task_id, group, body)
     if call is None:
         return False
@@ -52,7 +51,7 @@ async def acancel(task_id: str, *, client: Any = None) -> bool:
     if group is None:
         return False
     client = await aresolve_client(client)
-    body = await client.hget(QueueKeys.of(f"{group}/q").messages, task_id)
+    body = await client.hget(GroupKeys.of(group).messages, task_id)
     call = _call_for(task_id, group, body)
     if call is None:
         return False
@@ -107,7 +106,7 @@ _current_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 def stop_key(task_id: str, group: str) -> str:
     """The key whose presence asks running task ``task_id`` of ``group`` to stop."""
-    return KeySpace("queue", group).key(f"stop:{task_id}")
+    return GroupKeys.of(group).stop(task_id)
 
 
 def current_task_id() -> str | None:

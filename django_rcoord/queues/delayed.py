@@ -26,7 +26,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, log_answering_again, log_waited_out
 from django_rcoord.keys import KeySpace
-from django_rcoord.queues.keys import QueueKeys, registry_keys
+from django_rcoord.queues.keys import GroupKeys, QueueKeys, registry_keys
 from django_rcoord.queues.periodic import fire_due
 from django_rcoord.queues.records import known_groups, known_queues, recover_and_promote
 from django_rcoord.queues.schedules import schedules
@@ -183,7 +183,7 @@ class DueTaskPromoter:
                 self.queues()
                 self._watch(registry_keys()[1])
                 for group in self._groups:
-                    self._watch(QueueKeys.of(f"{group}/-").schedule)
+                    self._watch(GroupKeys.of(group).schedule)
                 # Woken early when a task is scheduled sooner than we would look again, in
                 # any group, or a new group appears.
                 if self._sleep(sleep):

@@ -31,12 +31,84 @@ _TASK_UUID = re.compile(r"[0-9a-f]{32}\Z")
 
 
 @dataclass(frozen=True)
+class GroupKeys:
+    """The keys of one queue group: those its queues share, and the keys it keeps per
+    worker and per task. The one place their layout is written; ``QueueKeys`` takes its
+    group's from here."""
+
+    group: str
+    hash_tag: str  # what Redis Cluster hashes: every key of the group is in its slot
+    messages: str
+    owners: str
+    failures: str
+    errors: str
+    queues: str
+    wake: str
+    schedule: str
+    lateness: str
+    results: str
+    results_expiry: str
+    idle: str
+    periodic: str
+    metrics: str
+    workers: str  # SET of the ids of its workers (see ``heartbeat``)
+
+    @classmethod
+    def of(cls, group: str) -> GroupKeys:
+        """The keys of ``group`` (built once per group and key prefix)."""
+        return _group_keys(group, conf.KEY_PREFIX)
+
+    @classmethod
+    def _build(cls, group: str) -> GroupKeys:
+        space = KeySpace("queue", group)
+        return cls(
+            group=group,
+            hash_tag=space.hash_tag,
+            messages=space.key("messages"),
+            owners=space.key("owners"),
+            failures=space.key("failures"),
+            errors=space.key("errors"),
+            queues=space.key("queues"),
+            wake=space.key("wake"),
+            schedule=space.key("schedule"),
+            lateness=space.key("lateness"),
+            results=space.key("results"),
+            results_expiry=space.key("results-expiry"),
+            idle=space.key("idle"),
+            periodic=space.key("periodic"),
+            metrics=space.key("metrics"),
+            workers=space.key("workers"),
+        )
+
+    def heartbeat(self, worker_id: str) -> str:
+        """STRING of worker ``worker_id``: what it watches and has done, while it lives."""
+        return self._key(f"worker:{worker_id}")
+
+    def exchange(self, worker_id: str) -> str:
+        """STRING of worker ``worker_id``'s last call to the finish script (its retries)."""
+        return self._key(f"exchange:{worker_id}")
+
+    def stop(self, task_id: str) -> str:
+        """The key whose presence asks running task ``task_id`` to stop (``cancel()``)."""
+        return self._key(f"stop:{task_id}")
+
+    def _key(self, part: str) -> str:
+        return KeySpace("queue", self.group).key(part)
+
+
+@functools.lru_cache(maxsize=1024)
+def _group_keys(group: str, prefix: str) -> GroupKeys:
+    return GroupKeys._build(group)
+
+
+@dataclass(frozen=True)
 class QueueKeys:
-    """The keys of one queue and of the group it belongs to."""
+    """The keys of one queue and of the group it belongs to (``group_keys``)."""
 
     name: str  # as given, e.g. "email" or "reports/pdf"
     group: str
     queue: str
+    group_keys: GroupKeys
     messages: str
     owners: str
     failures: str
@@ -65,28 +137,30 @@ class QueueKeys:
     @classmethod
     def _build(cls, name: str) -> QueueKeys:
         group, queue = split_queue_name(name)
+        shared = GroupKeys.of(group)
         space = KeySpace("queue", group)
         return cls(
             name=name,
             group=group,
             queue=queue,
-            messages=space.key("messages"),
-            owners=space.key("owners"),
-            failures=space.key("failures"),
-            errors=space.key("errors"),
-            queues=space.key("queues"),
-            wake=space.key("wake"),
-            schedule=space.key("schedule"),
-            lateness=space.key("lateness"),
+            group_keys=shared,
+            messages=shared.messages,
+            owners=shared.owners,
+            failures=shared.failures,
+            errors=shared.errors,
+            queues=shared.queues,
+            wake=shared.wake,
+            schedule=shared.schedule,
+            lateness=shared.lateness,
             ready=space.key(f"ready:{queue}"),
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),
             dead=space.key(f"dead:{queue}"),
-            results=space.key("results"),
-            results_expiry=space.key("results-expiry"),
-            idle=space.key("idle"),
-            periodic=space.key("periodic"),
-            metrics=space.key("metrics"),
+            results=shared.results,
+            results_expiry=shared.results_expiry,
+            idle=shared.idle,
+            periodic=shared.periodic,
+            metrics=shared.metrics,
         )
 
     @functools.cached_property

@@ -14,7 +14,6 @@ from django_rcoord.conf import conf
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
-from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
@@ -337,7 +336,7 @@ def enqueue_in_script(
     )
     register_group(resolve_client(client), queue_keys.group)
     return ScriptedEnqueue(
-        task_id, queue_keys.group, KeySpace("queue", queue_keys.group).hash_tag, list(keys), argv
+        task_id, queue_keys.group, queue_keys.group_keys.hash_tag, list(keys), argv
     )
 
 

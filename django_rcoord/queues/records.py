@@ -10,11 +10,11 @@ from typing import Any
 from django_rcoord.conf import conf
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.keys import KeySpace
 from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
+    GroupKeys,
     QueueKeys,
     registry_keys,
 )
@@ -191,7 +191,7 @@ def _dead_in_batches(
 
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:
     """Names of the queues of ``group`` that have ever had a task."""
-    members = resolve_client(client).hkeys(KeySpace("queue", group).key("queues"))
+    members = resolve_client(client).hkeys(GroupKeys.of(group).queues)
     names = sorted(member.decode() for member in members)
     return names if group == DEFAULT_GROUP else [f"{group}/{name}" for name in names]
 
@@ -201,15 +201,15 @@ def forget_gone_workers(group: str = DEFAULT_GROUP, *, client: Any = None) -> in
     without signing off); returns how many. A worker signing off calls it, so the status
     pages and endpoints, which only read, need not: they leave such members out. One that
     was only late comes back with its next heartbeat."""
-    space = KeySpace("queue", group)
-    workers_key = space.key("workers")
+    group_keys = GroupKeys.of(group)
+    workers_key = group_keys.workers
     client = resolve_client(client)
     members = sorted(client.smembers(workers_key))
     if not members:
         return 0
     with slot_pipeline(client, workers_key, transaction=False) as pipe:
         for member in members:
-            pipe.exists(space.key(f"worker:{member.decode()}"))
+            pipe.exists(group_keys.heartbeat(member.decode()))
         alive = pipe.execute()
     gone = [member for member, exists in zip(members, alive, strict=True) if not exists]
     if gone:

@@ -16,7 +16,7 @@ from redis.exceptions import ResponseError
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.connection.loops import aresolve_client
-from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.keys import GroupKeys, group_of_task_id
 from django_rcoord.queues.messages import as_text, decode_message
 from django_rcoord.scripts import arun_script, run_script
 
@@ -100,7 +100,7 @@ def record_keys(task_id: str) -> tuple[str, str, str, str] | None:
     group = group_of_task_id(task_id)
     if group is None:
         return None
-    keys = QueueKeys.of(f"{group}/q")
+    keys = GroupKeys.of(group)
     return keys.messages, keys.results, keys.results_expiry, keys.errors
 
 

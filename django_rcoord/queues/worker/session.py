@@ -18,7 +18,6 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.keys import KeySpace
 from django_rcoord.ops.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
@@ -59,9 +58,9 @@ class QueueSession:
         self.burst = burst
         self._client = client
         first = self.queues[0]
-        space = KeySpace("queue", first.group)
-        self._workers_key = space.key("workers")
-        self._heartbeat_key = space.key(f"worker:{worker_id}")
+        group_keys = first.group_keys
+        self._workers_key = group_keys.workers
+        self._heartbeat_key = group_keys.heartbeat(worker_id)
         # The finish script's keys: the group's, this worker's last exchange, then four
         # per queue, in priority order.
         self._finish_keys = [
@@ -73,7 +72,7 @@ class QueueSession:
             first.results_expiry,
             first.idle,
             first.metrics,
-            space.key(f"exchange:{worker_id}"),
+            group_keys.exchange(worker_id),
             *(
                 key
                 for queue in self.queues

@@ -1,7 +1,8 @@
-"""Framework tasks in the worker: running one that a ``RedisTaskBackend`` enqueued (its
-signals, context and final result), the follow-ups ``TASK_OPTIONS`` names for it, and its
-run options. The worker's ``TaskRunner`` calls ``run_framework_task`` for a message whose
-``backend`` field says it came through Django's Tasks framework.
+"""Framework tasks in the worker: the ``Call`` that runs one a ``RedisTaskBackend``
+enqueued (its context, its signals and final result), the follow-ups ``TASK_OPTIONS``
+names for it, and its run options. The worker's ``TaskRunner`` asks ``framework_call``
+for a message whose ``backend`` field says it came through Django's Tasks framework, and
+runs what it answers as it runs a ``@task``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import functools
 import inspect
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.backend import (
@@ -36,68 +37,71 @@ from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
 from django_rcoord.queues.registry import get_task
 from django_rcoord.queues.task_class import options_of
 from django_rcoord.queues.task_options import follow_up_path
-
-if TYPE_CHECKING:
-    from django_rcoord.queues.worker.jobs import Job, Outcome
-    from django_rcoord.queues.worker.runner import FollowUp, TaskRunner
+from django_rcoord.queues.worker.jobs import Call, FollowUp, Job, Outcome, Refusal
 
 logger = logging.getLogger(__name__)
 
 
-def run_framework_task(runner: TaskRunner, job: Job, message: dict[str, Any], name: str) -> Outcome:
-    """Run a task of Django's Tasks framework that this backend enqueued: find the task and
-    its backend, send ``task_started``, call it through ``runner.call``, then send
-    ``task_finished`` with its final result. What this release of the project cannot run
-    (a rolling deploy's newer task or settings) goes back through ``runner.not_here``."""
+def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refusal:
+    """The ``Call`` that runs a task of Django's Tasks framework that this backend enqueued:
+    its task and backend found, its context made, ``task_started`` sent before the call and
+    ``task_finished`` with its final result once its end is final. What this release of the
+    project cannot run (a rolling deploy's newer task or settings) is refused here only."""
     # The project's code and settings (the task's module, TASKS) may differ between the
     # releases of a rolling deploy: what fails here may run on a newer worker.
     try:
         task = framework_task(name)
     except Exception as exc:  # noqa: BLE001
-        return runner.not_here(job, name, f"importing {name!r} failed: {exc!r}")
+        return Refusal(f"importing {name!r} failed: {exc!r}")
     if task is None:
-        return runner.not_here(job, name, f"{name!r} is not a Tasks framework task here")
+        return Refusal(f"{name!r} is not a Tasks framework task here")
     try:
         backend = task_backends[message["backend"]]
     # An unknown alias, or a backend whose construction fails for any reason.
     except Exception as exc:  # noqa: BLE001
-        return runner.not_here(job, name, f"no Tasks backend {message['backend']!r}: {exc}")
+        return Refusal(f"no Tasks backend {message['backend']!r}: {exc}")
     if not isinstance(backend, RedisTaskBackend):
-        return runner.not_here(job, name, f"backend {backend.alias!r} is not RedisTaskBackend")
+        return Refusal(f"backend {backend.alias!r} is not RedisTaskBackend")
     args, kwargs = message.get("args", []), message.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
-        return runner.refuse(name, "args must be a JSON list and kwargs a JSON object")
+        return Refusal("args must be a JSON list and kwargs a JSON object", anywhere=True)
     record = job.record_of(message)
     assert record is not None  # its body is the message read above
     try:
         result = result_from_record(task, record)
     except Exception as exc:  # noqa: BLE001 - e.g. a queue this release's TASKS lacks
-        return runner.not_here(job, name, f"its result does not validate here: {exc!r}")
+        return Refusal(f"its result does not validate here: {exc!r}")
     if task.takes_context:
         args = [TaskContext(task_result=result), *args]
     problem = argument_problem(_signature(task.func), args, kwargs)
     if problem is not None:
-        return runner.refuse(name, f"the task does not accept these arguments: {problem}")
+        return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
     sender = type(backend)
-    _send_robust(task_started, "task_started", sender, result)
-    options = backend.run_options(task)
-    outcome = runner.call(job, name, task.func, args, kwargs, options)
-    if outcome.kind == "retry":
-        return outcome
-    outcome = runner.follow_up(job, outcome, functools.partial(follow_up_of, name), options)
-    if outcome.kind == "retry":  # its follow-up could not be queued
-        return outcome
-    finished = _finished(result, outcome)
-    if outcome.exception is None:
-        _send_robust(task_finished, "task_finished", sender, finished)
-    else:
+
+    def started() -> None:
+        _send_robust(task_started, "task_started", sender, result)
+
+    def ended(outcome: Outcome) -> None:
+        finished = _finished(result, outcome)
+        if outcome.exception is None:
+            _send_robust(task_finished, "task_finished", sender, finished)
+            return
         # Sent while the task's exception is being handled, as Django's own backends do:
         # the framework's receiver logs it with logger.exception.
         try:
             raise outcome.exception
         except BaseException:  # noqa: BLE001 - handled: it failed the task
             _send_robust(task_finished, "task_finished", sender, finished)
-    return outcome
+
+    return Call(
+        task.func,
+        args,
+        kwargs,
+        backend.run_options(task),
+        functools.partial(follow_up_of, name),
+        started,
+        ended,
+    )
 
 
 class FrameworkFollowUp:
@@ -142,7 +146,7 @@ def framework_run_options(message: dict[str, Any]) -> RunOptions:
     try:
         task = framework_task(message.get("task"))
         backend = task_backends[message["backend"]]
-    except Exception:  # noqa: BLE001 - run_framework_task reports why it cannot run
+    except Exception:  # noqa: BLE001 - framework_call says why it cannot run
         return RunOptions(max_retries=0)
     if task is None or not isinstance(backend, RedisTaskBackend):
         return RunOptions(max_retries=0)

@@ -19,7 +19,8 @@ from typing import Any
 
 from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.queues.options import RunOptions
-from django_rcoord.queues.worker.jobs import Job, run_options_of
+from django_rcoord.queues.worker.jobs import Job
+from django_rcoord.queues.worker.runner import run_options_of
 from django_rcoord.ratelimit import hit
 from django_rcoord.renewal import Renewal
 from django_rcoord.semaphores import Semaphore

@@ -26,8 +26,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, run_options_of, stopped
-from django_rcoord.queues.worker.runner import TaskRunner
+from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, stopped
+from django_rcoord.queues.worker.runner import TaskRunner, run_options_of
 
 logger = logging.getLogger(__name__)
 

@@ -1,25 +1,26 @@
 """What a worker took and how its run ended: no Redis here, and no task code.
 
 A ``Job`` is a task as the take script handed it over (its id, message, queue and
-record); ``run_options_of`` says what options it runs under. An ``Outcome`` says how its
+record). An ``Outcome`` says how its
 run ended (``later``, ``stopped`` and ``not_runnable`` make the common ones), and a
 ``Done`` is the two together, waiting to be acknowledged. The runner makes outcomes and
-the session sends them; ``runner`` still exports these names, where they were before.
+the session sends them. A ``Call`` is a task ready to run (a ``@task`` or a Tasks
+framework task: the runner runs both the same way), a ``Refusal`` one that cannot.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message
-from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
+from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import QueuedInStep
-from django_rcoord.queues.registry import get_task
 from django_rcoord.queues.results import TaskRecord, record_from
 
 
@@ -98,6 +99,43 @@ class Done:
     at: float = 0.0  # when it ended (time.monotonic())
 
 
+class FollowUp(Protocol):
+    """A task that can follow another: a ``@task``, or a Tasks framework task's adapter."""
+
+    def queued_in_step(self, task_id: str) -> QueuedInStep: ...
+
+    def delay(self, task_id: str) -> str: ...
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+@dataclass
+class Call:
+    """A task ready to run: its function, arguments and options, the follow-up
+    ``follow_up_for(succeeded)`` names (or None), and what to do just before the call
+    (``started``) and once the run's end is final (``ended``, not after a retry): the
+    Tasks framework's signals."""
+
+    function: Callable[..., Any]
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: RunOptions
+    follow_up_for: Callable[[bool], FollowUp | None]
+    started: Callable[[], None] = _nothing
+    ended: Callable[[Outcome], None] = _nothing
+
+
+@dataclass
+class Refusal:
+    """A task that cannot run: ``anywhere`` False when another worker may (a rolling
+    deploy's newer release: deferred), True when none can (dead)."""
+
+    reason: str
+    anywhere: bool = False
+
+
 def later(job: Job, delay_ms: int, why: str) -> Outcome:
     """A run its limits hold back (``why``: "its rate 100/m"): back to the delayed set for
     ``delay_ms``, not an attempt."""
@@ -117,20 +155,3 @@ def not_runnable(task_name: str, reason: str) -> Outcome:
 
 def class_path(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def run_options_of(job: Job) -> RunOptions:
-    """The run options of ``job``'s task (its time limit, retries), as far as this worker
-    knows the task; the settings' defaults otherwise."""
-    message = job.message
-    name = message.get("task") if message is not None else None
-    if not isinstance(name, str):
-        return DEFAULT_OPTIONS
-    registered = get_task(name)
-    if registered is not None:
-        return registered.options
-    if message is not None and message.get("backend"):
-        from django_rcoord.queues.framework_runs import framework_run_options
-
-        return framework_run_options(message)
-    return DEFAULT_OPTIONS

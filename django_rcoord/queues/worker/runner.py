@@ -4,9 +4,9 @@
 arguments, calls it (awaiting an ``async def`` task on an event loop of the
 runner's own) and says how it ended as an ``Outcome``: acknowledged with a
 value, retried after a delay, deferred for a worker that knows it, or dead
-(``Job`` and ``Outcome`` are in ``jobs``). Tasks of Django's Tasks framework
-are run by ``framework_runs.run_framework_task`` through ``call`` and
-``not_here``.
+(``Job`` and ``Outcome`` are in ``jobs``). A ``@task`` and a task of Django's
+Tasks framework take one path: each is made a ``Call`` (the framework's by
+``framework_runs.framework_call``), which ``execute`` runs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from django_rcoord import __version__, tracing
 from django_rcoord.conf import conf
@@ -29,9 +29,18 @@ from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.cancel import running
 from django_rcoord.queues.messages import to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
-from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.registry import PermanentFailure, get_task
-from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, not_runnable, stopped
+from django_rcoord.queues.worker.jobs import (
+    Call,
+    Done,
+    FollowUp,
+    Job,
+    Outcome,
+    Refusal,
+    class_path,
+    not_runnable,
+    stopped,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,22 +98,17 @@ class TaskRunner:
         if message is None or not isinstance(message.get("task"), str):
             return not_runnable("?", "undecodable message (not a JSON object with a task name)")
         name = message["task"]
-        registered = get_task(name)
-        if registered is None and message.get("backend"):
-            # The framework's tasks are run by its backend (which imports the framework).
-            from django_rcoord.queues.framework_runs import run_framework_task
-
-            return run_framework_task(self, job, message, name)
-        if registered is None:
-            return self.not_here(job, name, f"unknown task {name!r} (not registered here)")
-        args, kwargs = message.get("args", []), message.get("kwargs", {})
-        if not isinstance(args, list) or not isinstance(kwargs, dict):
-            return not_runnable(name, "args must be a JSON list and kwargs a JSON object")
-        problem = argument_problem(registered.signature, args, kwargs)
-        if problem is not None:
-            return not_runnable(name, f"the task does not accept these arguments: {problem}")
-        outcome = self.call(job, name, registered.function, args, kwargs, registered.options)
-        return self.follow_up(job, outcome, registered.follow_up_task, registered.options)
+        call = prepare(job, message, name)
+        if isinstance(call, Refusal):
+            if call.anywhere:
+                return not_runnable(name, call.reason)
+            return self.not_here(job, name, call.reason)
+        call.started()
+        outcome = self.call(job, name, call.function, call.args, call.kwargs, call.options)
+        outcome = self.follow_up(job, outcome, call.follow_up_for, call.options)
+        if outcome.kind != "retry":  # its end is final
+            call.ended(outcome)
+        return outcome
 
     def follow_up(
         self,
@@ -188,11 +192,6 @@ class TaskRunner:
                 class_path(type(exc)),
             )
 
-    @staticmethod
-    def refuse(task_name: str, reason: str) -> Outcome:
-        """A task that cannot run anywhere (``not_runnable``), for callers outside."""
-        return not_runnable(task_name, reason)
-
     def not_here(self, job: Job, name: str, reason: str) -> Outcome:
         """A task this worker cannot run (unknown here, its module fails to import, its
         backend is not configured): back to its queue with a delay, for a worker that knows
@@ -254,12 +253,43 @@ class TaskRunner:
             loop.close()
 
 
-class FollowUp(Protocol):
-    """A task that can follow another: a ``@task``, or a Tasks framework task's adapter."""
+def prepare(job: Job, message: dict[str, Any], name: str) -> Call | Refusal:
+    """The ``Call`` that runs the task ``message`` names (``name``), or why it cannot run:
+    a ``@task`` registered here, or a task of Django's Tasks framework that a
+    ``RedisTaskBackend`` enqueued (the message names its backend)."""
+    registered = get_task(name)
+    if registered is None and message.get("backend"):
+        # Imported here: it imports the Tasks framework, which a project may not have.
+        from django_rcoord.queues.framework_runs import framework_call
 
-    def queued_in_step(self, task_id: str) -> QueuedInStep: ...
+        return framework_call(job, message, name)
+    if registered is None:
+        return Refusal(f"unknown task {name!r} (not registered here)")
+    args, kwargs = message.get("args", []), message.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return Refusal("args must be a JSON list and kwargs a JSON object", anywhere=True)
+    problem = argument_problem(registered.signature, args, kwargs)
+    if problem is not None:
+        return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
+    return Call(registered.function, args, kwargs, registered.options, registered.follow_up_task)
 
-    def delay(self, task_id: str) -> str: ...
+
+def run_options_of(job: Job) -> RunOptions:
+    """The run options of ``job``'s task (its time limit, retries), as far as this worker
+    knows the task; the settings' defaults otherwise."""
+    message = job.message
+    name = message.get("task") if message is not None else None
+    if not isinstance(name, str):
+        return DEFAULT_OPTIONS
+    registered = get_task(name)
+    if registered is not None:
+        return registered.options
+    if message is not None and message.get("backend"):
+        # Imported here: it imports the Tasks framework, which a project may not have.
+        from django_rcoord.queues.framework_runs import framework_run_options
+
+        return framework_run_options(message)
+    return DEFAULT_OPTIONS
 
 
 def log_outcome(done: Done, held: bool) -> None:

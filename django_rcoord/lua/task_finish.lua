@@ -3,7 +3,7 @@
 -- round trip per batch of tasks. Both steps keep the tasks' result records (status, times,
 -- worker ids, errors, return value) and the group's task metrics. Its steps, in order:
 -- _finish (the tasks finished), _follow_ups (the tasks they queue), _metrics (their
--- counts), _take (the next tasks). The worker's side is QueueSession.finish_call.
+-- counts), _take (the next tasks). The worker's side: queues/worker/finish.py.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[4]  errors HASH (id -> last error)

@@ -18,11 +18,11 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.ops.metrics import duration_bucket, metric_labels
+from django_rcoord.ops.metrics import metric_labels
 from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
-from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
+from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.runner import log_outcome
 from django_rcoord.scripts import run_script
@@ -61,24 +61,7 @@ class QueueSession:
         group_keys = first.group_keys
         self._workers_key = group_keys.workers
         self._heartbeat_key = group_keys.heartbeat(worker_id)
-        # The finish script's keys: the group's, this worker's last exchange, then four
-        # per queue, in priority order.
-        self._finish_keys = [
-            first.messages,
-            first.owners,
-            first.failures,
-            first.errors,
-            first.results,
-            first.results_expiry,
-            first.idle,
-            first.metrics,
-            group_keys.exchange(worker_id),
-            *(
-                key
-                for queue in self.queues
-                for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
-            ),
-        ]
+        self.protocol = FinishProtocol(worker_id, self.queues)
         self._exchanges = 0  # successful exchanges: the next one's nonce
         self._idle_registered = False  # in the group's idle set (see exchange)
         self._next_check = 0.0  # when to look for expired leases and due retries
@@ -104,9 +87,10 @@ class QueueSession:
         seconds. A retried call carries the same nonce, so one whose reply was lost is
         answered as it ran, not run twice."""
         idle_ms = 0 if self.burst else IDLE_REGISTRATION_MS
-        keys, args = self.finish_call(
+        keys, args = self.protocol.call(
             done,
             take,
+            lease_ms=self.lease_ms,
             idle_ms=idle_ms,
             registered=self._idle_registered,
             nonce=f"{self._exchanges}",
@@ -134,7 +118,7 @@ class QueueSession:
                 due = time.monotonic() + item.outcome.delay_ms / 1000
                 self._next_check = min(self._next_check, due)
             log_outcome(item, bool(held))
-        jobs = [self._job(entry) for entry in taken]
+        jobs = self.protocol.jobs(taken)
         if take:
             self._idle_registered = not jobs and idle_ms > 0
         return jobs
@@ -146,59 +130,9 @@ class QueueSession:
 
     def finish(self, done: Done) -> bool:
         """Finish one task on its own, taking nothing; True when this worker still held it."""
-        keys, args = self.finish_call([done], 0)
+        keys, args = self.protocol.call([done], 0, lease_ms=self.lease_ms)
         (finished,), _ = run_script("task_finish", self.client, keys=keys, args=args)
         return bool(finished)
-
-    def finish_call(
-        self,
-        done: Sequence[Done],
-        take: int,
-        *,
-        idle_ms: int = 0,
-        registered: bool = False,
-        nonce: str = "",
-    ) -> tuple[list[Any], list[Any]]:
-        """The KEYS and ARGV of one ``task_finish`` call (see task_finish.lua): finish
-        ``done``, take up to ``take``; the call's settings as one JSON record, then one per
-        finished task, whose follow-up (if any) names where its keys start among KEYS."""
-        keys: list[Any] = self._finish_keys
-        args: list[Any] = [
-            json.dumps(
-                {
-                    "worker": self.worker_id,
-                    "lease": self.lease_ms,
-                    "result_ttl": result_ttl_ms(),
-                    "idle_ms": idle_ms,
-                    "registered": registered,
-                    "take": take,
-                    "queues": len(self.queues),
-                    "nonce": nonce,
-                },
-                separators=(",", ":"),
-            )
-        ]
-        for item in done:
-            record = _finish_record(item)
-            step = item.outcome.follow_up
-            if step is not None:
-                if keys is self._finish_keys:
-                    keys = list(keys)
-                record["follow_up"] = _follow_up_record(step, first_key=len(keys) + 1)
-                keys += step.keys
-            args.append(json.dumps(record, separators=(",", ":")))
-        return keys, args
-
-    def _job(self, entry: Any) -> Job:
-        task_id, body, queue_index, failures, state = entry
-        return Job(
-            task_id.decode(),
-            body,
-            self.queues[int(queue_index) - 1],
-            int(failures),
-            state.decode(),
-            int(queue_index),
-        )
 
     # -- what the worker holds ---------------------------------------------------
     def renew(self, jobs: Sequence[Job]) -> tuple[list[Job], list[Job]]:
@@ -347,40 +281,6 @@ class QueueSession:
             forget_gone_workers(self.queues[0].group, client=self.client)
         except REDIS_ERRORS as exc:
             logger.warning("worker %s could not sign off (%s)", self.worker_id, exc)
-
-
-def _finish_record(done: Done) -> dict[str, Any]:
-    """A finished task's record for the finish script (see task_finish.lua)."""
-    outcome = done.outcome
-    return {
-        "id": done.job.id,
-        "queue": done.job.queue_index,
-        "outcome": outcome.kind,
-        "error": outcome.error,
-        "delay": outcome.delay_ms,
-        "value": outcome.value_json,
-        "entry": outcome.error_entry,
-        "labels": metric_labels(done.job.queue.name, outcome.task_name),
-        "bucket": duration_bucket(done.took_ms / 1000),
-        "us": round(done.took_ms * 1000),
-    }
-
-
-def _follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
-    """A follow-up task for the finish script to queue (see _follow_ups.lua); its five
-    keys follow the others from KEYS[first_key]."""
-    task_id, message, queue, priority, wake_ms, keep_ms = step.args
-    return {
-        "keys": first_key,
-        "id": task_id,
-        "message": message.decode() if isinstance(message, bytes) else message,
-        "queue": queue,
-        "priority": int(priority),
-        "wake_ms": int(wake_ms),
-        "keep_ms": int(keep_ms),
-        "claim": step.claim,
-        "claim_ms": step.claim_ms,
-    }
 
 
 def _by_queue(jobs: Sequence[Job]) -> list[tuple[QueueKeys, list[Job]]]:

@@ -1,0 +1,135 @@
+"""The worker's side of the finish script (``task_finish.lua``): the KEYS and ARGV of one
+call, and the jobs its reply hands over. No Redis here: ``QueueSession`` sends the call.
+
+A call is one JSON record of its settings, then one JSON record per finished task (see
+the script's header for their fields); a finished task's follow-up rides in its record
+and names where its five keys start among KEYS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django_rcoord.ops.metrics import duration_bucket, metric_labels
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.producer import QueuedInStep
+from django_rcoord.queues.records import result_ttl_ms
+from django_rcoord.queues.worker.jobs import Done, Job
+
+
+class FinishProtocol:
+    """The finish script's calls for worker ``worker_id`` over ``queues`` (one group, in
+    priority order)."""
+
+    def __init__(self, worker_id: str, queues: Sequence[QueueKeys]) -> None:
+        self.worker_id = worker_id
+        self.queues = list(queues)
+        group = self.queues[0].group_keys
+        # The group's keys, this worker's last exchange, then four per queue.
+        self.keys: list[Any] = [
+            group.messages,
+            group.owners,
+            group.failures,
+            group.errors,
+            group.results,
+            group.results_expiry,
+            group.idle,
+            group.metrics,
+            group.exchange(worker_id),
+            *(
+                key
+                for queue in self.queues
+                for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
+            ),
+        ]
+
+    def call(
+        self,
+        done: Sequence[Done],
+        take: int,
+        *,
+        lease_ms: int,
+        idle_ms: int = 0,
+        registered: bool = False,
+        nonce: str = "",
+    ) -> tuple[list[Any], list[Any]]:
+        """The KEYS and ARGV of one call: finish ``done``, take up to ``take`` (each leased
+        for ``lease_ms``); finding nothing, register idle for ``idle_ms`` (0: do not);
+        ``registered``: this worker is registered idle now; ``nonce``: this exchange's
+        ('' for none), so that a call retried after its reply was lost is answered as it
+        ran."""
+        settings = {
+            "worker": self.worker_id,
+            "lease": lease_ms,
+            "result_ttl": result_ttl_ms(),
+            "idle_ms": idle_ms,
+            "registered": registered,
+            "take": take,
+            "queues": len(self.queues),
+            "nonce": nonce,
+        }
+        keys = self.keys
+        args = [_json(settings)]
+        for item in done:
+            record = finish_record(item)
+            step = item.outcome.follow_up
+            if step is not None:
+                keys = [*keys, *step.keys]
+                record["follow_up"] = follow_up_record(step, first_key=len(keys) - 4)
+            args.append(_json(record))
+        return keys, args
+
+    def jobs(self, taken: Sequence[Any]) -> list[Job]:
+        """The jobs a call's reply hands over: {id, message, queue index, failures, record
+        state} each."""
+        return [
+            Job(
+                task_id.decode(),
+                body,
+                self.queues[int(queue_index) - 1],
+                int(failures),
+                state.decode(),
+                int(queue_index),
+            )
+            for task_id, body, queue_index, failures, state in taken
+        ]
+
+
+def finish_record(done: Done) -> dict[str, Any]:
+    """A finished task's record (see task_finish.lua)."""
+    outcome = done.outcome
+    return {
+        "id": done.job.id,
+        "queue": done.job.queue_index,
+        "outcome": outcome.kind,
+        "error": outcome.error,
+        "delay": outcome.delay_ms,
+        "value": outcome.value_json,
+        "entry": outcome.error_entry,
+        "labels": metric_labels(done.job.queue.name, outcome.task_name),
+        "bucket": duration_bucket(done.took_ms / 1000),
+        "us": round(done.took_ms * 1000),
+    }
+
+
+def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
+    """A follow-up task for the script to queue (see _follow_ups.lua); its five keys are
+    KEYS[first_key] to KEYS[first_key + 4]."""
+    task_id, message, queue, priority, wake_ms, keep_ms = step.args
+    return {
+        "keys": first_key,
+        "id": task_id,
+        "message": message.decode() if isinstance(message, bytes) else message,
+        "queue": queue,
+        "priority": int(priority),
+        "wake_ms": int(wake_ms),
+        "keep_ms": int(keep_ms),
+        "claim": step.claim,
+        "claim_ms": step.claim_ms,
+    }
+
+
+def _json(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))

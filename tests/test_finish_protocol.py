@@ -1,0 +1,97 @@
+"""The finish script's call, as the worker builds it (no Redis: the queue tests run it)."""
+
+from __future__ import annotations
+
+import json
+
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.producer import QueuedInStep
+from django_rcoord.queues.worker.finish import FinishProtocol
+from django_rcoord.queues.worker.jobs import Done, Job, Outcome
+
+
+def done(queue: QueueKeys, task_id: str, outcome: Outcome, index: int = 1) -> Done:
+    return Done(Job(task_id, b"{}", queue, 0, "", index), outcome, 12.5)
+
+
+def follow_up(queue: QueueKeys, task_id: str) -> QueuedInStep:
+    message = json.dumps({"task": "next", "args": [task_id]})
+    args = [task_id, message, queue.queue, 5, b"60000", b"2592000000"]
+    return QueuedInStep(task_id, queue, queue.enqueue_now, args, "u:x", 1000)
+
+
+def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
+    high, low = QueueKeys.of("jobs/high"), QueueKeys.of("jobs/low")
+    protocol = FinishProtocol("w1", [high, low])
+    finished = [
+        done(high, "a", Outcome("ack", "t", value_json='{"x": 1}')),
+        done(low, "b", Outcome("retry", "t", "boom", "E", delay_ms=250), index=2),
+    ]
+    keys, args = protocol.call(finished, 8, lease_ms=3000, idle_ms=0, nonce="7")
+    assert keys == protocol.keys  # no follow-up: the worker's keys, as they are
+    assert keys[8] == high.group_keys.exchange("w1")
+    assert keys[9:] == [high.ready, high.in_flight, high.delayed, high.dead, *keys[13:]]
+    settings = json.loads(args[0])
+    assert settings | {"result_ttl": 0} == {
+        "worker": "w1",
+        "lease": 3000,
+        "result_ttl": 0,
+        "idle_ms": 0,
+        "registered": False,
+        "take": 8,
+        "queues": 2,
+        "nonce": "7",
+    }
+    first, second = (json.loads(arg) for arg in args[1:])
+    assert (first["id"], first["queue"], first["outcome"], first["value"]) == (
+        "a",
+        1,
+        "ack",
+        '{"x": 1}',
+    )
+    assert (second["queue"], second["outcome"], second["delay"], second["us"]) == (
+        2,
+        "retry",
+        250,
+        12500,
+    )
+    assert "follow_up" not in first
+
+
+def test_a_follow_up_names_where_its_own_keys_start() -> None:
+    queue = QueueKeys.of("jobs/high")
+    protocol = FinishProtocol("w1", [queue])
+    steps = [follow_up(queue, "n1"), follow_up(queue, "n2")]
+    finished = [
+        done(queue, "a", Outcome("ack", "t", follow_up=steps[0])),
+        done(queue, "b", Outcome("ack", "t")),
+        done(queue, "c", Outcome("dead", "t", "x", follow_up=steps[1])),
+    ]
+    keys, args = protocol.call(finished, 0, lease_ms=1000)
+    assert len(keys) == len(protocol.keys) + 10
+    assert len(protocol.keys) == 13  # the worker's own keys are left as they were
+    for arg, step in zip((args[1], args[3]), steps, strict=True):
+        record = json.loads(arg)["follow_up"]
+        start = record["keys"] - 1  # KEYS are 1-based
+        assert tuple(keys[start : start + 5]) == step.keys
+        assert (record["id"], record["wake_ms"], record["keep_ms"]) == (
+            step.task_id,
+            60000,
+            2592000000,
+        )
+        assert json.loads(record["message"])["args"] == [step.task_id]
+    assert "follow_up" not in json.loads(args[2])
+
+
+def test_the_reply_is_read_into_jobs_of_their_queues() -> None:
+    high, low = QueueKeys.of("jobs/high"), QueueKeys.of("jobs/low")
+    protocol = FinishProtocol("w1", [high, low])
+    (job,) = protocol.jobs([[b"t1", b'{"task": "x"}', 2, 1, b"RUNNING|1|1||w1"]])
+    assert (job.id, job.queue, job.queue_index, job.failures, job.state) == (
+        "t1",
+        low,
+        2,
+        1,
+        "RUNNING|1|1||w1",
+    )
+    assert job.task_name == "x"

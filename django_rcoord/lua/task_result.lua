@@ -10,20 +10,25 @@
 --          what is absent; expired is 1 when the record's expiry passed (not swept yet).
 local id = ARGV[1]
 local fields = redis.call('HMGET', KEYS[2], id, id .. ':v', id .. ':e', id .. ':m')
+local status = fields[1] and string.match(fields[1], '^[^|]*')
+-- Only a finished record expires (a requeued dead letter's expiry goes with it).
 local expired = 0
-local expires = redis.call('ZSCORE', KEYS[3], id)
-if expires then
-    local now = redis.call('TIME')
-    if tonumber(expires) <= now[1] * 1000 + math.floor(now[2] / 1000) then
-        expired = 1
+if status == 'SUCCESSFUL' or status == 'FAILED' or status == 'CANCELLED' then
+    local expires = redis.call('ZSCORE', KEYS[3], id)
+    if expires then
+        local now = redis.call('TIME')
+        if tonumber(expires) <= now[1] * 1000 + math.floor(now[2] / 1000) then
+            expired = 1
+        end
     end
 end
-return {
-    redis.call('HGET', KEYS[1], id),
-    fields[1],
-    fields[2],
-    fields[3],
-    fields[4],
-    redis.call('HGET', KEYS[4], id),
-    expired,
-}
+-- An acknowledged task's message is in its record (<id>:m) and its errors hold no entry:
+-- neither is read again.
+local message, last_error = false, false
+if not fields[4] then
+    message = redis.call('HGET', KEYS[1], id)
+end
+if status ~= 'SUCCESSFUL' then
+    last_error = redis.call('HGET', KEYS[4], id)
+end
+return {message, fields[1], fields[2], fields[3], fields[4], last_error, expired}

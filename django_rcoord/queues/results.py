@@ -176,8 +176,13 @@ def _record(
         finished_at=_at_ms(finished),
         worker_ids=[worker for worker in workers.split(",") if worker] if workers else [],
         errors=error_list,
-        return_value=json.loads(value) if value and status == SUCCESSFUL else None,
+        return_value=_value(value) if status == SUCCESSFUL else None,
     )
+
+
+def _value(raw: bytes | None) -> Any:
+    """A return value from its JSON; most tasks return None, which needs no parsing."""
+    return None if not raw or raw == b"null" else json.loads(raw)
 
 
 def _to_the_ms(seconds: Any) -> datetime.datetime | None:

@@ -58,18 +58,18 @@ def read_counters(client: Any) -> Counters:
     """The server's counters; on Redis Cluster, the sum of every primary's."""
     if not hasattr(client, "get_primaries"):
         return Counters(
-            _cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats"))
+            cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats"))
         )
     primaries = client.get_primaries()
     cpu = client.info("cpu", target_nodes=primaries)
     commands = client.info("commandstats", target_nodes=primaries)
     return Counters(
-        sum(_cpu_seconds(section) for section in cpu.values()),
+        sum(cpu_seconds(section) for section in cpu.values()),
         sum(_command_seconds(section) for section in commands.values()),
     )
 
 
-def _cpu_seconds(section: dict[str, Any]) -> float:
+def cpu_seconds(section: dict[str, Any]) -> float:
     if "used_cpu_user_main_thread" in section:
         return float(section["used_cpu_user_main_thread"]) + float(
             section["used_cpu_sys_main_thread"]

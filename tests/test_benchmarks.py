@@ -152,3 +152,26 @@ def test_tracing_rows_run_each_way_and_the_traced_way_traces() -> None:
     message = json.loads(client.hget(QueueKeys.of(bench_tracing.QUEUE).messages, task_id))
     assert set(message[tracing.TRACE_FIELD]) >= {"traceparent"}
     assert tracing.tracer is shipped
+
+
+def test_the_scaling_grid_runs_a_cell_of_each_layout_offline(tmp_path: Path) -> None:
+    """``python -m benchmarks.cluster_queues --quick``: a plain Redis and a 3-primary
+    cluster of its own, each cell drained in full (it raises otherwise), and its figures
+    read from the servers' counters."""
+    out = tmp_path / "grid.json"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("BENCH_")}
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.cluster_queues", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE,
+        timeout=300,
+    )
+    cells = json.loads(out.read_text())["cells"]
+    layouts = {(cell["primaries"], cell["layout"]) for cell in cells}
+    assert layouts == {(1, "one group"), (3, "one group"), (3, "a group per primary")}
+    for cell in cells:
+        assert cell["tasks_per_s"][0] > 0
+        assert cell["server_us_per_task"] > 0
+        assert cell["busiest_primary_cores"] > 0

@@ -172,6 +172,8 @@ def main() -> None:
     options = parser.parse_args()
     for path in sorted(RESULTS.glob("*.json")):
         document = json.loads(path.read_text())
+        if "scenario" not in document:
+            continue  # not a scenario's tables: the scaling grid's cells (cluster_queues)
         print(f"### {document['title']}\n")
         print(markdown_tables(document))
         if options.charts:

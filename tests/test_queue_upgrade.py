@@ -1,0 +1,90 @@
+"""This release's workers beside the previous release's on one queue group (a rolling
+deploy): the previous release's finish script (``tests/previous_release/lua``), sent the
+positional arguments its worker sent, takes and finishes tasks of the same group as this
+release's ``Worker``. Each release's worker sends its own script (they run by their SHA1,
+side by side), and they share the keys and records: nothing is lost or run twice, and
+the records and metrics read alike whoever finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_rcoord.connection import get_client
+from django_rcoord.ops.metrics import duration_bucket, metric_labels, read_metrics
+from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.records import queue_stats, result_ttl_ms
+from django_rcoord.queues.results import get_result
+from django_rcoord.queues.worker import Worker
+from django_rcoord.scripts import run_script
+from tests import tasks
+from tests.test_queues import ran
+
+PREVIOUS = "tests.previous_release"
+TASK = "tests.tasks.record"
+
+
+def previous_exchange(
+    worker_id: str, finished: list[tuple[str, str]], take: int, nonce: str
+) -> list[Any]:
+    """One call of the previous release's finish script, as its worker made it: the group's
+    keys, its exchange, the queue's four; eight settings, then ten values per finished task
+    (each acknowledged here, with ``value``)."""
+    queue = QueueKeys.of("default")
+    keys = [
+        queue.messages,
+        queue.owners,
+        queue.failures,
+        queue.errors,
+        queue.results,
+        queue.results_expiry,
+        queue.idle,
+        queue.metrics,
+        queue.group_keys.exchange(worker_id),
+        queue.ready,
+        queue.in_flight,
+        queue.delayed,
+        queue.dead,
+    ]
+    args: list[Any] = [worker_id, 30_000, result_ttl_ms(), 0, "0", take, len(finished), nonce]
+    for task_id, value in finished:
+        labels = metric_labels("default", TASK)
+        args += [task_id, 1, "ack", "", 0, value, "", labels, duration_bucket(0.001), 1000]
+    return run_script("task_finish", get_client(), keys=keys, args=args, package=PREVIOUS)
+
+
+def test_workers_of_both_releases_drain_one_group_together() -> None:
+    markers = [f"m{n}" for n in range(20)]
+    ids = [tasks.record.delay(marker) for marker in markers]
+    # The previous release's worker takes five...
+    _, taken = previous_exchange("old-worker", [], 5, "0")
+    held = [entry[0].decode() for entry in taken]
+    assert len(held) == 5
+    assert all(get_result(task_id).status == "RUNNING" for task_id in held)
+    # ...this release's worker drains the other fifteen meanwhile...
+    worker = Worker(["default"], burst=True)
+    assert worker.run() == 15
+    # ...and the previous one acknowledges its five, each with a value.
+    finished, more = previous_exchange("old-worker", [(task_id, "42") for task_id in held], 0, "1")
+    assert finished == [1] * 5
+    assert more == []
+    records = {task_id: get_result(task_id) for task_id in ids}
+    assert {record.status for record in records.values()} == {"SUCCESSFUL"}
+    assert [records[task_id].return_value for task_id in held] == [42] * 5
+    assert sorted(ran()) == sorted(
+        marker for marker, task_id in zip(markers, ids, strict=True) if task_id not in held
+    )
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    counted = read_metrics("main").tasks[("default", TASK)]
+    assert counted.finished == {"succeeded": 20}
+
+
+def test_a_previous_releases_retried_call_is_answered_as_it_ran() -> None:
+    """Its exchange record, written by its own script, answers its repeated nonce: the same
+    tasks, still held, not taken twice."""
+    ids = [tasks.record.delay(f"r{n}") for n in range(3)]
+    _, first = previous_exchange("old-worker", [], 2, "7")
+    _, again = previous_exchange("old-worker", [], 2, "7")
+    assert [entry[0] for entry in again] == [entry[0] for entry in first]
+    assert Worker(["default"], burst=True).run() == 1
+    left = set(ids) - {entry[0].decode() for entry in first}
+    assert all(get_result(task_id).status == "SUCCESSFUL" for task_id in left)

@@ -39,7 +39,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Measurement, Table, bench_redis, print_table, stop_redis
+from benchmarks.common import (
+    Measurement,
+    Table,
+    bench_redis,
+    cpu_seconds,
+    print_table,
+    stop_redis,
+)
 
 CLUSTER_URL = "BENCH_CLUSTER_URL"
 SINGLE_URL = "BENCH_GRID_REDIS_URL"
@@ -117,8 +124,6 @@ def groups_on_distinct_primaries(client: Any, how_many: int) -> list[str]:
 def primary_cpu(client: Any) -> list[float]:
     """Each primary's main-thread CPU seconds (the process's where the server has no
     main-thread figure)."""
-    from benchmarks.server_cost import cpu_seconds
-
     if not hasattr(client, "get_primaries"):
         return [cpu_seconds(client.info("cpu"))]
     sections = client.info("cpu", target_nodes=client.get_primaries())

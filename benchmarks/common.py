@@ -132,6 +132,16 @@ class RoundTrips:
         cls.count = 0
 
 
+def cpu_seconds(section: dict[str, Any]) -> float:
+    """A server's CPU seconds from its ``INFO cpu``: its main thread's user + system time
+    where it reports them (Redis 6.2+, Valkey), its process's otherwise."""
+    if "used_cpu_user_main_thread" in section:
+        return float(section["used_cpu_user_main_thread"]) + float(
+            section["used_cpu_sys_main_thread"]
+        )
+    return float(section["used_cpu_user"]) + float(section["used_cpu_sys"])
+
+
 def redis_version(client: redis.Redis) -> str:
     return client.info("server")["redis_version"]
 

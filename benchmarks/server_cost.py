@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import Bench, Measurement, ScenarioResult, Table
+from benchmarks.common import Bench, Measurement, ScenarioResult, Table, cpu_seconds
 from benchmarks.runner import run_benchmark
 
 NAME = "server_cost"
@@ -67,14 +67,6 @@ def read_counters(client: Any) -> Counters:
         sum(cpu_seconds(section) for section in cpu.values()),
         sum(_command_seconds(section) for section in commands.values()),
     )
-
-
-def cpu_seconds(section: dict[str, Any]) -> float:
-    if "used_cpu_user_main_thread" in section:
-        return float(section["used_cpu_user_main_thread"]) + float(
-            section["used_cpu_sys_main_thread"]
-        )
-    return float(section["used_cpu_user"]) + float(section["used_cpu_sys"])
 
 
 def _command_seconds(section: dict[str, Any]) -> float:

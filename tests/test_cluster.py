@@ -7,7 +7,6 @@ otherwise on a 3-master cluster this module starts.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -104,8 +103,9 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
         "lock": [key.decode() for key in lock._keys],
         "queue": [
             value
-            for value in dataclasses.astuple(QueueKeys.of("group-n0/mail"))
-            if value.startswith("rcoord:")
+            for keys in (QueueKeys.of("group-n0/mail"), QueueKeys.of("group-n0/mail").group_keys)
+            for value in vars(keys).values()
+            if isinstance(value, str) and value.startswith("rcoord:")
         ],
     }
     for kind, keys in declared.items():

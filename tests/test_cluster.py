@@ -103,14 +103,14 @@ def test_primitives_spread_over_the_primaries_each_in_one_slot(cc: RedisCluster)
         "lock": [key.decode() for key in lock._keys],
         "queue": [
             value
-            for keys in (QueueKeys.of("group-n0/mail"), QueueKeys.of("group-n0/mail").group_keys)
-            for value in vars(keys).values()
+            for parts in (QueueKeys.of("group-n0/mail"), QueueKeys.of("group-n0/mail").group_keys)
+            for value in vars(parts).values()
             if isinstance(value, str) and value.startswith("rcoord:")
         ],
     }
-    for kind, keys in declared.items():
-        assert len(keys) >= 3, kind
-        assert len({cc.keyslot(key) for key in keys}) == 1, (kind, keys)
+    for kind, names in declared.items():
+        assert len(names) >= 3, kind
+        assert len({cc.keyslot(key) for key in names}) == 1, (kind, names)
 
     # And they work there: reads, queue inspection across every primary.
     assert autocomplete_on_prefix("guild-n3", "a", client=cc) == ["Ada"]

@@ -13,11 +13,10 @@ from django_rcoord.connection import get_client
 from django_rcoord.ops.metrics import duration_bucket, metric_labels, read_metrics
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.records import queue_stats, result_ttl_ms
-from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
-from tests.test_queues import ran
+from tests.test_queues import ran, result_of
 
 PREVIOUS = "tests.previous_release"
 TASK = "tests.tasks.record"
@@ -59,7 +58,7 @@ def test_workers_of_both_releases_drain_one_group_together() -> None:
     _, taken = previous_exchange("old-worker", [], 5, "0")
     held = [entry[0].decode() for entry in taken]
     assert len(held) == 5
-    assert all(get_result(task_id).status == "RUNNING" for task_id in held)
+    assert all(result_of(task_id).status == "RUNNING" for task_id in held)
     # ...this release's worker drains the other fifteen meanwhile...
     worker = Worker(["default"], burst=True)
     assert worker.run() == 15
@@ -67,7 +66,7 @@ def test_workers_of_both_releases_drain_one_group_together() -> None:
     finished, more = previous_exchange("old-worker", [(task_id, "42") for task_id in held], 0, "1")
     assert finished == [1] * 5
     assert more == []
-    records = {task_id: get_result(task_id) for task_id in ids}
+    records = {task_id: result_of(task_id) for task_id in ids}
     assert {record.status for record in records.values()} == {"SUCCESSFUL"}
     assert [records[task_id].return_value for task_id in held] == [42] * 5
     assert sorted(ran()) == sorted(
@@ -87,4 +86,4 @@ def test_a_previous_releases_retried_call_is_answered_as_it_ran() -> None:
     assert [entry[0] for entry in again] == [entry[0] for entry in first]
     assert Worker(["default"], burst=True).run() == 1
     left = set(ids) - {entry[0].decode() for entry in first}
-    assert all(get_result(task_id).status == "SUCCESSFUL" for task_id in left)
+    assert all(result_of(task_id).status == "SUCCESSFUL" for task_id in left)

@@ -365,3 +365,22 @@ def test_the_keeper_never_blocks_the_processs_other_renewals() -> None:
         thread.join(10)
         keeper.cancel()
         other.cancel()
+
+
+@pytest.mark.parametrize("where", ["error", "task name"])
+def test_text_that_cannot_be_utf8_is_finished_not_stuck(where: str) -> None:
+    """A lone surrogate (what ``surrogateescape`` decoding leaves) in a failure's text or in
+    a task's name reaches the finish call replaced: the task is finished, and the worker
+    goes on to the next."""
+    if where == "error":
+        task_id = tasks.always_fail.delay("bad \udcff byte")
+    else:
+        task_id = execute_later("default", "no.release.\udcff.has.it", [])
+    tasks.record.delay("after")
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_MAX_DELIVERIES": 1}):
+        assert Worker(["default"], burst=True, max_outage=5).run() == 2
+    assert ran() == ["after"]
+    record = result_of(task_id)
+    assert record.status == "FAILED"
+    expected = "always fails" if where == "error" else "no worker could run it"
+    assert expected in record.errors[-1]["traceback"]

@@ -71,7 +71,7 @@ class FinishProtocol:
             "nonce": nonce,
         }
         keys = self.keys
-        args = [_json(settings)]
+        args: list[Any] = [_json(settings)]
         for item in done:
             record = finish_record(item)
             step = item.outcome.follow_up
@@ -131,5 +131,8 @@ def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
     }
 
 
-def _json(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"))
+def _json(record: dict[str, Any]) -> bytes:
+    """``record`` as UTF-8 JSON for ``cjson``. Text that cannot be UTF-8 (a lone surrogate,
+    as ``surrogateescape`` decoding leaves in an error's text or a task's name) is replaced:
+    ``cjson`` refuses such an escape, and the call would fail every time it was sent."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")

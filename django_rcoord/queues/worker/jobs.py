@@ -1,9 +1,9 @@
 """What a worker took and how its run ended: no Redis here, and no task code.
 
 A ``Job`` is a task as the take script handed it over (its id, message, queue and
-record). An ``Outcome`` says how its
-run ended (``later``, ``stopped`` and ``not_runnable`` make the common ones), and a
-``Done`` is the two together, waiting to be acknowledged. The runner makes outcomes and
+record). An ``Outcome`` says how its run ended (``later``, ``stopped`` and
+``not_runnable`` make the common ones), and a ``Done`` is the two together, waiting to
+be acknowledged. The runner makes outcomes and
 the session sends them. A ``Call`` is a task ready to run (a ``@task`` or a Tasks
 framework task: the runner runs both the same way), a ``Refusal`` one that cannot.
 """

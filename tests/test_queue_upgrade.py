@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from django_rcoord.connection import get_client
 from django_rcoord.ops.metrics import duration_bucket, metric_labels, read_metrics
 from django_rcoord.queues.keys import QueueKeys
@@ -17,6 +19,8 @@ from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
 from tests.test_queues import ran, result_of
+
+pytestmark = pytest.mark.django_db(transaction=True)  # a Worker runs in this process
 
 PREVIOUS = "tests.previous_release"
 TASK = "tests.tasks.record"

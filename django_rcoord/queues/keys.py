@@ -102,36 +102,24 @@ def _group_keys(group: str, prefix: str) -> GroupKeys:
 
 
 @dataclass(frozen=True)
-class QueueKeys:
-    """The keys of one queue and of the group it belongs to (``group_keys``)."""
+class QueueKeys(GroupKeys):
+    """The keys of one queue, beside those of its group (which it also holds as
+    ``group_keys``, the group's own ``GroupKeys``)."""
 
     name: str  # as given, e.g. "email" or "reports/pdf"
-    group: str
     queue: str
     group_keys: GroupKeys
-    messages: str
-    owners: str
-    failures: str
-    errors: str
-    queues: str
-    wake: str
-    schedule: str
-    lateness: str
     ready: str
     in_flight: str
     delayed: str
     dead: str
-    results: str
-    results_expiry: str
-    idle: str
-    periodic: str
-    metrics: str
 
     @classmethod
     def of(cls, name: str) -> QueueKeys:
+        """The keys of queue ``name`` (built once per name and key prefix: enqueueing and
+        taking look them up per task)."""
         if not isinstance(name, str):
             raise InvalidName(f"a queue name must be a str, not {type(name).__name__}")
-        # Built once per name and key prefix: enqueueing and taking look them up per task.
         return _queue_keys(name, conf.KEY_PREFIX)
 
     @classmethod
@@ -140,27 +128,14 @@ class QueueKeys:
         shared = GroupKeys.of(group)
         space = KeySpace("queue", group)
         return cls(
+            **vars(shared),
             name=name,
-            group=group,
             queue=queue,
             group_keys=shared,
-            messages=shared.messages,
-            owners=shared.owners,
-            failures=shared.failures,
-            errors=shared.errors,
-            queues=shared.queues,
-            wake=shared.wake,
-            schedule=shared.schedule,
-            lateness=shared.lateness,
             ready=space.key(f"ready:{queue}"),
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),
             dead=space.key(f"dead:{queue}"),
-            results=shared.results,
-            results_expiry=shared.results_expiry,
-            idle=shared.idle,
-            periodic=shared.periodic,
-            metrics=shared.metrics,
         )
 
     @functools.cached_property

@@ -314,7 +314,7 @@ def limits_table(bench: Bench, tasks: dict[str, Any]) -> Table:
     limited_count = bench.pick(quick=100, full=300)
     rated_count = bench.pick(quick=60, full=200)
     children = spawn_workers("benchmarks.task_controls", ["limits", bench.url], LIMIT_PROCESSES)
-    workers_key = QueueKeys.of(LIMITS_QUEUE).group_keys.workers
+    workers_key = QueueKeys.of(LIMITS_QUEUE).workers
     limited = Measurement(
         f"concurrency={CONCURRENCY}: {limited_count} tasks of {CONCURRENCY_SECONDS * 1000:.0f} "
         f"ms, {LIMIT_PROCESSES} workers x {LIMIT_LOOPS}",

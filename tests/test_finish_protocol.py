@@ -29,7 +29,7 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
     ]
     keys, args = protocol.call(finished, 8, lease_ms=3000, idle_ms=0, nonce="7")
     assert keys == protocol.keys  # no follow-up: the worker's keys, as they are
-    assert keys[8] == high.group_keys.exchange("w1")
+    assert keys[8] == high.exchange("w1")
     assert keys[9:] == [high.ready, high.in_flight, high.delayed, high.dead, *keys[13:]]
     settings = json.loads(args[0])
     assert settings | {"result_ttl": 0} == {

@@ -42,7 +42,7 @@ def previous_exchange(
         queue.results_expiry,
         queue.idle,
         queue.metrics,
-        queue.group_keys.exchange(worker_id),
+        queue.exchange(worker_id),
         queue.ready,
         queue.in_flight,
         queue.delayed,

@@ -81,7 +81,7 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.failures,
             keys.errors,
             keys.in_flight,
-            stop_key(task_id, group),
+            keys.stop(task_id),
             keys.metrics,
         ],
         [
@@ -102,11 +102,6 @@ STOP_REQUEST_MS = 24 * 3600 * 1000
 _current_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "rcoord_current_task_id", default=None
 )
-
-
-def stop_key(task_id: str, group: str) -> str:
-    """The key whose presence asks running task ``task_id`` of ``group`` to stop."""
-    return GroupKeys.of(group).stop(task_id)
 
 
 def current_task_id() -> str | None:
@@ -131,7 +126,7 @@ def stop_requested(task_id: str | None = None, *, client: Any = None) -> bool:
     group = group_of_task_id(task_id) if task_id else None
     if task_id is None or group is None:
         return False
-    return bool(resolve_client(client).exists(stop_key(task_id, group)))
+    return bool(resolve_client(client).exists(GroupKeys.of(group).stop(task_id)))
 
 
 async def astop_requested(task_id: str | None = None, *, client: Any = None) -> bool:
@@ -141,4 +136,4 @@ async def astop_requested(task_id: str | None = None, *, client: Any = None) -> 
     if task_id is None or group is None:
         return False
     client = await aresolve_client(client)
-    return bool(await client.exists(stop_key(task_id, group)))
+    return bool(await client.exists(GroupKeys.of(group).stop(task_id)))

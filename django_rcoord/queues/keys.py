@@ -103,12 +103,10 @@ def _group_keys(group: str, prefix: str) -> GroupKeys:
 
 @dataclass(frozen=True)
 class QueueKeys(GroupKeys):
-    """The keys of one queue, beside those of its group (which it also holds as
-    ``group_keys``, the group's own ``GroupKeys``)."""
+    """The keys of one queue: its group's, and the queue's own four."""
 
     name: str  # as given, e.g. "email" or "reports/pdf"
     queue: str
-    group_keys: GroupKeys
     ready: str
     in_flight: str
     delayed: str
@@ -125,13 +123,11 @@ class QueueKeys(GroupKeys):
     @classmethod
     def _build(cls, name: str) -> QueueKeys:
         group, queue = split_queue_name(name)
-        shared = GroupKeys.of(group)
         space = KeySpace("queue", group)
         return cls(
-            **vars(shared),
+            **vars(GroupKeys.of(group)),
             name=name,
             queue=queue,
-            group_keys=shared,
             ready=space.key(f"ready:{queue}"),
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),

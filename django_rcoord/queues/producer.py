@@ -335,9 +335,7 @@ def enqueue_in_script(
         run._replace(when=due_time(delay, eta)), full=True
     )
     register_group(resolve_client(client), queue_keys.group)
-    return ScriptedEnqueue(
-        task_id, queue_keys.group, queue_keys.group_keys.hash_tag, list(keys), argv
-    )
+    return ScriptedEnqueue(task_id, queue_keys.group, queue_keys.hash_tag, list(keys), argv)
 
 
 def enqueue_many(

@@ -26,7 +26,7 @@ class FinishProtocol:
     def __init__(self, worker_id: str, queues: Sequence[QueueKeys]) -> None:
         self.worker_id = worker_id
         self.queues = list(queues)
-        group = self.queues[0].group_keys
+        group = self.queues[0]
         # The group's keys, this worker's last exchange, then four per queue.
         self.keys: list[Any] = [
             group.messages,

@@ -19,7 +19,6 @@ from typing import Any
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
 from django_rcoord.ops.metrics import metric_labels
-from django_rcoord.queues.cancel import stop_key
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.worker.finish import FinishProtocol
@@ -58,9 +57,8 @@ class QueueSession:
         self.burst = burst
         self._client = client
         first = self.queues[0]
-        group_keys = first.group_keys
-        self._workers_key = group_keys.workers
-        self._heartbeat_key = group_keys.heartbeat(worker_id)
+        self._workers_key = first.workers
+        self._heartbeat_key = first.heartbeat(worker_id)
         self.protocol = FinishProtocol(worker_id, self.queues)
         self._exchanges = 0  # successful exchanges: the next one's nonce
         self._idle_registered = False  # in the group's idle set (see exchange)
@@ -149,7 +147,7 @@ class QueueSession:
                     queue.in_flight,
                     queue.results,
                     queue.results_expiry,
-                    *(stop_key(job.id, queue.group) for job in queue_jobs),
+                    *(queue.stop(job.id) for job in queue_jobs),
                 ],
                 args=[
                     self.worker_id,
@@ -181,7 +179,7 @@ class QueueSession:
                 queue.results,
                 queue.results_expiry,
                 queue.in_flight,
-                stop_key(job.id, queue.group),
+                queue.stop(job.id),
                 queue.metrics,
             ],
             args=[

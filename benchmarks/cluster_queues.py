@@ -212,15 +212,18 @@ def measure_size(primaries: int, workers: list[int], count: int, repeats: int) -
         if primaries == 1
         else EmbeddedCluster(tempfile.mkdtemp(prefix="rcoord-bench-grid-"), masters=primaries)
     )
-    server.start()
     try:
+        server.start()
         env[CLUSTER_URL if primaries > 1 else SINGLE_URL] = server.url
         command = [sys.executable, "-m", "benchmarks.cluster_queues", CHILD, str(primaries)]
         command += [",".join(map(str, workers)), str(count), str(repeats)]
         output = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)
         return json.loads(output.stdout.splitlines()[-1])
     finally:
-        stop_redis(server) if primaries == 1 else server.stop()
+        if primaries == 1:
+            stop_redis(server)  # also one interrupted while it started
+        else:
+            server.stop()
         shutil.rmtree(server.data_dir, ignore_errors=True)
 
 

@@ -213,6 +213,23 @@ def test_finished_records_expire(redis_client) -> None:
     assert not any(field.startswith(first) for field in fields)
 
 
+def test_expired_records_are_swept_faster_than_new_ones_finish(redis_client) -> None:
+    """Under a steady load every finish call finishes a full batch: its sweep of expired
+    records must take more than that, or the records pile up past their expiry."""
+    expiry = QueueKeys.of("default").results_expiry
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 2}):
+        old = enqueue_many([(tasks.add_numbers, (index, 1), {}) for index in range(300)])
+        assert Worker(["default"], burst=True, prefetch=100).run() == 300
+        last_expiry = max(score for _, score in redis_client.zrange(expiry, 0, -1, withscores=True))
+        wait_until(lambda: server_ms() > last_expiry, timeout=30)
+        # A few calls of a hundred finished tasks each (the first take is of one).
+        enqueue_many([(tasks.add_numbers, (index, 2), {}) for index in range(300)])
+        assert Worker(["default"], burst=True, prefetch=100).run() == 300
+    fields = {field.decode().partition(":")[0] for field in redis_client.hkeys(results_key())}
+    assert fields.isdisjoint(old)
+    assert redis_client.zmscore(expiry, old) == [None] * len(old)
+
+
 def results_key() -> str:
     from django_rcoord.queues.keys import QueueKeys
 

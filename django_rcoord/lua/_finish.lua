@@ -138,13 +138,25 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
     return keep
 end
 
--- Finished records expire a while later; drop a few that have.
-local function drop_expired_records(group, now)
-    local expired = redis.call('ZRANGEBYSCORE', group.results_expiry, '-inf', now, 'LIMIT', 0, 16)
+-- Finished records expire a while later; drop those that have, at most `limit`: more than
+-- a call finishes (`finished`), so that under a steady load the sweep outpaces the records
+-- made instead of leaving them past their expiry. One HDEL and one ZREM for them all.
+local SWEEP_MORE = 16
+local SWEEP_MOST = 1500  -- four fields each: within what unpack() takes (about 8,000)
+local function drop_expired_records(group, now, finished)
+    local limit = math.min(2 * finished + SWEEP_MORE, SWEEP_MOST)
+    local expired = redis.call('ZRANGEBYSCORE', group.results_expiry, '-inf', now, 'LIMIT', 0,
+        limit)
+    if #expired == 0 then
+        return
+    end
+    local fields = {}
     for _, old in ipairs(expired) do
-        redis.call('HDEL', group.results, old, old .. ':v', old .. ':e', old .. ':m')
+        fields[#fields + 1] = old
+        fields[#fields + 1] = old .. ':v'
+        fields[#fields + 1] = old .. ':e'
+        fields[#fields + 1] = old .. ':m'
     end
-    if #expired > 0 then
-        redis.call('ZREM', group.results_expiry, unpack(expired))
-    end
+    redis.call('HDEL', group.results, unpack(fields))
+    redis.call('ZREM', group.results_expiry, unpack(expired))
 end

@@ -108,7 +108,7 @@ if #tasks > 0 then
     end
     keep = finish_held(group, queues, tasks, held, mine, now, call.result_ttl, call.lease, keep)
     queue_follow_ups(group.results, tasks, held, now)
-    drop_expired_records(group, now)
+    drop_expired_records(group, now, #tasks)
     count_runs(group.metrics, tasks, held, now, keep)
 end
 

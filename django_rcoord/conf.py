@@ -76,6 +76,11 @@ class Settings:
     TASK_RESULT_TTL: float = 86400
     #: Queues `manage.py run_email_worker` watches by default, highest priority first.
     EMAIL_QUEUES: list[str] = field(default_factory=lambda: ["email"])
+    #: Queue groups spread over shards: {"<group>": N} (N from 1 to MAX_SHARDS). A sharded
+    #: group's tasks are spread over N groups of their own, whose hash slots are spread over
+    #: the slot range (one shard per primary of an evenly split N-primary cluster); see
+    #: django_rcoord.queues.shards (check rcoord.E035).
+    QUEUE_SHARDS: dict[str, int] = field(default_factory=dict)
     #: Options of Django's Tasks framework tasks, by task path (django.tasks.task takes no
     #: backend options): {"myapp.tasks.export": {"unique_for": 300, "unique_key": path}}
     #: (see django_rcoord.queues.task_options; check rcoord.E033).

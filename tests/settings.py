@@ -83,6 +83,8 @@ RCOORD = {
     "TASK_MAX_DELIVERIES": int(os.environ.get("RCOORD_TEST_MAX_DELIVERIES", "5")),
     # Periodic tasks of the poller processes the tests start (JSON).
     "PERIODIC_TASKS": json.loads(os.environ.get("RCOORD_TEST_PERIODIC", "[]")),
+    # Sharded queue groups of the worker processes the tests start (JSON).
+    "QUEUE_SHARDS": json.loads(os.environ.get("RCOORD_TEST_QUEUE_SHARDS", "{}")),
 }
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).

@@ -17,6 +17,7 @@ from django_rcoord.management.base import (
     configure_logging,
     stop_on_signals,
 )
+from django_rcoord.queues.shards import per_shard
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.loop import ISOLATIONS
 from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
@@ -74,6 +75,8 @@ class WorkerCommand(BaseCommand):
         configure_logging(options["verbosity"])
         announce_protocols(upgrade=options["upgrade_protocols"])
         groups = [options["queues"]] if options["queues"] else default_queues()
+        # A group with shards is served by a loop per shard, each waiting on its own.
+        groups = [shard for queues in groups for shard in per_shard(queues)]
         stop = threading.Event()
         try:
             workers = [

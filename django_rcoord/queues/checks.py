@@ -9,8 +9,10 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
+from django_rcoord.keys import encode_name
 from django_rcoord.queues import schedules, task_options
-from django_rcoord.queues.keys import one_group
+from django_rcoord.queues.keys import one_group, split_queue_name
+from django_rcoord.queues.shards import MAX_SHARDS
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
 
@@ -34,6 +36,15 @@ def check_queue_settings(
     errors.extend(_check_task_settings(user))
     errors.extend(
         Error(
+            f"settings.RCOORD['QUEUE_SHARDS'] {problem}.",
+            hint='A dict of queue group names to their number of shards, e.g. {"reports": 3}; '
+            "1 is no sharding.",
+            id="rcoord.E035",
+        )
+        for problem in _shard_problems(user.get("QUEUE_SHARDS", DEFAULTS["QUEUE_SHARDS"]))
+    )
+    errors.extend(
+        Error(
             f"settings.RCOORD['TASK_OPTIONS']{problem}.",
             hint="A dict of Tasks framework task paths to their options, e.g. "
             '{"myapp.tasks.export": {"unique_for": 300}}; options: '
@@ -50,6 +61,26 @@ def check_queue_settings(
         )
     )
     return errors
+
+
+def _shard_problems(raw: object) -> list[str]:
+    """What is wrong with a ``QUEUE_SHARDS`` value (rcoord.E035)."""
+    if not isinstance(raw, Mapping):
+        return [f"must be a dict, not {type(raw).__name__}"]
+    problems = []
+    for group, count in raw.items():
+        try:
+            if split_queue_name(f"{group}/q")[0] != group:
+                raise InvalidName("it is no group name")
+            encode_name(group)
+        except InvalidName as exc:
+            problems.append(f"has {group!r}, which is not a queue group name: {exc}")
+            continue
+        if not is_positive_int(count) or count > MAX_SHARDS:
+            problems.append(
+                f"gives group {group!r} {count!r} shards, not an int from 1 to {MAX_SHARDS}"
+            )
+    return problems
 
 
 def _check_options_set_twice(raw: object) -> list[CheckMessage]:

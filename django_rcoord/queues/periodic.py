@@ -64,6 +64,7 @@ from django_rcoord.queues.schedules import (
     resolve_target,
     schedules,
 )
+from django_rcoord.queues.shards import route
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD
 from django_rcoord.scripts import run_script
 
@@ -212,14 +213,14 @@ def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
     extra = {**target.extra, "periodic": {"name": schedule.name, "tick": tick / 1000}}
     if target.priority:
         extra["priority"] = target.priority
+    claim = None
     if target.unique is not None:
         # As delay() writes it: the scripts that end the run release the claim.
         claim = target.unique.claim(target.task_name, schedule.args, schedule.kwargs)
         extra[UNIQUE_FIELD], extra[UNIQUE_MS_FIELD] = claim, target.unique.ms
-    task_id, body = encode_message(
-        target.task_name, target.queue, schedule.args, schedule.kwargs, extra
-    )
-    return PendingTick(tick, target.queue, target.priority, task_id, body)
+    queue = route(target.queue, claim)  # a shard's queue, when its group has shards
+    task_id, body = encode_message(target.task_name, queue, schedule.args, schedule.kwargs, extra)
+    return PendingTick(tick, queue, target.priority, task_id, body)
 
 
 def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:

@@ -21,6 +21,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.shards import route
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
@@ -68,6 +69,8 @@ def enqueue_call(
 def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
     """(the queue's keys, a new task id, its message JSON, its unique claim or None)."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
+    claim = unique.claim(task_name, args, kwargs) if unique is not None else None
+    queue = route(queue, claim)  # a shard's queue, when its group has shards
     keys = QueueKeys.of(queue)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
@@ -75,9 +78,7 @@ def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
     context = tracing.carrier()
     if context is not None:
         extra = {**(extra or {}), tracing.TRACE_FIELD: context}
-    claim = None
     if unique is not None:
-        claim = unique.claim(task_name, args, kwargs)
         # In the message: the scripts that end the task find its claim there, and
         # requeue_dead how long to claim it again.
         extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
@@ -293,6 +294,15 @@ class ScriptedEnqueue:
             register_group(resolve_client(client), self.group, force=True)
 
 
+def routed(run: Enqueue) -> Enqueue:
+    """``run`` on the queue of the shard it goes to (itself when its group has no shards):
+    routing a run twice keeps its first shard."""
+    if not conf.QUEUE_SHARDS:
+        return run
+    claim = run.unique.claim(run.task_name, run.args, run.kwargs) if run.unique else None
+    return run._replace(queue=route(run.queue, claim))
+
+
 def _resolve_target(
     target: Any, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None, caller: str
 ) -> Enqueue:
@@ -354,7 +364,7 @@ def enqueue_many(
     by_group: dict[str, list[tuple[int, Enqueue]]] = {}
     count = 0
     for count, (target, args, kwargs) in enumerate(calls, 1):
-        run = _resolve_target(target, args, kwargs, queue, "enqueue_many")
+        run = routed(_resolve_target(target, args, kwargs, queue, "enqueue_many"))
         by_group.setdefault(QueueKeys.of(run.queue).group, []).append((count - 1, run))
     ids = [""] * count
     for group in by_group:

@@ -19,6 +19,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import as_text, decode_message
+from django_rcoord.queues.shards import shard_queue_names
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 
@@ -85,11 +86,15 @@ def result_ttl_ms() -> int:
 
 # -- inspecting -------------------------------------------------------------------
 def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
-    """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead."""
-    keys = QueueKeys.of(queue)
+    """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead;
+    a queue of a group with shards (``RCOORD["QUEUE_SHARDS"]``) counts them all."""
+    shards = [QueueKeys.of(name) for name in shard_queue_names(queue)]
     with resolve_client(client).pipeline(transaction=False) as pipe:
-        count_tasks(pipe, keys)
-        return dict(zip(TASK_COUNTS, pipe.execute(), strict=True))
+        for keys in shards:
+            count_tasks(pipe, keys)
+        counts = pipe.execute()
+    width = len(TASK_COUNTS)
+    return {name: sum(counts[index::width]) for index, name in enumerate(TASK_COUNTS)}
 
 
 #: The counts of ``queue_stats``, in the order ``count_tasks`` asks for them.

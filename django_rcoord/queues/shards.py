@@ -1,0 +1,113 @@
+"""Sharded queue groups: one logical queue over many hash slots (``RCOORD["QUEUE_SHARDS"]``).
+
+A queue group lives in one hash slot, so on Redis Cluster on one primary. A group given
+``N`` shards (``RCOORD["QUEUE_SHARDS"] = {"reports": 3}``) is spread over ``N`` groups of
+its own, its shards, named ``"<group>~<j>"``: shard ``i`` is the smallest ``j`` whose slot
+lies in the ``i``-th ``N``-th of the slot range, so that on a cluster whose slots are split
+evenly over ``N`` primaries each holds one shard. Each shard is an ordinary queue group:
+its own ready, delayed and dead sets, task ids that name it (so ``get_result``, ``cancel``
+and the delayed-task poller find a task from its id alone), its own workers.
+
+- A producer spreads new tasks over the shards in turn; a unique task goes to the shard
+  its claim names (the same shard for the same claim), so uniqueness holds across them.
+  Priorities and FIFO hold within a shard, not across shards.
+- ``run_email_worker --queues reports/pdf`` runs a worker loop per shard, each waiting on
+  its own shard (none polls the others).
+- Records and ``queue_stats`` speak of the logical queue (``"reports/pdf"``): a record's
+  ``queue`` is it, and ``queue_stats`` adds the shards up.
+
+On one Redis the shards only spread keys. Resharding (``N`` changing): see the docs'
+"Sharded queues".
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from django_rcoord.conf import conf
+from django_rcoord.keys import encode_name
+from django_rcoord.queues.keys import DEFAULT_GROUP, split_queue_name
+
+#: Most shards of one group: each shard is a worker loop per worker process.
+MAX_SHARDS = 64
+#: Between a sharded group's name and its shard's number.
+SHARD_MARK = "~"
+
+_turns = itertools.count()
+
+
+def shards_of(group: str) -> tuple[str, ...]:
+    """The groups ``group``'s tasks live in: its shards, or ``(group,)`` when it has none."""
+    count = conf.QUEUE_SHARDS.get(group, 1)
+    return (group,) if count <= 1 else _shards(group, count)
+
+
+@functools.lru_cache(maxsize=256)
+def _shards(group: str, count: int) -> tuple[str, ...]:
+    names = []
+    for index in range(count):
+        low = index * REDIS_CLUSTER_HASH_SLOTS // count
+        high = (index + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+        number = 0
+        while not low <= _slot(f"{group}{SHARD_MARK}{number}") < high:
+            number += 1
+        names.append(f"{group}{SHARD_MARK}{number}")
+    return tuple(names)
+
+
+def _slot(group: str) -> int:
+    """The hash slot of ``group``'s keys (their hash tag is its encoded name)."""
+    return key_slot(encode_name(group).encode())
+
+
+def is_sharded(group: str) -> bool:
+    shards = conf.QUEUE_SHARDS
+    return bool(shards) and shards.get(group, 1) > 1
+
+
+def shard_queue_names(name: str) -> list[str]:
+    """The queues queue ``name`` is spread over: one per shard of its group (``[name]`` when
+    its group has no shards)."""
+    group, queue = split_queue_name(name)
+    if not is_sharded(group):
+        return [name]
+    return [f"{shard}/{queue}" for shard in shards_of(group)]
+
+
+def route(name: str, claim: str | None = None) -> str:
+    """The queue a new task of queue ``name`` goes to: ``name`` itself unless its group has
+    shards; then the next shard in turn, or the one unique claim ``claim`` ('u:<sha256>')
+    names."""
+    if not conf.QUEUE_SHARDS:
+        return name
+    group, queue = split_queue_name(name)
+    if not is_sharded(group):
+        return name
+    shards = shards_of(group)
+    index = int(claim[2:18], 16) if claim else next(_turns)
+    return f"{shards[index % len(shards)]}/{queue}"
+
+
+def logical_queue_name(name: str) -> str:
+    """The queue name a user gave for queue ``name`` of a shard ("reports/pdf" for
+    "reports~7/pdf"); ``name`` itself when it is no shard's."""
+    if not conf.QUEUE_SHARDS:
+        return name
+    group, slash, queue = name.rpartition("/")
+    base, mark, _ = group.rpartition(SHARD_MARK)
+    if not mark or not is_sharded(base) or group not in shards_of(base):
+        return name
+    return queue if base == DEFAULT_GROUP else f"{base}{slash}{queue}"
+
+
+def per_shard(names: list[str]) -> list[list[str]]:
+    """Queue names of one group, as the queue names of each of its shards (``[names]`` when
+    the group has none): what one worker loop each serves."""
+    split = [split_queue_name(name) for name in names]
+    groups = {group for group, _ in split}
+    if len(groups) != 1 or not is_sharded(next(iter(groups))):
+        return [names]
+    return [[f"{shard}/{queue}" for _, queue in split] for shard in shards_of(groups.pop())]

@@ -1,0 +1,216 @@
+"""Sharded queue groups (``RCOORD["QUEUE_SHARDS"]``): one logical queue over several hash
+slots, with the queue's guarantees: every task run at least once (a worker SIGKILLed),
+priorities within a shard, unique tasks, concurrency and rate limits, cancel and results
+across the shards. On one Redis and, with RCOORD_TEST_CLUSTER=1, on a 3-primary cluster
+where each shard is on a primary of its own."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.checks import run_checks
+from django.test import override_settings
+from redis.crc import key_slot
+
+from django_rcoord.connection import get_client
+from django_rcoord.queues import cancel, enqueue_many, get_result, queue_stats
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.shards import per_shard, shard_queue_names, shards_of
+from django_rcoord.queues.worker import Worker
+from tests import cluster, tasks
+from tests.procs import wait_until
+from tests.test_queues import output_of, ran, result_of, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SHARDS = 3
+#: The default group ("main", which queue "default" is in) in three shards.
+SHARDED = {"main": SHARDS}
+WORKER_ENV = {"RCOORD_TEST_QUEUE_SHARDS": json.dumps(SHARDED)}
+
+
+@pytest.fixture(autouse=True)
+def sharded() -> Iterator[None]:
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": SHARDED}):
+        yield
+
+
+def sharded_worker(*args: str, **options: Any) -> Any:
+    return start_worker(*args, env=WORKER_ENV, **options)
+
+
+def shard_of(task_id: str) -> str:
+    group = group_of_task_id(task_id)
+    assert group is not None
+    return group
+
+
+def test_the_shards_spread_over_the_slot_range() -> None:
+    shards = shards_of("main")
+    assert len(set(shards)) == SHARDS
+    # Of the keys as named (a cluster's server says; redis-py's CRC16 on one Redis).
+    keys = [QueueKeys.of(f"{shard}/q").ready for shard in shards]
+    if cluster.ENABLED:
+        slots = [get_client().execute_command("CLUSTER KEYSLOT", key) for key in keys]
+    else:
+        slots = [key_slot(key.encode()) for key in keys]
+    # Shard i in the i-th third of the 16,384 slots.
+    assert [slot * SHARDS // 16384 for slot in slots] == list(range(SHARDS))
+    if cluster.ENABLED:  # the test cluster splits its slots evenly over three primaries
+        client = get_client()
+        primaries = {client.get_node_from_key(QueueKeys.of(f"{s}/q").ready).name for s in shards}
+        assert len(primaries) == SHARDS
+
+
+def test_tasks_are_spread_over_the_shards_and_read_as_their_queue() -> None:
+    ids = [tasks.record.delay(f"t{n}") for n in range(30)] + enqueue_many(
+        [(tasks.record, (f"m{n}",), {}) for n in range(30)]
+    )
+    by_shard: dict[str, int] = {}
+    for task_id in ids:
+        by_shard[shard_of(task_id)] = by_shard.get(shard_of(task_id), 0) + 1
+    assert sorted(by_shard) == sorted(shards_of("main"))
+    assert sorted(by_shard.values()) == [20, 20, 20]  # in turns
+    assert queue_stats("default") == {"ready": 60, "in_flight": 0, "delayed": 0, "dead": 0}
+    record = result_of(ids[0])
+    assert (record.status, record.queue, record.args) == ("READY", "default", ["t0"])
+
+
+def test_a_worker_runs_a_loop_per_shard_and_drains_them_all() -> None:
+    ids = enqueue_many([(tasks.add_numbers, (n, 1), {}) for n in range(30)])
+    worker = sharded_worker("--burst")
+    output = output_of(worker, 120)
+    assert worker.returncode == 0, output
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    for n, task_id in enumerate(ids):
+        record = result_of(task_id)
+        assert (record.status, record.queue) == ("SUCCESSFUL", "default")
+        assert record.return_value["sum"] == n + 1
+    # One loop per shard, each on its own shard's queue.
+    for shard in shards_of("main"):
+        assert f"{shard}/default" in output
+
+
+def test_retries_come_back_on_their_shard() -> None:
+    ids = [tasks.fail_then_succeed.delay(f"f{n}", 1) for n in range(6)]
+    worker = sharded_worker()  # each loop promotes its shard's due retries
+    try:
+        wait_until(lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=60)
+    finally:
+        worker.terminate()
+        output_of(worker, 30)
+    for task_id in ids:
+        record = result_of(task_id)
+        assert (record.status, record.attempts) == ("SUCCESSFUL", 2)
+    assert sorted(ran()) == sorted([f"f{n}" for n in range(6)])
+
+
+def test_every_task_runs_though_a_worker_is_killed_mid_run() -> None:
+    ids = enqueue_many([(tasks.record_slowly, (f"k{n}", 0.2), {}) for n in range(9)])
+    victim = sharded_worker(lease=1.5)
+    wait_until(lambda: any(result_of(i).status == "RUNNING" for i in ids), timeout=60)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    rescuer = sharded_worker(lease=1.5)  # takes what the victim held once its leases end
+    try:
+        wait_until(
+            lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=90
+        )
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        output_of(rescuer, 30)
+    assert set(ran()) == {f"k{n}" for n in range(9)}  # each at least once
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_priorities_hold_within_each_shard() -> None:
+    for n in range(SHARDS):
+        tasks.record_whenever.delay(f"low{n}")
+    for n in range(SHARDS):
+        tasks.record_urgent.delay(f"high{n}")
+    for queues in per_shard(["default"]):
+        get_client().delete(tasks.RAN)
+        assert Worker(queues, burst=True).run() == 2
+        first, second = ran()
+        assert first.startswith("high") and second.startswith("low")
+
+
+def test_a_unique_task_is_queued_once_across_the_shards() -> None:
+    first = tasks.unique_report.delay("same")
+    again = [tasks.unique_report.delay("same") for _ in range(SHARDS * 2)]
+    assert again == [first] * (SHARDS * 2)
+    other = tasks.unique_report.delay("other")
+    assert other != first
+    assert queue_stats("default")["ready"] == 2
+
+
+def test_a_concurrency_limit_holds_across_the_shards() -> None:
+    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    assert len({shard_of(task_id) for task_id in ids}) == SHARDS
+    worker = sharded_worker("--concurrency", "2")  # six loops, two permits
+    try:
+        wait_until(lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=60)
+    finally:
+        worker.terminate()
+        output_of(worker, 30)
+    peaks = [int(peak) for peak in get_client().lrange("test:peaks", 0, -1)]
+    assert len(peaks) == 6
+    assert max(peaks) == 2
+
+
+def test_a_rate_holds_across_the_shards() -> None:
+    enqueue_many([(tasks.rate_limited_start, (f"r{n}",), {}) for n in range(7)])
+    worker = sharded_worker()  # three loops
+    try:
+        wait_until(lambda: get_client().llen("test:starts") == 7, timeout=60)
+    finally:
+        worker.terminate()
+        output_of(worker, 30)
+    starts = sorted(
+        float(entry.split(b":")[0]) for entry in get_client().lrange("test:starts", 0, -1)
+    )
+    # At most three starts in any second (less a little: the time is read in the task).
+    assert all(later - earlier >= 0.95 for earlier, later in zip(starts, starts[3:], strict=False))
+
+
+def test_cancel_and_results_find_a_task_on_its_shard() -> None:
+    kept, cancelled = tasks.record.delay("kept"), tasks.record.delay("cancelled")
+    assert shard_of(kept) != shard_of(cancelled)
+    assert cancel(cancelled) is True
+    assert result_of(cancelled).status == "CANCELLED"
+    for queues in per_shard(["default"]):
+        Worker(queues, burst=True).run()
+    assert ran() == ["kept"]
+    assert result_of(kept).status == "SUCCESSFUL"
+    assert get_result(cancelled) is not None
+
+
+def test_a_worker_object_serves_one_shard() -> None:
+    with pytest.raises(ValueError, match="has shards"):
+        Worker(["default"])
+    assert per_shard(["default", "other"]) == [
+        [f"{shard}/default", f"{shard}/other"] for shard in shards_of("main")
+    ]
+    assert shard_queue_names("elsewhere/q") == ["elsewhere/q"]  # a group without shards
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ([("main", 3)], "must be a dict"),
+        ({"main": 0}, "not an int from 1 to 64"),
+        ({"main": 65}, "not an int from 1 to 64"),
+        ({"main": 2.5}, "not an int from 1 to 64"),
+        ({"": 2}, "not a queue group name"),
+    ],
+)
+def test_bad_shard_settings_are_a_system_check_error(value: object, problem: str) -> None:
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": value}):
+        messages = [m for m in run_checks() if m.id == "rcoord.E035"]
+    assert len(messages) == 1
+    assert problem in messages[0].msg

@@ -137,7 +137,8 @@ def test_priorities_hold_within_each_shard() -> None:
         get_client().delete(tasks.RAN)
         assert Worker(queues, burst=True).run() == 2
         first, second = ran()
-        assert first.startswith("high") and second.startswith("low")
+        assert first.startswith("high")
+        assert second.startswith("low")
 
 
 def test_a_unique_task_is_queued_once_across_the_shards() -> None:

@@ -118,9 +118,7 @@ def test_every_task_runs_though_a_worker_is_killed_mid_run() -> None:
     victim.wait(10)
     rescuer = sharded_worker(lease=1.5)  # takes what the victim held once its leases end
     try:
-        wait_until(
-            lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=90
-        )
+        wait_until(lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=90)
     finally:
         rescuer.send_signal(signal.SIGTERM)
         output_of(rescuer, 30)

@@ -18,7 +18,17 @@ from django.test import override_settings
 from redis.crc import key_slot
 
 from django_rcoord.connection import get_client
-from django_rcoord.queues import cancel, enqueue_many, get_result, queue_stats
+from django_rcoord.ops.prometheus import prometheus_exposition
+from django_rcoord.ops.status import overview
+from django_rcoord.queues import (
+    cancel,
+    dead_letters,
+    delete_dead,
+    enqueue_many,
+    get_result,
+    queue_stats,
+    requeue_dead,
+)
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.shards import per_shard, shard_queue_names, shards_of
 from django_rcoord.queues.worker import Worker
@@ -213,3 +223,49 @@ def test_bad_shard_settings_are_a_system_check_error(value: object, problem: str
         messages = [m for m in run_checks() if m.id == "rcoord.E035"]
     assert len(messages) == 1
     assert problem in messages[0].msg
+
+
+def test_status_metrics_and_dead_letters_add_the_shards_up() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    failed = [tasks.always_fail.delay(f"d{n}") for n in range(6)]
+    done = [tasks.record.delay(f"r{n}") for n in range(3)]
+    for queues in per_shard(["default"]):
+        Worker(queues, burst=True).run()
+    assert {shard_of(task_id) for task_id in failed} == set(shards_of("main"))
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 6}
+
+    # The overview (rcoord_status, the dashboard, the JSON stats): one row for the queue.
+    rows = [row for row in overview()["queues"] if "default" in row["name"]]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["name"], row["group"], row["shards"]) == ("default", "main", SHARDS)
+    assert (row["dead"], row["finished_last_hour"]) == (6, 9)
+
+    # Prometheus: one series per queue and task, the shards' counts added up.
+    body, _ = prometheus_exposition()
+    families = {family.name: family for family in text_string_to_metric_families(body.decode())}
+    finished = {
+        (sample.labels["queue"], sample.labels["task"], sample.labels["outcome"]): sample.value
+        for sample in families["rcoord_tasks_finished"].samples
+        if sample.name == "rcoord_tasks_finished_total"
+    }
+    assert finished == {
+        ("default", "tests.tasks.always_fail", "failed"): 6,
+        ("default", "tests.tasks.record", "succeeded"): 3,
+    }
+    dead = [
+        sample.value
+        for sample in families["rcoord_queue_tasks"].samples
+        if sample.labels["state"] == "dead"
+    ]
+    assert dead == [6]
+
+    # Dead letters: listed shard after shard, paged across them; requeued and deleted.
+    first, rest = dead_letters("default", limit=4), dead_letters("default", limit=4, offset=4)
+    assert (len(first), len(rest)) == (4, 2)
+    assert {letter["id"] for letter in first + rest} == set(failed)
+    assert requeue_dead("default", failed[0]) == 1
+    assert delete_dead("default") == 5
+    assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert result_of(done[0]).queue == "default"

@@ -17,6 +17,7 @@ from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
 from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups
 from django_rcoord.queues.registry import autodiscover_tasks, registered_tasks
+from django_rcoord.queues.shards import logical_group, logical_queue_name
 from django_rcoord.semaphores import Semaphore
 
 __all__ = ["overview"]
@@ -48,14 +49,16 @@ def overview(*, client: Any = None) -> dict[str, Any]:
         found = _read_group(client, group, now, now_ms)
         queues.extend(found.queues)
         workers.extend(found.workers)
-        worker_counts[group] = len(found.workers)
+        # A shard's workers count for its group (RCOORD["QUEUE_SHARDS"]).
+        logical = logical_group(group)
+        worker_counts[logical] = worker_counts.get(logical, 0) + len(found.workers)
         if found.lateness:
             lateness[group] = found.lateness
     return {
         "time": now,
         "groups": groups,
-        "queues": queues,
-        "workers": workers,
+        "queues": _add_up_shards(queues),
+        "workers": [{**worker, "group": logical_group(worker["group"])} for worker in workers],
         "worker_counts": worker_counts,
         "promotion_lateness": lateness,
         "periodic": schedule_status(client, now_ms),
@@ -200,6 +203,49 @@ def _queue_rows(
             }
         )
     return queues
+
+
+def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the queues of a group with shards (``RCOORD["QUEUE_SHARDS"]``) added up
+    into one row per queue, named as its tasks were queued, with ``shards``: how many rows
+    it adds up (the oldest ready task's age is the oldest shard's, the next due time the
+    soonest)."""
+    rows: list[dict[str, Any]] = []
+    by_name: dict[str, dict[str, Any]] = {}
+    for row in queues:
+        name = logical_queue_name(row["name"])
+        if name == row["name"]:
+            rows.append(row)
+            continue
+        total = by_name.get(name)
+        if total is None:
+            total = by_name[name] = {
+                **row,
+                "name": name,
+                "group": logical_group(row["group"]),
+                "shards": 1,
+            }
+            rows.append(total)
+            continue
+        for count in (*TASK_COUNTS, "finished_last_hour", "cancelled"):
+            total[count] += row[count]
+        total["finished_per_minute"] = [
+            mine + theirs
+            for mine, theirs in zip(
+                total["finished_per_minute"], row["finished_per_minute"], strict=True
+            )
+        ]
+        total["oldest_ready_age"] = _most(max, total["oldest_ready_age"], row["oldest_ready_age"])
+        total["next_due_in"] = _most(min, total["next_due_in"], row["next_due_in"])
+        total["shards"] += 1
+    return rows
+
+
+def _most(pick: Any, one: float | None, other: float | None) -> float | None:
+    """``pick`` (min or max) of the two that are not None."""
+    if one is None or other is None:
+        return other if one is None else one
+    return pick(one, other)
 
 
 def _worker_rows(

@@ -19,7 +19,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import as_text, decode_message
-from django_rcoord.queues.shards import shard_queue_names
+from django_rcoord.queues.shards import queues_holding, shard_queue_names
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
 
@@ -113,14 +113,33 @@ def dead_letters(
     queue: str, *, limit: int = 100, offset: int = 0, client: Any = None
 ) -> list[dict[str, Any]]:
     """``limit`` dead letters from the ``offset``-th oldest: each message, with ``error`` (the
-    last error, a traceback) and ``failures`` added."""
+    last error, a traceback) and ``failures`` added. A queue of a group with shards lists
+    its shards' dead letters one shard after another."""
     check_batch(limit, "limit")
-    keys = QueueKeys.of(queue)
     client = resolve_client(client)
-    ids = client.lrange(keys.dead, max(0, offset), max(0, offset) + limit - 1)
+    names = shard_queue_names(queue)
+    if len(names) == 1:
+        return _dead_letters_of(QueueKeys.of(queue), limit, max(0, offset), client)
+    letters: list[dict[str, Any]] = []
+    skip = max(0, offset)
+    for name in names:
+        keys = QueueKeys.of(name)
+        length = client.llen(keys.dead)
+        if skip >= length:
+            skip -= length
+            continue
+        letters += _dead_letters_of(keys, limit - len(letters), skip, client)
+        skip = 0
+        if len(letters) >= limit:
+            break
+    return letters
+
+
+def _dead_letters_of(keys: QueueKeys, limit: int, offset: int, client: Any) -> list[dict[str, Any]]:
+    ids = client.lrange(keys.dead, offset, offset + limit - 1)
     if not ids:
         return []
-    with client.pipeline(transaction=False) as pipe:
+    with slot_pipeline(client, keys.messages, transaction=False) as pipe:
         pipe.hmget(keys.messages, ids)
         pipe.hmget(keys.errors, ids)
         pipe.hmget(keys.failures, ids)
@@ -146,7 +165,13 @@ def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) 
     In script calls of ``REQUEUE_BATCH`` letters each, oldest first: each call is atomic
     and short, so Redis never pauses long however many letters there are.
     """
-    keys = QueueKeys.of(queue)
+    return sum(
+        _requeue_dead(QueueKeys.of(name), task_id, client)
+        for name in queues_holding(queue, task_id)
+    )
+
+
+def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
     return _dead_in_batches(
         "task_requeue_dead",
         client,
@@ -170,7 +195,12 @@ def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -
     """Delete the dead letters of ``queue`` for good (only ``task_id``, when given); their
     result records stay until they expire. Returns how many. Bounded calls, as
     ``requeue_dead``."""
-    keys = QueueKeys.of(queue)
+    return sum(
+        _delete_dead(QueueKeys.of(name), task_id, client) for name in queues_holding(queue, task_id)
+    )
+
+
+def _delete_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
     return _dead_in_batches(
         "task_delete_dead",
         client,

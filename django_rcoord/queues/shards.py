@@ -29,7 +29,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from django_rcoord.conf import conf
 from django_rcoord.keys import encode_name
-from django_rcoord.queues.keys import DEFAULT_GROUP, split_queue_name
+from django_rcoord.queues.keys import DEFAULT_GROUP, group_of_task_id, split_queue_name
 
 #: Most shards of one group: each shard is a worker loop per worker process.
 MAX_SHARDS = 64
@@ -77,6 +77,16 @@ def shard_queue_names(name: str) -> list[str]:
     return [f"{shard}/{queue}" for shard in shards_of(group)]
 
 
+def queues_holding(name: str, task_id: str | None = None) -> list[str]:
+    """The queues of queue ``name`` that may hold task ``task_id`` (its shard's: a task id
+    names its group), or every one of them when no task is named."""
+    names = shard_queue_names(name)
+    if task_id is None or len(names) == 1:
+        return names
+    group = group_of_task_id(task_id)
+    return [queue for queue in names if split_queue_name(queue)[0] == group]
+
+
 def route(name: str, claim: str | None = None) -> str:
     """The queue a new task of queue ``name`` goes to: ``name`` itself unless its group has
     shards; then the next shard in turn, or the one unique claim ``claim`` ('u:<sha256>')
@@ -91,14 +101,23 @@ def route(name: str, claim: str | None = None) -> str:
     return f"{shards[index % len(shards)]}/{queue}"
 
 
+def logical_group(group: str) -> str:
+    """The group a shard is of ("reports" for "reports~7"); ``group`` itself when it is
+    no shard."""
+    base, mark, _ = group.rpartition(SHARD_MARK)
+    if not mark or not is_sharded(base) or group not in shards_of(base):
+        return group
+    return base
+
+
 def logical_queue_name(name: str) -> str:
     """The queue name a user gave for queue ``name`` of a shard ("reports/pdf" for
     "reports~7/pdf"); ``name`` itself when it is no shard's."""
     if not conf.QUEUE_SHARDS:
         return name
     group, slash, queue = name.rpartition("/")
-    base, mark, _ = group.rpartition(SHARD_MARK)
-    if not mark or not is_sharded(base) or group not in shards_of(base):
+    base = logical_group(group)
+    if base == group:
         return name
     return queue if base == DEFAULT_GROUP else f"{base}{slash}{queue}"
 

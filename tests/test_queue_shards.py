@@ -269,3 +269,34 @@ def test_status_metrics_and_dead_letters_add_the_shards_up() -> None:
     assert delete_dead("default") == 5
     assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 0}
     assert result_of(done[0]).queue == "default"
+
+
+def test_framework_tasks_on_a_sharded_queue_read_as_their_queue() -> None:
+    from tests import framework_tasks
+
+    results = [framework_tasks.add.enqueue(n, 1) for n in range(SHARDS)]
+    assert {shard_of(result.id) for result in results} == set(shards_of("main"))
+    worker = sharded_worker("--burst")
+    assert worker.wait(120) == 0, output_of(worker)
+    for n, result in enumerate(results):
+        read = framework_tasks.add.get_result(result.id)
+        assert (read.status, read.return_value) == ("SUCCESSFUL", n + 1)
+        assert read.task.queue_name == "default"
+
+
+def test_resharding_strands_no_task() -> None:
+    """Tasks queued before the group had shards, and on shards it no longer has, still run:
+    a worker serves the groups of the earlier layouts the registry lists."""
+    markers = []
+    for layout in ({}, SHARDED, {"main": 2}):
+        with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": layout}):
+            batch = [f"{len(layout) and layout['main']}-{n}" for n in range(5)]
+            enqueue_many([(tasks.record, (marker,), {}) for marker in batch])
+            markers += batch
+    worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps({"main": 2})})
+    output = output_of(worker, 120)
+    assert worker.returncode == 0, output
+    assert sorted(ran()) == sorted(markers)
+    for group in ["main", *shards_of("main")]:
+        keys = QueueKeys.of(f"{group}/default")
+        assert get_client().zcard(keys.ready) == 0

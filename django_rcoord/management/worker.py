@@ -17,7 +17,8 @@ from django_rcoord.management.base import (
     configure_logging,
     stop_on_signals,
 )
-from django_rcoord.queues.shards import per_shard
+from django_rcoord.queues.records import known_groups
+from django_rcoord.queues.shards import earlier_layouts, per_shard
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.loop import ISOLATIONS
 from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
@@ -74,9 +75,11 @@ class WorkerCommand(BaseCommand):
             raise CommandError("--max-outage must be a positive number of seconds")
         configure_logging(options["verbosity"])
         announce_protocols(upgrade=options["upgrade_protocols"])
-        groups = [options["queues"]] if options["queues"] else default_queues()
-        # A group with shards is served by a loop per shard, each waiting on its own.
-        groups = [shard for queues in groups for shard in per_shard(queues)]
+        named = [options["queues"]] if options["queues"] else default_queues()
+        # A group with shards is served by a loop per shard, each waiting on its own; the
+        # groups of its earlier layouts (resharding) by one loop each, as named.
+        loops = [(shard, concurrency, False) for queues in named for shard in per_shard(queues)]
+        loops += [(queues, 1, True) for queues in _earlier_layouts(named)]
         stop = threading.Event()
         try:
             workers = [
@@ -88,13 +91,14 @@ class WorkerCommand(BaseCommand):
                     stop_event=stop,
                     max_outage=max_outage,
                     isolation=options["isolation"],
+                    as_named=as_named,
                 )
-                for queues in groups
-                for _ in range(concurrency)
+                for queues, count, as_named in loops
+                for _ in range(count)
             ]
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        watched = [name for queues in groups for name in queues]
+        watched = [name for queues, _, _ in loops for name in queues]
         self._report_unwatched(watched)
         failed: list[RedisUnavailable] = []
 
@@ -136,3 +140,13 @@ class WorkerCommand(BaseCommand):
                 "--queues, or run a worker for them)",
                 ", ".join(f"{name} ({count})" for name, count in sorted(waiting.items())),
             )
+
+
+def _earlier_layouts(named: list[list[str]]) -> list[list[str]]:
+    """The queues of the groups left from earlier shard layouts of the groups of ``named``
+    (see ``earlier_layouts``): found in the registry, none when Redis cannot say now."""
+    try:
+        known = known_groups()
+    except REDIS_ERRORS:
+        return []  # the workers report an unusable Redis
+    return [queues for names in named for queues in earlier_layouts(names, known)]

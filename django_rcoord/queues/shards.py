@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Iterable
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
@@ -130,3 +131,22 @@ def per_shard(names: list[str]) -> list[list[str]]:
     if len(groups) != 1 or not is_sharded(next(iter(groups))):
         return [names]
     return [[f"{shard}/{queue}" for _, queue in split] for shard in shards_of(groups.pop())]
+
+
+def earlier_layouts(names: list[str], known: Iterable[str]) -> list[list[str]]:
+    """``names`` (queues of one group) in each group left from the group's earlier shard
+    layouts that ``known`` (the registry's groups) lists: the group itself while it has
+    shards now, and each ``"<group>~<n>"`` that is not one of its shards now. Workers serve
+    them too, so that tasks queued before resharding still run."""
+    split = [split_queue_name(name) for name in names]
+    groups = {group for group, _ in split}
+    if len(groups) != 1:
+        return []
+    group = groups.pop()
+    current = set(shards_of(group))
+    earlier = []
+    for other in sorted(set(known) - current):
+        base, mark, number = other.rpartition(SHARD_MARK)
+        if other == group or (mark and base == group and number.isdigit()):
+            earlier.append(names if other == group else [f"{other}/{queue}" for _, queue in split])
+    return earlier

@@ -77,6 +77,11 @@ class Worker:
     ``max_outage`` (seconds; a burst run's bound), Redis errors that last longer than that
     end ``run()`` with ``RedisUnavailable``.
 
+    A queue of a group with shards (``RCOORD["QUEUE_SHARDS"]``) is served a shard at a time
+    (give the shard's queue names: ``queues.shards.per_shard``; ``run_email_worker`` runs a
+    loop per shard); ``as_named=True`` serves the queues named even so (the group's own
+    keys, left from before it had shards).
+
     ``isolation="inline"`` (the default) runs tasks in this process; ``"process"`` runs
     them in a child process, which is killed at a task's time limit (see ``isolation``).
 
@@ -98,13 +103,14 @@ class Worker:
         stop_event: threading.Event | None = None,
         max_outage: float | None = None,
         isolation: str = "inline",
+        as_named: bool = False,
     ) -> None:
         if not queues:
             raise ValueError("a worker needs at least one queue")
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         sharded = [name for name in queues if len(shard_queue_names(name)) > 1]
-        if sharded:
+        if sharded and not as_named:
             raise ValueError(
                 f"the group of queue {sharded[0]!r} has shards (RCOORD['QUEUE_SHARDS']) and a "
                 "worker serves one group: give it one shard's queues (see "

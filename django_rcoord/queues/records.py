@@ -160,7 +160,8 @@ REQUEUE_BATCH = 100
 
 def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
     """Send the dead letters of ``queue`` back to it (only ``task_id``, when given), with
-    their retries reset. Returns how many.
+    their retries reset. Returns how many. A queue of a group with shards: each shard's
+    (the one ``task_id`` names, when given), back to its shard.
 
     In script calls of ``REQUEUE_BATCH`` letters each, oldest first: each call is atomic
     and short, so Redis never pauses long however many letters there are.

@@ -15,6 +15,7 @@ import pytest
 from django.conf import settings
 from django.core.checks import run_checks
 from django.test import override_settings
+from django.urls import reverse
 from redis.crc import key_slot
 
 from django_rcoord.connection import get_client
@@ -300,3 +301,19 @@ def test_resharding_strands_no_task() -> None:
     for group in ["main", *shards_of("main")]:
         keys = QueueKeys.of(f"{group}/default")
         assert get_client().zcard(keys.ready) == 0
+
+
+def test_the_dashboard_pages_and_acts_on_a_sharded_queues_dead_letters(
+    client: Any, django_user_model: Any
+) -> None:
+    failed = [tasks.always_fail.delay(f"d{n}") for n in range(SHARDS)]
+    for queues in per_shard(["default"]):
+        Worker(queues, burst=True).run()
+    client.force_login(django_user_model.objects.create_user("olga", password="pw", is_staff=True))
+    page = client.get(reverse("rcoord:dashboard-dead", args=["default"]))
+    assert page.status_code == 200
+    assert all(task_id in page.content.decode() for task_id in failed)
+    action = reverse("rcoord:dashboard-dead-action", args=["default"])
+    assert client.post(action, {"action": "requeue", "task_id": failed[1]}).status_code == 302
+    assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 2}
+    assert client.get(reverse("rcoord:dashboard")).status_code == 200

@@ -40,6 +40,7 @@ from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.records import dead_letters, delete_dead, queue_stats, requeue_dead
 from django_rcoord.queues.results import READY, get_result
+from django_rcoord.queues.shards import logical_group
 from django_rcoord.responses import error_response
 from django_rcoord.semaphores import semaphore_status
 from django_rcoord.validation import parse_int_in
@@ -191,7 +192,8 @@ def dead_action(request: HttpRequest, queue: str) -> HttpResponse:
     task_id = request.POST.get("task_id") or None
     if action not in ("requeue", "delete"):
         return error_response(request, 400, "bad_request", "action must be requeue or delete")
-    if task_id is not None and group_of_task_id(task_id) != keys.group:
+    # A task of a queue with shards is of one of them (RCOORD["QUEUE_SHARDS"]).
+    if task_id is not None and logical_group(group_of_task_id(task_id) or "") != keys.group:
         return error_response(request, 400, "bad_request", f"{task_id!r} is no task of {queue}")
     if action == "delete" and task_id is None and request.POST.get("confirm") != "yes":
         # Deleting every dead letter cannot be undone: it takes a second POST that says so.

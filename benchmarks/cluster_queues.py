@@ -6,21 +6,22 @@
 One cell per primaries x workers x layout. One primary is a plain Redis; three or more,
 a throwaway Redis Cluster of that many primaries on loopback (each size in a child
 process of its own, started once for its cells). Layouts: **one group** (every worker
-watches one queue group: one hash slot, so one primary) and **a group per primary**
-(one group whose slot sits on each primary; worker i watches group i % primaries, so
-the layout runs with at least as many workers as primaries): the layout a sharded queue
-(QUEUE_SHARDS) gives one logical queue. On one primary the two are the same, and only
-the first is run.
+watches one queue group: one hash slot, so one primary), **a group per primary** (one
+group whose slot sits on each primary, picked by hand; worker i watches group
+i % primaries, so the layout runs with at least as many workers as primaries) and **a
+sharded queue** (one queue whose group has as many shards as there are primaries,
+``RCOORD["QUEUE_SHARDS"]``: the producer spreads its tasks, worker i serves shard
+i % primaries). On one primary the three are the same, and only the first is run.
 
-Each repeat of a cell enqueues ``count`` no-op tasks (``enqueue_many``, split evenly over
-the groups), starts its worker processes (imported and connected before the clock
-starts) and lets them drain in burst mode. A cell reports tasks/s (start signal to the
-last worker's exit), the server CPU per drained task (``INFO cpu`` main-thread deltas
-around the drain, summed over the primaries) and how many cores the busiest primary
-kept busy (its CPU seconds over the drain's wall seconds: 1.00 is a saturated primary).
-Medians over the repeats. The grid is printed and written as JSON (``--out``). It needs
-nothing from the network: an installed checkout with its ``embedded`` extra (or a
-redis-server on PATH, or RCOORD_REDIS_SERVER) runs it.
+Each repeat of a cell enqueues ``count`` no-op tasks (``enqueue_many``, split evenly
+over the groups; over the shards by the producer), starts its worker processes (imported
+and connected before the clock starts) and lets them drain in burst mode. A cell reports
+tasks/s (start signal to the last worker's exit), the server CPU per drained task
+(``INFO cpu`` main-thread deltas around the drain, summed over the primaries) and how
+many cores the busiest primary kept busy (its CPU seconds over the drain's wall seconds:
+1.00 is a saturated primary). Medians over the repeats. The grid is printed and written
+as JSON (``--out``). It needs nothing from the network: an installed checkout with its
+``embedded`` extra (or a redis-server on PATH, or RCOORD_REDIS_SERVER) runs it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from benchmarks.common import (
 
 CLUSTER_URL = "BENCH_CLUSTER_URL"
 SINGLE_URL = "BENCH_GRID_REDIS_URL"
+PRIMARIES = "BENCH_GRID_PRIMARIES"
+SHARDED_GROUP = "sharded"
 CHILD = "--grid-child"
 TASK = "bench.cluster.noop"
 RESULTS = Path(__file__).parent / "results" / "cluster_queues.json"
@@ -69,7 +72,8 @@ def single_client() -> Any:
 
 def configure() -> None:
     """Django settings for this process: the cluster's client when BENCH_CLUSTER_URL is
-    set, else the plain Redis of BENCH_GRID_REDIS_URL; the no-op task registered."""
+    set, else the plain Redis of BENCH_GRID_REDIS_URL; the sharded group (one shard per
+    primary, from BENCH_GRID_PRIMARIES); the no-op task registered."""
     import django
     from django.conf import settings
 
@@ -77,7 +81,10 @@ def configure() -> None:
         factory = "cluster_client" if os.environ.get(CLUSTER_URL) else "single_client"
         settings.configure(
             INSTALLED_APPS=["django_rcoord"],
-            RCOORD={"CLIENT_FACTORY": f"benchmarks.cluster_queues.{factory}"},
+            RCOORD={
+                "CLIENT_FACTORY": f"benchmarks.cluster_queues.{factory}",
+                "QUEUE_SHARDS": {SHARDED_GROUP: int(os.environ.get(PRIMARIES, "1"))},
+            },
         )
         django.setup()
     from django_rcoord.queues import task
@@ -130,8 +137,12 @@ def primary_cpu(client: Any) -> list[float]:
     return [cpu_seconds(section) for _, section in sorted(sections.items())]
 
 
-def run_once(queues: list[str], count: int, workers: int) -> dict[str, float]:
-    """One repeat of a cell: tasks/s, server CPU us per task, the busiest primary's cores."""
+def run_once(
+    queues: list[str], count: int, workers: int, served: list[str] | None = None
+) -> dict[str, float]:
+    """One repeat of a cell: tasks/s, server CPU us per task, the busiest primary's cores.
+    Tasks are queued to ``queues``, evenly; worker i serves ``served[i % len(served)]``
+    (``queues`` unless given: a sharded queue's shards)."""
     from django_rcoord.connection import get_client
     from django_rcoord.queues import enqueue_many
 
@@ -141,10 +152,11 @@ def run_once(queues: list[str], count: int, workers: int) -> dict[str, float]:
     for queue in queues:
         for first in range(0, per_queue, 1000):
             enqueue_many([(TASK, (), {})] * min(1000, per_queue - first), queue=queue)
+    served = served or queues
     context = multiprocessing.get_context("spawn")
     ready, start, finished = context.Semaphore(0), context.Event(), context.Queue()
     processes = [
-        context.Process(target=drain, args=(queues[index % len(queues)], ready, start, finished))
+        context.Process(target=drain, args=(served[index % len(served)], ready, start, finished))
         for index in range(workers)
     ]
     for process in processes:
@@ -173,18 +185,22 @@ def child(primaries: int, workers: list[int], count: int, repeats: int) -> None:
     """In a child process: the cells of one server size, printed as one JSON list."""
     configure()
     from django_rcoord.connection import get_client
+    from django_rcoord.queues.shards import per_shard
 
     client = get_client()
     groups = groups_on_distinct_primaries(client, primaries)
-    layouts = {"one group": groups[:1]}
+    layouts: dict[str, tuple[list[str], list[str] | None]] = {"one group": (groups[:1], None)}
     if primaries > 1:
-        layouts["a group per primary"] = groups
+        layouts["a group per primary"] = (groups, None)
+        # One queue, QUEUE_SHARDS = primaries: producers spread it, a worker per shard.
+        sharded = f"{SHARDED_GROUP}/q"
+        layouts["a sharded queue"] = ([sharded], [s[0] for s in per_shard([sharded])])
     cells = []
-    for layout, queues in layouts.items():
+    for layout, (queues, served) in layouts.items():
         for worker_count in workers:
-            if worker_count < len(queues):
+            if worker_count < len(served or queues):
                 continue  # a worker watches one group: some group would go unserved
-            runs = [run_once(queues, count, worker_count) for _ in range(repeats)]
+            runs = [run_once(queues, count, worker_count, served) for _ in range(repeats)]
             cells.append(
                 {
                     "primaries": primaries,
@@ -215,6 +231,7 @@ def measure_size(primaries: int, workers: list[int], count: int, repeats: int) -
     try:
         server.start()
         env[CLUSTER_URL if primaries > 1 else SINGLE_URL] = server.url
+        env[PRIMARIES] = str(primaries)
         command = [sys.executable, "-m", "benchmarks.cluster_queues", CHILD, str(primaries)]
         command += [",".join(map(str, workers)), str(count), str(repeats)]
         output = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)

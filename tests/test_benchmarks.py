@@ -170,7 +170,12 @@ def test_the_scaling_grid_runs_a_cell_of_each_layout_offline(tmp_path: Path) -> 
     )
     cells = json.loads(out.read_text())["cells"]
     layouts = {(cell["primaries"], cell["layout"]) for cell in cells}
-    assert layouts == {(1, "one group"), (3, "one group"), (3, "a group per primary")}
+    assert layouts == {
+        (1, "one group"),
+        (3, "one group"),
+        (3, "a group per primary"),
+        (3, "a sharded queue"),
+    }
     for cell in cells:
         assert cell["tasks_per_s"][0] > 0
         assert cell["server_us_per_task"] > 0

@@ -6,6 +6,7 @@ where each shard is on a primary of its own."""
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core.checks import run_checks
+from django.core.management import call_command
 from django.test import override_settings
 from django.urls import reverse
 from redis.crc import key_slot
@@ -242,6 +244,9 @@ def test_status_metrics_and_dead_letters_add_the_shards_up() -> None:
     row = rows[0]
     assert (row["name"], row["group"], row["shards"]) == ("default", "main", SHARDS)
     assert (row["dead"], row["finished_last_hour"]) == (6, 9)
+    printed = io.StringIO()
+    call_command("rcoord_status", stdout=printed)
+    assert "default (3 shards)" in printed.getvalue()
 
     # Prometheus: one series per queue and task, the shards' counts added up.
     body, _ = prometheus_exposition()
@@ -316,4 +321,6 @@ def test_the_dashboard_pages_and_acts_on_a_sharded_queues_dead_letters(
     action = reverse("rcoord:dashboard-dead-action", args=["default"])
     assert client.post(action, {"action": "requeue", "task_id": failed[1]}).status_code == 302
     assert queue_stats("default") == {"ready": 1, "in_flight": 0, "delayed": 0, "dead": 2}
-    assert client.get(reverse("rcoord:dashboard")).status_code == 200
+    overview_page = client.get(reverse("rcoord:dashboard"))
+    assert overview_page.status_code == 200
+    assert "(3 shards)" in overview_page.content.decode()

@@ -59,8 +59,10 @@ class Command(BaseCommand):
         ]
         for queue in state["queues"]:
             age, due = queue["oldest_ready_age"], queue["next_due_in"]
+            shards = queue.get("shards")
+            name = f"{queue['name']} ({shards} shards)" if shards else queue["name"]
             lines.append(
-                f"{queue['name']:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
+                f"{name:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
                 f"{queue['delayed']:>8} {queue['dead']:>6} {queue['cancelled']:>9} "
                 f"{'-' if age is None else f'{age:.1f} s':>13} "
                 f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"

@@ -68,11 +68,7 @@ class WorkerCommand(BaseCommand):
         concurrency = options["concurrency"]
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        max_outage = options["max_outage"]
-        if max_outage is None and options["burst"]:
-            max_outage = BURST_MAX_OUTAGE
-        if max_outage is not None and max_outage <= 0:
-            raise CommandError("--max-outage must be a positive number of seconds")
+        max_outage = _max_outage(options["max_outage"], burst=options["burst"])
         configure_logging(options["verbosity"])
         announce_protocols(upgrade=options["upgrade_protocols"])
         named = [options["queues"]] if options["queues"] else default_queues()
@@ -140,6 +136,15 @@ class WorkerCommand(BaseCommand):
                 "--queues, or run a worker for them)",
                 ", ".join(f"{name} ({count})" for name, count in sorted(waiting.items())),
             )
+
+
+def _max_outage(given: float | None, *, burst: bool) -> float | None:
+    """``--max-outage``, by default ``BURST_MAX_OUTAGE`` for a burst run (None: none)."""
+    if given is None and burst:
+        return BURST_MAX_OUTAGE
+    if given is not None and given <= 0:
+        raise CommandError("--max-outage must be a positive number of seconds")
+    return given
 
 
 def _earlier_layouts(named: list[list[str]]) -> list[list[str]]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
@@ -37,7 +38,9 @@ MAX_SHARDS = 64
 #: Between a sharded group's name and its shard's number.
 SHARD_MARK = "~"
 
-_turns = itertools.count()
+#: Each process starts its turns at a random shard: processes that queue one task each (a
+#: cron job's) spread too.
+_turns = itertools.count(int.from_bytes(os.urandom(2), "big"))
 
 
 def shards_of(group: str) -> tuple[str, ...]:
@@ -86,6 +89,23 @@ def queues_holding(name: str, task_id: str | None = None) -> list[str]:
         return names
     group = group_of_task_id(task_id)
     return [queue for queue in names if split_queue_name(queue)[0] == group]
+
+
+def one_shard(names: Sequence[str], *, as_named: bool = False) -> list[str]:
+    """``names``, queue names one worker loop serves: ValueError for none, or for a queue of a
+    group with shards (unless ``as_named``: that group's own keys, from before it had
+    shards)."""
+    if not names:
+        raise ValueError("a worker needs at least one queue")
+    sharded = [name for name in names if len(shard_queue_names(name)) > 1]
+    if sharded and not as_named:
+        raise ValueError(
+            f"the group of queue {sharded[0]!r} has shards (RCOORD['QUEUE_SHARDS']) and a "
+            "worker serves one group: give it one shard's queues (see "
+            "django_rcoord.queues.shards.per_shard), or run manage.py run_email_worker, "
+            "which runs a loop per shard"
+        )
+    return list(names)
 
 
 def route(name: str, claim: str | None = None) -> str:

@@ -34,7 +34,7 @@ from django_rcoord.connection.errors import (
 from django_rcoord.exceptions import RedisUnavailable
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
-from django_rcoord.queues.shards import shard_queue_names
+from django_rcoord.queues.shards import one_shard
 from django_rcoord.queues.worker.gates import TaskGates, Wait
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job, later
@@ -105,19 +105,9 @@ class Worker:
         isolation: str = "inline",
         as_named: bool = False,
     ) -> None:
-        if not queues:
-            raise ValueError("a worker needs at least one queue")
         if isolation not in ISOLATIONS:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
-        sharded = [name for name in queues if len(shard_queue_names(name)) > 1]
-        if sharded and not as_named:
-            raise ValueError(
-                f"the group of queue {sharded[0]!r} has shards (RCOORD['QUEUE_SHARDS']) and a "
-                "worker serves one group: give it one shard's queues (see "
-                "django_rcoord.queues.shards.per_shard), or run manage.py run_email_worker, "
-                "which runs a loop per shard"
-            )
-        self.queues = same_group(list(queues))
+        self.queues = same_group(one_shard(queues, as_named=as_named))
         self.lease = float(conf.TASK_LEASE if lease is None else lease)
         self.burst = burst
         self.max_tasks = max_tasks

@@ -293,16 +293,27 @@ def test_framework_tasks_on_a_sharded_queue_read_as_their_queue() -> None:
 def test_resharding_strands_no_task() -> None:
     """Tasks queued before the group had shards, and on shards it no longer has, still run:
     a worker serves the groups of the earlier layouts the registry lists."""
-    markers = []
+    from tests import framework_tasks
+
+    markers, framework = [], []
     for layout in ({}, SHARDED, {"main": 2}):
         with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": layout}):
             batch = [f"{len(layout) and layout['main']}-{n}" for n in range(5)]
             enqueue_many([(tasks.record, (marker,), {}) for marker in batch])
             markers += batch
-    worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps({"main": 2})})
+            framework += [framework_tasks.add.enqueue(n, 1).id for n in range(SHARDS)]
+    two_shards = {"main": 2}
+    worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(two_shards)})
     output = output_of(worker, 120)
     assert worker.returncode == 0, output
     assert sorted(ran()) == sorted(markers)
+    # Framework tasks of every layout ran, and read as their queue under the new one (a
+    # shard no longer in the layout included: its messages say what they were queued to).
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": two_shards}):
+        assert {shard_of(task_id) for task_id in framework} - {"main", *shards_of("main")}
+        for task_id in framework:
+            result = framework_tasks.add.get_result(task_id)
+            assert (result.status, result.task.queue_name) == ("SUCCESSFUL", "default")
     for group in ["main", *shards_of("main")]:
         keys = QueueKeys.of(f"{group}/default")
         assert get_client().zcard(keys.ready) == 0

@@ -64,7 +64,7 @@ from django_rcoord.queues.schedules import (
     resolve_target,
     schedules,
 )
-from django_rcoord.queues.shards import route
+from django_rcoord.queues.shards import QUEUED_AS, route
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD
 from django_rcoord.scripts import run_script
 
@@ -219,6 +219,8 @@ def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
         claim = target.unique.claim(target.task_name, schedule.args, schedule.kwargs)
         extra[UNIQUE_FIELD], extra[UNIQUE_MS_FIELD] = claim, target.unique.ms
     queue = route(target.queue, claim)  # a shard's queue, when its group has shards
+    if queue != target.queue:
+        extra[QUEUED_AS] = target.queue
     task_id, body = encode_message(target.task_name, queue, schedule.args, schedule.kwargs, extra)
     return PendingTick(tick, queue, target.priority, task_id, body)
 

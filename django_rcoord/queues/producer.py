@@ -21,7 +21,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.shards import route
+from django_rcoord.queues.shards import QUEUED_AS, route
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
@@ -70,8 +70,10 @@ def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
     """(the queue's keys, a new task id, its message JSON, its unique claim or None)."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
     claim = unique.claim(task_name, args, kwargs) if unique is not None else None
-    queue = route(queue, claim)  # a shard's queue, when its group has shards
-    keys = QueueKeys.of(queue)
+    shard = route(queue, claim)  # a shard's queue, when its group has shards
+    if shard != queue:
+        extra = {**(extra or {}), QUEUED_AS: queue}
+    keys = QueueKeys.of(shard)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
         extra = {**(extra or {}), "priority": priority}
@@ -82,7 +84,7 @@ def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
         # In the message: the scripts that end the task find its claim there, and
         # requeue_dead how long to claim it again.
         extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
-    task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
+    task_id, body = encode_message(task_name, shard, args, kwargs, extra, group=keys.group)
     return keys, task_id, body, claim
 
 
@@ -300,7 +302,10 @@ def routed(run: Enqueue) -> Enqueue:
     if not conf.QUEUE_SHARDS:
         return run
     claim = run.unique.claim(run.task_name, run.args, run.kwargs) if run.unique else None
-    return run._replace(queue=route(run.queue, claim))
+    shard = route(run.queue, claim)
+    if shard == run.queue:
+        return run
+    return run._replace(queue=shard, extra={**(run.extra or {}), QUEUED_AS: run.queue})
 
 
 def _resolve_target(

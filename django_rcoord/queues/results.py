@@ -18,7 +18,7 @@ from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.queues.keys import GroupKeys, group_of_task_id
 from django_rcoord.queues.messages import as_text, decode_message
-from django_rcoord.queues.shards import logical_queue_name
+from django_rcoord.queues.shards import QUEUED_AS
 from django_rcoord.scripts import arun_script, run_script
 
 #: The statuses of a task's record (the values of Django's Tasks framework, and CANCELLED:
@@ -165,7 +165,7 @@ def _record(
     return TaskRecord(
         id=task_id,
         task=get("task"),
-        queue=_logical(get("queue")),
+        queue=get(QUEUED_AS) or get("queue"),  # on a shard: the queue it was queued to
         backend=get("backend"),
         priority=get("priority", 0),
         status=status,
@@ -179,11 +179,6 @@ def _record(
         errors=error_list,
         return_value=_value(value) if status == SUCCESSFUL else None,
     )
-
-
-def _logical(queue: Any) -> Any:
-    """The queue name the task was queued with, for a task of a shard's queue."""
-    return logical_queue_name(queue) if isinstance(queue, str) else queue
 
 
 def _value(raw: bytes | None) -> Any:

@@ -37,6 +37,9 @@ from django_rcoord.queues.keys import DEFAULT_GROUP, group_of_task_id, split_que
 MAX_SHARDS = 64
 #: Between a sharded group's name and its shard's number.
 SHARD_MARK = "~"
+#: The message field of a task queued on a shard that names the queue it was queued to
+#: ("reports/pdf"): what its record says, whatever the shard layout is when it is read.
+QUEUED_AS = "queued_as"
 
 #: Each process starts its turns at a random shard: processes that queue one task each (a
 #: cron job's) spread too.

@@ -32,7 +32,7 @@ from django_rcoord.queues import (
     queue_stats,
     requeue_dead,
 )
-from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id, split_queue_name
 from django_rcoord.queues.shards import per_shard, shard_queue_names, shards_of
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
@@ -335,3 +335,18 @@ def test_the_dashboard_pages_and_acts_on_a_sharded_queues_dead_letters(
     overview_page = client.get(reverse("rcoord:dashboard"))
     assert overview_page.status_code == 200
     assert "(3 shards)" in overview_page.content.decode()
+
+
+def test_a_follow_up_is_queued_on_its_tasks_shard_in_the_same_step() -> None:
+    """A follow-up of the same group goes to its task's shard, so the finish script that
+    records the task's end queues it in that step (it reads the end as final), and the
+    shard's own worker runs it."""
+    ids = [tasks.followed.delay(False) for _ in range(SHARDS * 2)]
+    for queues in per_shard(["default"]):
+        shard = split_queue_name(queues[0])[0]
+        Worker(queues, burst=True).run()
+        followed = {entry.decode() for entry in get_client().lrange("test:followed", 0, -1)}
+        mine = {f"{task_id} SUCCESSFUL:made" for task_id in ids if shard_of(task_id) == shard}
+        assert mine
+        assert mine <= followed
+    assert len(get_client().lrange("test:followed", 0, -1)) == len(ids)

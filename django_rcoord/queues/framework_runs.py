@@ -32,6 +32,7 @@ from django_rcoord.queues.framework import (
     task_finished,
     task_started,
 )
+from django_rcoord.queues.keys import group_of_task_id
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
 from django_rcoord.queues.registry import get_task
@@ -115,7 +116,8 @@ class FrameworkFollowUp:
         backend = self.task.get_backend()
         if not isinstance(backend, RedisTaskBackend):
             raise TypeError(f"{self.task.module_path} is not on a RedisTaskBackend")
-        return queue_now_in_step(backend.enqueue_request(self.task, [task_id], {}))
+        run = backend.enqueue_request(self.task, [task_id], {})
+        return queue_now_in_step(run, near=group_of_task_id(task_id))
 
     def delay(self, task_id: str) -> str:
         return self.task.enqueue(task_id).id

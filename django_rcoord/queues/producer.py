@@ -66,11 +66,12 @@ def enqueue_call(
     return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
 
 
-def _new_message(run: Enqueue) -> tuple[QueueKeys, str, str, str | None]:
-    """(the queue's keys, a new task id, its message JSON, its unique claim or None)."""
+def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str, str, str | None]:
+    """(the queue's keys, a new task id, its message JSON, its unique claim or None);
+    ``near`` as ``queue_now_in_step`` takes it."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
     claim = unique.claim(task_name, args, kwargs) if unique is not None else None
-    shard = route(queue, claim)  # a shard's queue, when its group has shards
+    shard = route(queue, claim, near=near)  # a shard's queue, when its group has shards
     if shard != queue:
         extra = {**(extra or {}), QUEUED_AS: queue}
     keys = QueueKeys.of(shard)
@@ -101,10 +102,11 @@ class QueuedInStep(NamedTuple):
     claim_ms: int
 
 
-def queue_now_in_step(run: Enqueue) -> QueuedInStep:
+def queue_now_in_step(run: Enqueue, *, near: str | None = None) -> QueuedInStep:
     """``run`` for a script to queue now (see ``QueuedInStep``); TypeError at once for
-    arguments JSON cannot carry."""
-    keys, task_id, body, claim = _new_message(run)
+    arguments JSON cannot carry. ``near``: the script's group, the shard to queue it on
+    when its queue has shards and that is one of them (unless it is unique)."""
+    keys, task_id, body, claim = _new_message(run, near)
     unique = run.unique
     return QueuedInStep(
         task_id,

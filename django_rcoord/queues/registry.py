@@ -13,7 +13,7 @@ from django.apps import apps
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.queues.arguments import argument_problem
-from django_rcoord.queues.keys import check_queue_name
+from django_rcoord.queues.keys import check_queue_name, group_of_task_id
 from django_rcoord.queues.messages import encode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
@@ -141,11 +141,13 @@ class Task:
             raise LookupError(f"its follow-up {follow_up!r} is not a registered task")
         return found
 
-    def queued_in_step(self, *args: Any, **kwargs: Any) -> QueuedInStep:
-        """A run with these arguments for another script of its queue's group to queue in
-        its own step (``producer.queue_now_in_step``): the worker's finish script queues
-        follow-ups so."""
-        return queue_now_in_step(self.enqueue_request(args, kwargs))
+    def queued_in_step(self, task_id: str) -> QueuedInStep:
+        """This task as the follow-up of task ``task_id`` (its one argument), for the script
+        that records that task's end to queue in the same step
+        (``producer.queue_now_in_step``; on ``task_id``'s shard, when that is one of this
+        task's queue)."""
+        run = self.enqueue_request((task_id,), {})
+        return queue_now_in_step(run, near=group_of_task_id(task_id))
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""

@@ -111,18 +111,22 @@ def one_shard(names: Sequence[str], *, as_named: bool = False) -> list[str]:
     return list(names)
 
 
-def route(name: str, claim: str | None = None) -> str:
+def route(name: str, claim: str | None = None, *, near: str | None = None) -> str:
     """The queue a new task of queue ``name`` goes to: ``name`` itself unless its group has
-    shards; then the next shard in turn, or the one unique claim ``claim`` ('u:<sha256>')
-    names."""
+    shards; then the one unique claim ``claim`` ('u:<sha256>') names, or shard ``near`` when
+    it is one (a follow-up queued by its task's finish script, in the same step), or the
+    next shard in turn."""
     if not conf.QUEUE_SHARDS:
         return name
     group, queue = split_queue_name(name)
     if not is_sharded(group):
         return name
     shards = shards_of(group)
-    index = int(claim[2:18], 16) if claim else next(_turns)
-    return f"{shards[index % len(shards)]}/{queue}"
+    if claim:
+        return f"{shards[int(claim[2:18], 16) % len(shards)]}/{queue}"
+    if near in shards:
+        return f"{near}/{queue}"
+    return f"{shards[next(_turns) % len(shards)]}/{queue}"
 
 
 def logical_group(group: str) -> str:

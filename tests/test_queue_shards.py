@@ -303,6 +303,12 @@ def test_resharding_strands_no_task() -> None:
             markers += batch
             framework += [framework_tasks.add.enqueue(n, 1).id for n in range(SHARDS)]
     two_shards = {"main": 2}
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": two_shards}):
+        rows = [row for row in overview()["queues"] if row["name"].endswith("default")]
+    # One row for the queue (its shards now and its rows from before it had shards), and
+    # one per shard of the earlier layout that is not one now; every task counted once.
+    assert [row["name"] for row in rows].count("default") == 1
+    assert sum(row["ready"] for row in rows) == len(markers) + len(framework)
     worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(two_shards)})
     output = output_of(worker, 120)
     assert worker.returncode == 0, output

@@ -206,38 +206,31 @@ def _queue_rows(
 
 
 def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of the queues of a group with shards (``RCOORD["QUEUE_SHARDS"]``) added up
-    into one row per queue, named as its tasks were queued, with ``shards``: how many rows
-    it adds up (the oldest ready task's age is the oldest shard's, the next due time the
-    soonest)."""
-    rows: list[dict[str, Any]] = []
-    by_name: dict[str, dict[str, Any]] = {}
+    """The rows of a queue whose group has shards (``RCOORD["QUEUE_SHARDS"]``) added up into
+    one row, named as its tasks were queued, with ``shards``: how many shards it adds up
+    (with the group's own row, left from before it had shards, when there is one). The
+    oldest ready task's age is the oldest row's, the next due time the soonest."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
     for row in queues:
-        name = logical_queue_name(row["name"])
-        if name == row["name"]:
-            rows.append(row)
+        by_name.setdefault(logical_queue_name(row["name"]), []).append(row)
+    rows = []
+    for name, parts in by_name.items():
+        shards = sum(part["name"] != name for part in parts)
+        if not shards:
+            rows.extend(parts)
             continue
-        total = by_name.get(name)
-        if total is None:
-            total = by_name[name] = {
-                **row,
-                "name": name,
-                "group": logical_group(row["group"]),
-                "shards": 1,
-            }
-            rows.append(total)
-            continue
-        for count in (*TASK_COUNTS, "finished_last_hour", "cancelled"):
-            total[count] += row[count]
-        total["finished_per_minute"] = [
-            mine + theirs
-            for mine, theirs in zip(
-                total["finished_per_minute"], row["finished_per_minute"], strict=True
+        total = {**parts[0], "name": name, "group": logical_group(parts[0]["group"])}
+        for row in parts[1:]:
+            for count in (*TASK_COUNTS, "finished_last_hour", "cancelled"):
+                total[count] += row[count]
+            minutes = zip(total["finished_per_minute"], row["finished_per_minute"], strict=True)
+            total["finished_per_minute"] = [mine + theirs for mine, theirs in minutes]
+            total["oldest_ready_age"] = _most(
+                max, total["oldest_ready_age"], row["oldest_ready_age"]
             )
-        ]
-        total["oldest_ready_age"] = _most(max, total["oldest_ready_age"], row["oldest_ready_age"])
-        total["next_due_in"] = _most(min, total["next_due_in"], row["next_due_in"])
-        total["shards"] += 1
+            total["next_due_in"] = _most(min, total["next_due_in"], row["next_due_in"])
+        total["shards"] = shards
+        rows.append(total)
     return rows
 
 

@@ -309,6 +309,10 @@ def test_resharding_strands_no_task() -> None:
     # one per shard of the earlier layout that is not one now; every task counted once.
     assert [row["name"] for row in rows].count("default") == 1
     assert sum(row["ready"] for row in rows) == len(markers) + len(framework)
+    # queue_stats counts the queue's shards now and its group's own keys.
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": two_shards}):
+        (row,) = [row for row in rows if row["name"] == "default"]
+        assert queue_stats("default")["ready"] == row["ready"]
     worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(two_shards)})
     output = output_of(worker, 120)
     assert worker.returncode == 0, output
@@ -316,6 +320,7 @@ def test_resharding_strands_no_task() -> None:
     # Framework tasks of every layout ran, and read as their queue under the new one (a
     # shard no longer in the layout included: its messages say what they were queued to).
     with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": two_shards}):
+        assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
         assert {shard_of(task_id) for task_id in framework} - {"main", *shards_of("main")}
         for task_id in framework:
             result = framework_tasks.add.get_result(task_id)

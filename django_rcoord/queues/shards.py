@@ -76,12 +76,13 @@ def is_sharded(group: str) -> bool:
 
 
 def shard_queue_names(name: str) -> list[str]:
-    """The queues queue ``name`` is spread over: one per shard of its group (``[name]`` when
-    its group has no shards)."""
+    """The queues that hold queue ``name``'s tasks: one per shard of its group, then its own
+    (the group's keys, which hold what was queued before the group had shards); ``[name]``
+    when its group has no shards."""
     group, queue = split_queue_name(name)
     if not is_sharded(group):
         return [name]
-    return [f"{shard}/{queue}" for shard in shards_of(group)]
+    return [*(f"{shard}/{queue}" for shard in shards_of(group)), name]
 
 
 def queues_holding(name: str, task_id: str | None = None) -> list[str]:

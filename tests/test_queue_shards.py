@@ -124,18 +124,24 @@ def test_retries_come_back_on_their_shard() -> None:
 
 
 def test_every_task_runs_though_a_worker_is_killed_mid_run() -> None:
-    ids = enqueue_many([(tasks.record_slowly, (f"k{n}", 0.2), {}) for n in range(9)])
+    markers = [f"k{n}" for n in range(SHARDS * 2)]
+    ids = enqueue_many([(tasks.record_when_released, (marker,), {}) for marker in markers])
     victim = sharded_worker(lease=1.5)
-    wait_until(lambda: any(result_of(i).status == "RUNNING" for i in ids), timeout=60)
+    # Each of its loops (one per shard) runs a task that waits to be released: killed so.
+    wait_until(lambda: get_client().llen("test:started") == SHARDS, timeout=60)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
-    rescuer = sharded_worker(lease=1.5)  # takes what the victim held once its leases end
+    for marker in markers:
+        tasks.release(marker)
+    rescuer = sharded_worker(lease=1.5)  # takes them again once the victim's leases end
     try:
         wait_until(lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=90)
     finally:
         rescuer.send_signal(signal.SIGTERM)
         output_of(rescuer, 30)
-    assert set(ran()) == {f"k{n}" for n in range(9)}  # each at least once
+    assert sorted(ran()) == sorted(markers)  # the killed runs never got to record
+    # The three killed mid-run were run again; the rest once.
+    assert sorted(result_of(i).attempts for i in ids) == [1] * SHARDS + [2] * SHARDS
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ __all__ = [
     "duration_bucket",
     "finished_per_minute",
     "metric_labels",
+    "read_all_metrics",
     "read_metrics",
 ]
 
@@ -105,12 +106,29 @@ def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
     return metrics_from_hash(resolve_client(client).hgetall(GroupKeys.of(group).metrics))
 
 
+def read_all_metrics(groups: Iterable[str], *, client: Any = None) -> QueueMetrics:
+    """The metrics of ``groups`` together (one pipelined HGETALL each), a queue of a group's
+    shards (``RCOORD["QUEUE_SHARDS"]``) counted under the queue its tasks were queued to."""
+    from django_rcoord.queues.keys import GroupKeys
+    from django_rcoord.queues.shards import logical_queue_name
+
+    with resolve_client(client).pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.hgetall(GroupKeys.of(group).metrics)
+        hashes = pipe.execute()
+    return _parse((item for raw in hashes for item in raw.items()), logical_queue_name)
+
+
 def metrics_from_hash(raw: dict[bytes, bytes]) -> QueueMetrics:
     """The group's metrics from the HGETALL of its metrics HASH (read in a pipeline)."""
     return _parse(raw.items())
 
 
-def _parse(items: Iterable[tuple[bytes, bytes]]) -> QueueMetrics:
+def _parse(
+    items: Iterable[tuple[bytes, bytes]], queue_name: Callable[[str], str] = str
+) -> QueueMetrics:
+    """The metrics of ``items`` (fields of metrics HASHes), each queue's under
+    ``queue_name(queue)``: what several fields count of one queue and task is added up."""
     found = QueueMetrics()
     for raw_field, raw_value in items:
         kind, *labels = raw_field.decode(errors="replace").split(_SEPARATOR)
@@ -118,15 +136,18 @@ def _parse(items: Iterable[tuple[bytes, bytes]]) -> QueueMetrics:
         if kind == "m" and len(labels) == 2:
             minute, _, count = value.partition(":")
             if minute.isdigit() and count.isdigit():
-                found.minutes.setdefault(labels[0], {})[int(minute)] = int(count)
+                seen = found.minutes.setdefault(queue_name(labels[0]), {})
+                seen[int(minute)] = seen.get(int(minute), 0) + int(count)
             continue
         if kind in ("c", "h") and len(labels) == 2 and value.isdigit():
             counts = found.cancelled if kind == "c" else found.held_back
-            counts[(labels[0], labels[1])] = int(value)
+            key = (queue_name(labels[0]), labels[1])
+            counts[key] = counts.get(key, 0) + int(value)
             continue
         if kind not in ("n", "s") or len(labels) < 3:
             continue
-        queue, task, outcome = labels[0], labels[1], OUTCOMES.get(labels[2], labels[2])
+        queue, task = queue_name(labels[0]), labels[1]
+        outcome = OUTCOMES.get(labels[2], labels[2])
         metrics = found.tasks.setdefault((queue, task), TaskMetrics())
         if kind == "s":
             metrics.seconds += int(value) / 1e6

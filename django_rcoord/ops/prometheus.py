@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.ops.metrics import DURATION_BUCKETS, TaskMetrics, read_metrics
+from django_rcoord.ops.metrics import DURATION_BUCKETS, read_all_metrics
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.keys import QueueKeys
-from django_rcoord.queues.shards import logical_queue_name
 
 __all__ = ["prometheus_exposition"]
 
@@ -88,33 +87,19 @@ class _Collector:
         durations = HistogramMetricFamily(
             "rcoord_task_duration_seconds", "Run time of tasks.", labels=["queue", "task"]
         )
-        # A group with shards (RCOORD["QUEUE_SHARDS"]) counts once: its shards' metrics
-        # are added up under the queue names its tasks were queued with.
-        runs: dict[tuple[str, str], TaskMetrics] = {}
-        counts: tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]] = ({}, {})
-        for group in state["groups"]:
-            metrics = read_metrics(group, client=self.client)
-            for (queue, task), counted in metrics.tasks.items():
-                total = runs.setdefault((logical_queue_name(queue), task), TaskMetrics())
-                for outcome, count in counted.finished.items():
-                    total.finished[outcome] = total.finished.get(outcome, 0) + count
-                total.buckets = [a + b for a, b in zip(total.buckets, counted.buckets, strict=True)]
-                total.seconds += counted.seconds
-            for source, into in zip((metrics.cancelled, metrics.held_back), counts, strict=True):
-                for (queue, task), count in source.items():
-                    key = (logical_queue_name(queue), task)
-                    into[key] = into.get(key, 0) + count
-        for (queue, task), counted in sorted(runs.items()):
-            for outcome, count in sorted(counted.finished.items()):
-                finished.add_metric([queue, task, outcome], count)
+        # A group's shards (RCOORD["QUEUE_SHARDS"]) count under the queue they spread.
+        metrics = read_all_metrics(state["groups"], client=self.client)
+        for (queue, task), counted in sorted(metrics.tasks.items()):
+            for outcome, runs in sorted(counted.finished.items()):
+                finished.add_metric([queue, task, outcome], runs)
             cumulative, running = [], 0
-            for bound, count in zip(DURATION_BUCKETS, counted.buckets, strict=True):
-                running += count
+            for bound, runs in zip(DURATION_BUCKETS, counted.buckets, strict=True):
+                running += runs
                 cumulative.append(("+Inf" if bound == math.inf else repr(bound), running))
             durations.add_metric([queue, task], cumulative, counted.seconds)
-        for (queue, task), count in sorted(counts[0].items()):
+        for (queue, task), count in sorted(metrics.cancelled.items()):
             cancelled.add_metric([queue, task], count)
-        for (queue, task), count in sorted(counts[1].items()):
+        for (queue, task), count in sorted(metrics.held_back.items()):
             held_back.add_metric([queue, task], count)
         yield finished
         yield cancelled

@@ -137,12 +137,10 @@ def primary_cpu(client: Any) -> list[float]:
     return [cpu_seconds(section) for _, section in sorted(sections.items())]
 
 
-def run_once(
-    queues: list[str], count: int, workers: int, served: list[str] | None = None
-) -> dict[str, float]:
+def run_once(queues: list[str], served: list[str], count: int, workers: int) -> dict[str, float]:
     """One repeat of a cell: tasks/s, server CPU us per task, the busiest primary's cores.
     Tasks are queued to ``queues``, evenly; worker i serves ``served[i % len(served)]``
-    (``queues`` unless given: a sharded queue's shards)."""
+    (``queues`` themselves, or a sharded queue's shards)."""
     from django_rcoord.connection import get_client
     from django_rcoord.queues import enqueue_many
 
@@ -152,7 +150,6 @@ def run_once(
     for queue in queues:
         for first in range(0, per_queue, 1000):
             enqueue_many([(TASK, (), {})] * min(1000, per_queue - first), queue=queue)
-    served = served or queues
     context = multiprocessing.get_context("spawn")
     ready, start, finished = context.Semaphore(0), context.Event(), context.Queue()
     processes = [
@@ -189,18 +186,19 @@ def child(primaries: int, workers: list[int], count: int, repeats: int) -> None:
 
     client = get_client()
     groups = groups_on_distinct_primaries(client, primaries)
-    layouts: dict[str, tuple[list[str], list[str] | None]] = {"one group": (groups[:1], None)}
+    # Each layout: the queues tasks are queued to, and those the workers serve.
+    layouts = {"one group": (groups[:1], groups[:1])}
     if primaries > 1:
-        layouts["a group per primary"] = (groups, None)
+        layouts["a group per primary"] = (groups, groups)
         # One queue, QUEUE_SHARDS = primaries: producers spread it, a worker per shard.
         sharded = f"{SHARDED_GROUP}/q"
         layouts["a sharded queue"] = ([sharded], [s[0] for s in per_shard([sharded])])
     cells = []
     for layout, (queues, served) in layouts.items():
         for worker_count in workers:
-            if worker_count < len(served or queues):
+            if worker_count < len(served):
                 continue  # a worker watches one group: some group would go unserved
-            runs = [run_once(queues, count, worker_count, served) for _ in range(repeats)]
+            runs = [run_once(queues, served, count, worker_count) for _ in range(repeats)]
             cells.append(
                 {
                     "primaries": primaries,

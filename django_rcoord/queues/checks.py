@@ -9,9 +9,8 @@ from django.core.checks import CheckMessage, Error, Warning
 
 from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
-from django_rcoord.keys import encode_name
 from django_rcoord.queues import schedules, task_options
-from django_rcoord.queues.keys import one_group, split_queue_name
+from django_rcoord.queues.keys import check_queue_name, one_group
 from django_rcoord.queues.shards import MAX_SHARDS
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
@@ -70,9 +69,9 @@ def _shard_problems(raw: object) -> list[str]:
     problems = []
     for group, count in raw.items():
         try:
-            if split_queue_name(f"{group}/q")[0] != group:
-                raise InvalidName("it is no group name")
-            encode_name(group)
+            if not isinstance(group, str):
+                raise InvalidName(f"a name must be a str, not {type(group).__name__}")
+            check_queue_name(f"{group}/q")
         except InvalidName as exc:
             problems.append(f"has {group!r}, which is not a queue group name: {exc}")
             continue

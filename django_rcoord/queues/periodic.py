@@ -64,7 +64,7 @@ from django_rcoord.queues.schedules import (
     resolve_target,
     schedules,
 )
-from django_rcoord.queues.shards import QUEUED_AS, route
+from django_rcoord.queues.shards import placed
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD
 from django_rcoord.scripts import run_script
 
@@ -218,10 +218,8 @@ def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
         # As delay() writes it: the scripts that end the run release the claim.
         claim = target.unique.claim(target.task_name, schedule.args, schedule.kwargs)
         extra[UNIQUE_FIELD], extra[UNIQUE_MS_FIELD] = claim, target.unique.ms
-    queue = route(target.queue, claim)  # a shard's queue, when its group has shards
-    if queue != target.queue:
-        extra[QUEUED_AS] = target.queue
-    task_id, body = encode_message(target.task_name, queue, schedule.args, schedule.kwargs, extra)
+    queue, fields = placed(target.queue, extra, claim)  # a shard's, when it has shards
+    task_id, body = encode_message(target.task_name, queue, schedule.args, schedule.kwargs, fields)
     return PendingTick(tick, queue, target.priority, task_id, body)
 
 

@@ -21,7 +21,7 @@ from django_rcoord.queues.keys import (
     registry_keys,
 )
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.shards import QUEUED_AS, route
+from django_rcoord.queues.shards import placed
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
 
@@ -71,10 +71,8 @@ def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str,
     ``near`` as ``queue_now_in_step`` takes it."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
     claim = unique.claim(task_name, args, kwargs) if unique is not None else None
-    shard = route(queue, claim, near=near)  # a shard's queue, when its group has shards
-    if shard != queue:
-        extra = {**(extra or {}), QUEUED_AS: queue}
-    keys = QueueKeys.of(shard)
+    queue, extra = placed(queue, extra, claim, near=near)  # a shard's, when it has shards
+    keys = QueueKeys.of(queue)
     if check_priority(priority):
         # Kept in the message: a task that waits (delayed, retried, put back) keeps its place.
         extra = {**(extra or {}), "priority": priority}
@@ -85,7 +83,7 @@ def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str,
         # In the message: the scripts that end the task find its claim there, and
         # requeue_dead how long to claim it again.
         extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
-    task_id, body = encode_message(task_name, shard, args, kwargs, extra, group=keys.group)
+    task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
     return keys, task_id, body, claim
 
 
@@ -304,10 +302,8 @@ def routed(run: Enqueue) -> Enqueue:
     if not conf.QUEUE_SHARDS:
         return run
     claim = run.unique.claim(run.task_name, run.args, run.kwargs) if run.unique else None
-    shard = route(run.queue, claim)
-    if shard == run.queue:
-        return run
-    return run._replace(queue=shard, extra={**(run.extra or {}), QUEUED_AS: run.queue})
+    queue, extra = placed(run.queue, run.extra, claim)
+    return run._replace(queue=queue, extra=extra)
 
 
 def _resolve_target(

@@ -26,6 +26,7 @@ import functools
 import itertools
 import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
@@ -101,7 +102,7 @@ def one_shard(names: Sequence[str], *, as_named: bool = False) -> list[str]:
     shards)."""
     if not names:
         raise ValueError("a worker needs at least one queue")
-    sharded = [name for name in names if len(shard_queue_names(name)) > 1]
+    sharded = [name for name in names if is_sharded(split_queue_name(name)[0])]
     if sharded and not as_named:
         raise ValueError(
             f"the group of queue {sharded[0]!r} has shards (RCOORD['QUEUE_SHARDS']) and a "
@@ -130,6 +131,17 @@ def route(name: str, claim: str | None = None, *, near: str | None = None) -> st
     return f"{shards[next(_turns) % len(shards)]}/{queue}"
 
 
+def placed(
+    name: str, extra: dict[str, Any] | None, claim: str | None = None, *, near: str | None = None
+) -> tuple[str, dict[str, Any] | None]:
+    """(the queue a new task of queue ``name`` goes to, as ``route`` says, and its message's
+    extra fields ``extra``, with ``QUEUED_AS`` naming ``name`` when that is a shard's)."""
+    shard = route(name, claim, near=near)
+    if shard == name:
+        return name, extra
+    return shard, {**(extra or {}), QUEUED_AS: name}
+
+
 def logical_group(group: str) -> str:
     """The group a shard is of ("reports" for "reports~7"); ``group`` itself when it is
     no shard."""
@@ -154,11 +166,10 @@ def logical_queue_name(name: str) -> str:
 def per_shard(names: list[str]) -> list[list[str]]:
     """Queue names of one group, as the queue names of each of its shards (``[names]`` when
     the group has none): what one worker loop each serves."""
-    split = [split_queue_name(name) for name in names]
-    groups = {group for group, _ in split}
-    if len(groups) != 1 or not is_sharded(next(iter(groups))):
+    found = _one_group(names)
+    if found is None or not is_sharded(found[0]):
         return [names]
-    return [[f"{shard}/{queue}" for _, queue in split] for shard in shards_of(groups.pop())]
+    return [_in_group(shard, found[1]) for shard in shards_of(found[0])]
 
 
 def earlier_layouts(names: list[str], known: Iterable[str]) -> list[list[str]]:
@@ -166,15 +177,26 @@ def earlier_layouts(names: list[str], known: Iterable[str]) -> list[list[str]]:
     layouts that ``known`` (the registry's groups) lists: the group itself while it has
     shards now, and each ``"<group>~<n>"`` that is not one of its shards now. Workers serve
     them too, so that tasks queued before resharding still run."""
-    split = [split_queue_name(name) for name in names]
-    groups = {group for group, _ in split}
-    if len(groups) != 1:
+    found = _one_group(names)
+    if found is None:
         return []
-    group = groups.pop()
-    current = set(shards_of(group))
+    group, queues = found
     earlier = []
-    for other in sorted(set(known) - current):
+    for other in sorted(set(known) - set(shards_of(group))):
         base, mark, number = other.rpartition(SHARD_MARK)
         if other == group or (mark and base == group and number.isdigit()):
-            earlier.append(names if other == group else [f"{other}/{queue}" for _, queue in split])
+            earlier.append(names if other == group else _in_group(other, queues))
     return earlier
+
+
+def _one_group(names: list[str]) -> tuple[str, list[str]] | None:
+    """(the group, the queues within it) of ``names``; None when they span several groups
+    (a worker refuses them)."""
+    split = [split_queue_name(name) for name in names]
+    groups = {group for group, _ in split}
+    return (groups.pop(), [queue for _, queue in split]) if len(groups) == 1 else None
+
+
+def _in_group(group: str, queues: list[str]) -> list[str]:
+    """The names of ``queues`` (names within a group) in group ``group``."""
+    return [f"{group}/{queue}" for queue in queues]

@@ -683,47 +683,6 @@ async def test_a_non_fair_async_waiter_is_woken_while_the_releaser_keeps_coming_
     assert await waited_for - released_at < WOKEN_WITHIN
 
 
-class CountingRedis(redis.Redis):
-    """A real client on the suite's connection pool that counts the scripts it runs."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.scripts = 0
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.scripts += args[0] == "EVALSHA"
-        return super().execute_command(*args, **options)
-
-
-@pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of plain clients")
-def test_non_fair_waiters_that_keep_losing_the_race_ask_less_often() -> None:
-    """Each release wakes a waiter; one that then loses to a newcomer waits a little
-    longer after each later wake-up before it asks again, so a busy lock is not slowed by a
-    failed try per release."""
-    stop = threading.Event()
-    sections = [0, 0]
-    clients = [CountingRedis(connection_pool=get_client().connection_pool) for _ in range(2)]
-
-    def loop(index: int) -> None:
-        while not stop.is_set():
-            lock = Lock("busy", timeout=30, wait=5, fair=False, client=clients[index])
-            if lock.acquire():
-                sections[index] += 1
-                lock.release()
-
-    threads = [threading.Thread(target=loop, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    time.sleep(1.5)
-    stop.set()
-    for thread in threads:
-        thread.join(30)
-    done = sum(sections)
-    tries = sum(client.scripts for client in clients) - done  # less the releases
-    assert done > 100
-    assert tries - done < done / 2, (tries, done)  # without the pause: about one per release
-
-
 def test_the_race_backoff_doubles_up_to_its_ceiling() -> None:
     pauses = [protocol.race_backoff(0.0)]
     for _ in range(10):

@@ -88,8 +88,37 @@ def test_a_non_fair_lock_core_backs_off_after_losing_the_race() -> None:
     steps.send(-5000)
     woken_attempt = steps.send(b"1")  # a plain wake-up: ask again, at once
     assert woken_attempt.pause == 0.0
-    steps.send(-5000)  # lost the race to a newcomer
-    assert steps.send(b"1").pause == protocol.RACE_BACKOFF_MIN
+    pauses = []
+    for _ in range(10):
+        steps.send(-5000)  # lost the race to a newcomer again
+        pauses.append(steps.send(b"1").pause)  # woken by the next release
+    # Each loss doubles the pause before its next try, up to the ceiling: a waiter that
+    # keeps losing asks about once per RACE_BACKOFF_MAX, not once per release.
+    assert pauses[:6] == [protocol.RACE_BACKOFF_MIN * 2**n for n in range(6)]
+    assert pauses[5:] == [protocol.RACE_BACKOFF_MAX] * 5
+
+
+def test_a_non_fair_lock_core_never_pauses_past_its_wait() -> None:
+    clock = Clock()
+    lock = Lock("core-race-deadline", fair=False, wait=1)
+    steps = lock._acquisition(None, clock).steps
+    steps.send(None)
+    steps.send(-5000)
+    for _ in range(6):
+        steps.send(b"1")
+        steps.send(-5000)
+    clock.now += 1 - 0.004  # 4 ms of the wait left; the pause would be 32 ms
+    assert steps.send(b"1").pause == pytest.approx(0.004)
+
+
+def test_a_fair_lock_core_never_pauses() -> None:
+    lock = Lock("core-fair-race", wait=5)
+    steps = lock._acquisition(None, Clock()).steps
+    steps.send(None)
+    steps.send(-5000)
+    for _ in range(5):
+        assert steps.send(b"1").pause == 0.0  # a plain wake-up of a fair lock: ask at once
+        steps.send(-5000)
 
 
 def test_the_semaphore_core_waits_in_line_and_leaves_it_when_out_of_time() -> None:

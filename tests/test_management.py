@@ -36,6 +36,32 @@ def test_a_signal_sets_stop_and_the_old_handlers_come_back(signum: int) -> None:
     assert signal.getsignal(signum) is before
 
 
+def test_stop_is_set_before_the_signal_is_logged() -> None:
+    """Whoever reads "SIGTERM received" (an operator, a deploy script, a test that then
+    lets the running task end) knows no new unit of work starts from then on."""
+    seen: list[bool] = []
+    logged = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "received" in record.getMessage():
+                seen.append(stop.is_set())
+                logged.set()
+
+    logger = logging.getLogger("django_rcoord")
+    level, watch = logger.level, Watch()
+    logger.setLevel(logging.INFO)
+    logger.addHandler(watch)
+    try:
+        with stop_on_signals() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert wait_for(logged, timeout=30)
+    finally:
+        logger.removeHandler(watch)
+        logger.setLevel(level)
+    assert seen == [True]
+
+
 def run_with_two_signals(second_signal_exits: bool) -> subprocess.CompletedProcess[str]:
     code = (
         "import os, signal, sys, time\n"

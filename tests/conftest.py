@@ -26,7 +26,7 @@ from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
-from tests import cluster
+from tests import cluster, procs
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +82,14 @@ def _use_test_redis(redis_url: str) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _flush_redis(_use_test_redis: None) -> None:
     get_client().flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """A process a test started and left running (a failed or timed-out test's worker) is
+    killed as the test ends, so it cannot take the next test's tasks."""
+    yield
+    procs.kill_leftovers()
 
 
 @pytest.fixture

@@ -43,11 +43,41 @@ def run_in_processes(target: Callable[..., Any], args_list: Iterable[tuple[Any, 
         return [result.get(timeout=300) for result in results]
 
 
+#: The processes the running test started (``start_process``, ``started``). What it leaves
+#: running is killed when it ends (``kill_leftovers``, from conftest): a worker a failed or
+#: timed-out test did not stop must not take the next test's tasks.
+STARTED: list[BaseProcess | subprocess.Popen] = []
+
+
+def started(process: subprocess.Popen) -> subprocess.Popen:
+    """``process``, killed when the test that started it ends if it is still running."""
+    STARTED.append(process)
+    return process
+
+
+def kill_leftovers() -> list[int]:
+    """SIGKILL every process the test started and left running; their pids."""
+    left = []
+    for process in STARTED:
+        if isinstance(process, subprocess.Popen):
+            if process.poll() is None:
+                left.append(process.pid)
+                process.kill()
+                process.wait(30)
+        elif process.is_alive():
+            left.append(process.pid)
+            process.kill()
+            process.join(30)
+    STARTED.clear()
+    return left
+
+
 def start_process(target: Callable[..., Any], *args: Any) -> BaseProcess:
     """Start ``target(*args)`` in a spawned process and return it (the caller joins or kills it)."""
     context = multiprocessing.get_context("spawn")
     process = context.Process(target=_call, args=(target, args), daemon=True)
     process.start()
+    STARTED.append(process)
     return process
 
 

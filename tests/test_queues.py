@@ -43,7 +43,7 @@ from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 from django_rcoord.scripts import run_script
 from tests import tasks
-from tests.procs import server_now, wait_until
+from tests.procs import server_now, started, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,7 +92,9 @@ def start_logged(command: list[str], env: dict[str, str]) -> subprocess.Popen:
     """Start ``command`` with its output in a file (a pipe nobody reads would fill up and
     block it); ``output_of`` waits for it and returns that output."""
     with tempfile.NamedTemporaryFile(prefix="rcoord-test-", suffix=".log", delete=False) as log:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = started(
+            subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        )
     process.log_path = log.name  # type: ignore[attr-defined]
     return process
 
@@ -586,17 +588,29 @@ def test_chaos_workers_killed_at_random_every_half_second() -> None:
     total = 3000
     enqueue_many([(tasks.record, (f"c{i}",), {}) for i in range(total)])
     workers = [start_worker(lease=1) for _ in range(3)]
+    serving_since: list[float | None] = [None] * len(workers)
     kills = 0
     deadline = time.monotonic() + 300
     try:
         while len(set(ran())) < total:
             assert time.monotonic() < deadline, f"only {len(set(ran()))} of {total} ran"
             time.sleep(0.5)
-            index = random.randrange(len(workers))
+            now = time.monotonic()
+            for index, worker in enumerate(workers):
+                if serving_since[index] is None and "watching" in log_of(worker):
+                    serving_since[index] = now
+            # Killed at random among those that have served for half a second: however
+            # slowly a busy machine starts a worker, each life drains tasks, so the test
+            # ends (killing on a fixed beat could kill every worker before it serves).
+            served = [i for i, since in enumerate(serving_since) if since and now - since >= 0.5]
+            if not served:
+                continue
+            index = random.choice(served)
             workers[index].send_signal(signal.SIGKILL)
             workers[index].wait(10)
             kills += 1
             workers[index] = start_worker(lease=1)
+            serving_since[index] = None
     finally:
         for worker in workers:
             worker.send_signal(signal.SIGKILL)

@@ -10,6 +10,7 @@ import time
 
 from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.exceptions import TaskTimeLimitExceeded
+from django_rcoord.keys import KeySpace
 from django_rcoord.queues import PermanentFailure, task
 
 RAN = "test:ran"
@@ -215,10 +216,30 @@ def record_pid(marker: str) -> int:
     return os.getpid()
 
 
+#: Where ``rate_limited_start`` copies the rate's log: each start as the server decided it
+#: (member: the start, value: the server's time in microseconds).
+RATE_DECIDED = "test:rate-decided"
+
+
 @task(queue="default", rate="3/s", max_retries=0)
 def rate_limited_start(marker: str) -> None:
-    """At most three starts in any second, across every worker."""
-    get_client().rpush("test:starts", f"{time.time()!r}:{marker}")
+    """At most three starts in any second, across every worker. Each start copies the rate's
+    log (its own start is in it, for a second) to ``RATE_DECIDED``, so a test reads the times
+    the server decided, not a clock read late by a stalled worker."""
+    client = get_client()
+    client.rpush("test:starts", f"{time.time()!r}:{marker}")
+    log_key = KeySpace("ratelimit", f"task:{rate_limited_start.name}").key("log")
+    entries = client.zrange(log_key, 0, -1, withscores=True)
+    if entries:
+        client.hset(RATE_DECIDED, mapping=dict(entries))
+
+
+def rate_decided_starts() -> list[float]:
+    """The starts of ``rate_limited_start`` as the server decided them (seconds, sorted).
+    A start is in the log for a second, and every start copies the whole log, so one is
+    missed only if each start's copy came more than a second after it; a missed start can
+    hide a crowded window, never make one."""
+    return sorted(float(score) / 1e6 for score in get_client().hvals(RATE_DECIDED))
 
 
 @task(queue="default", concurrency=2, max_retries=0)

@@ -123,11 +123,14 @@ async def test_async_waiters_behind_a_taker_that_never_confirms_all_get_the_lock
     wait_until(functools.partial(blocked_count_is, signal_key, 1))
     lock = Lock(name, timeout=TIMEOUT, wait=TIMEOUT * 2)
     held: list[int] = []
+    first_in: list[float] = []
     inside = 0
 
     async def section() -> None:
         nonlocal inside
         async with lock:
+            if not first_in:
+                first_in.append(time.monotonic())
             inside += 1
             assert inside == 1
             assert lock.token is not None
@@ -138,17 +141,21 @@ async def test_async_waiters_behind_a_taker_that_never_confirms_all_get_the_lock
     tasks = [asyncio.ensure_future(section()) for _ in range(100)]
     # The loop's shared BLPOP is blocked behind the taker.
     await asyncio.to_thread(wait_until, lambda: blocked_clients(signal_key) == 2)
-    released_at = server_now()
+    released_at = time.monotonic()
     holder.release()
     await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT * 2)
+    done_at = time.monotonic()
     taker.join(TIMEOUT)
     (popped_reply,) = popped
     assert protocol.handover(popped_reply[1]) is not None  # type: ignore[index]
     assert len(held) == 100
     assert held == sorted(set(held))  # tokens strictly increase
-    gap = server_now() - released_at
-    print(f"\n100 async waiters done {gap * 1000:.0f} ms after the release")
-    assert gap < LIVE_BOUND
+    print(f"\n100 async waiters done {(done_at - released_at) * 1000:.0f} ms after the release")
+    # The first waiter in is what the taker's silence could hold up (for the grant's lease).
+    assert first_in[0] - released_at < LIVE_BOUND
+    # The 99 hand-overs after it are some 300 round trips, which a busy machine stretches to
+    # seconds; a lost one would cost the lock's whole 30 s TTL.
+    assert done_at - released_at < TIMEOUT / 2
 
 
 # -- a call whose reply was lost ---------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from benchmarks.task_controls import shortest_span
 from django_rcoord.connection import get_client
 from django_rcoord.ops.metrics import read_metrics
 from django_rcoord.queues import enqueue_many, get_result, queue_stats, recover_and_promote, task
@@ -27,13 +28,14 @@ def test_a_rate_holds_in_every_window_across_worker_processes() -> None:
         for worker in workers:
             worker.terminate()
             worker.wait(20)
-    starts = sorted(
-        float(entry.split(b":")[0]) for entry in get_client().lrange("test:starts", 0, -1)
-    )
-    # At most three starts in any second: the fourth start after any start is a second later
-    # (less a little: the time is read in the task, after the server decided).
-    assert all(later - earlier >= 0.95 for earlier, later in zip(starts, starts[3:], strict=False))
-    assert starts[-1] - starts[0] < 6  # and no slower than it must be (10 starts: > 3 s)
+    starts = tasks.rate_decided_starts()
+    assert len(starts) >= 4  # each start copied the log; see rate_decided_starts
+    # At most three starts in any second, as the server decided them: the fourth start after
+    # any start is a second later.
+    assert shortest_span(starts, 4) >= 1.0, starts
+    # And no slower than it must be: 10 starts take 3 s; a worker that sat out a recheck
+    # per window would take twice that, and the bound leaves 3 s for a busy machine.
+    assert starts[-1] - starts[0] < 6, starts
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 

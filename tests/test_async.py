@@ -323,7 +323,7 @@ async def test_a_hand_over_whose_waiter_left_is_not_lost() -> None:
     assert await Lock("left-line", timeout=30, wait=0.2).aacquire() is False
     await holder.arelease()  # the hub's BLPOP (up to 1 s) is still blocked
     newcomer = Lock("left-line", timeout=30, wait=0)
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + 10  # a lost hand-over would hold it for its 30 s TTL
     while not await newcomer.aacquire():
         assert time.monotonic() < deadline, "the hand-over was lost: the lock stays held"
         await asyncio.sleep(0.01)

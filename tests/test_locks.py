@@ -31,7 +31,7 @@ from django_rcoord.locks import (
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import socket_timeout_cap
 from tests import cluster
-from tests.procs import run_in_processes, server_ms, start_process, wait_until
+from tests.procs import run_in_processes, server_ms, start_process, wait_until, within_a_window
 from tests.test_results import CountingRedis as CommandsRedis
 
 COUNTER = "test:counter"
@@ -303,12 +303,20 @@ def test_a_release_nobody_waits_for_pushes_no_wake_up() -> None:
         assert Lock("quiet-release", wait=0).acquire() is False
         lock.release()
         assert client.exists(signal, waiting) == 0
-    # A caller that waits raises it; the release then hands the lock over, and as that
-    # waiter gave up meanwhile, the hand-over stays on the list for the next attempt.
+    within_a_window(a_waiter_that_gave_up_is_handed_over_to, "handed-over")
+
+
+def a_waiter_that_gave_up_is_handed_over_to(name: str) -> None:
+    """A caller that waits raises the flag; the release then hands the lock over, and as
+    that waiter gave up meanwhile, the hand-over stays on the list (for the grant's lease:
+    a second) for the next attempt."""
+    client = get_client()
+    signal, waiting = lock_key(name, "signal"), lock_key(name, "waiting")
+    lock = Lock(name, timeout=30, wait=0)
     assert lock.acquire()
     token = token_of(lock)
     asked = server_ms()
-    assert Lock("quiet-release", wait=0.2).acquire() is False
+    assert Lock(name, wait=0.2).acquire() is False
     left = client.pttl(waiting)
     # Set at its first attempt (after ``asked``) for its wait (0.2 s) and 1 s more; the
     # clock is read after the TTL, which only loosens the lower bound.
@@ -317,12 +325,12 @@ def test_a_release_nobody_waits_for_pushes_no_wake_up() -> None:
     (handover,) = client.lrange(signal, 0, -1)
     # Handed over under a grant lease of a second, until its waiter confirms it.
     assert handover.startswith(f"{token + 1}:1000:".encode())
-    newcomer = Lock("quiet-release", timeout=10, wait=0)
+    newcomer = Lock(name, timeout=10, wait=0)
     assert newcomer.acquire()  # claimed: nobody is locked out until the TTL
     assert newcomer.token == token + 1
     assert not client.exists(signal)
-    assert 9000 < client.pttl(owner_key("quiet-release")) <= 10_000  # its own TTL
-    assert client.get(owner_key("quiet-release")).decode() == newcomer.identifier
+    assert 9000 < client.pttl(owner_key(name)) <= 10_000  # its own TTL
+    assert client.get(owner_key(name)).decode() == newcomer.identifier
     newcomer.release()
 
 
@@ -588,11 +596,16 @@ def waiter_asks(name: str, block_ms: int, *, woken: bool) -> int:
 
 
 def test_a_non_fair_release_wakes_nobody_more_until_the_woken_waiter_asks() -> None:
+    # The woken waiter's mark stands for a second: a try stalled past it is run again.
+    within_a_window(a_woken_waiter_is_the_only_one_woken, "one-awake")
+
+
+def a_woken_waiter_is_the_only_one_woken(name: str) -> None:
     client = get_client()
-    signal = lock_key("one-awake", "signal")
-    holder = Lock("one-awake", timeout=30, wait=0, fair=False)
+    signal = lock_key(name, "signal")
+    holder = Lock(name, timeout=30, wait=0, fair=False)
     assert holder.acquire()
-    assert waiter_asks("one-awake", 5000, woken=False) < 0  # raises the flag (for 6 s)
+    assert waiter_asks(name, 5000, woken=False) < 0  # raises the flag (for 6 s)
     holder.release()
     # A wake-up nobody took is dropped by the next grant, which lets the release wake again.
     assert holder.acquire()
@@ -607,26 +620,31 @@ def test_a_non_fair_release_wakes_nobody_more_until_the_woken_waiter_asks() -> N
         assert not client.exists(signal)
     assert holder.acquire()
     # The woken waiter asks, loses to the releaser, and waits again: the next release wakes it.
-    assert waiter_asks("one-awake", 5000, woken=True) < 0
+    assert waiter_asks(name, 5000, woken=True) < 0
     holder.release()
     assert client.lrange(signal, 0, -1) == [b"1"]
 
 
 def test_a_woken_non_fair_waiter_that_never_asks_holds_the_others_up_a_second_at_most() -> None:
+    # The woken waiter's mark stands for a second: a try stalled past it is run again.
+    within_a_window(woken_and_gone, "woken-and-gone")
+
+
+def woken_and_gone(name: str) -> None:
     client = get_client()
-    signal = lock_key("woken-and-gone", "signal")
-    holder = Lock("woken-and-gone", timeout=30, wait=0, fair=False)
+    signal = lock_key(name, "signal")
+    holder = Lock(name, timeout=30, wait=0, fair=False)
     assert holder.acquire()
-    assert waiter_asks("woken-and-gone", 5000, woken=False) < 0  # the flag: 6 s
+    assert waiter_asks(name, 5000, woken=False) < 0  # the flag: 6 s
     holder.release()
     assert client.lpop(signal) == b"1"  # taken by a waiter that then died
     assert holder.acquire()
     holder.release()
-    assert not client.exists(signal)
+    assert not client.exists(signal)  # its mark stands: nobody else is woken
     time.sleep(1.05)
     assert holder.acquire()
     holder.release()
-    assert client.lrange(signal, 0, -1) == [b"1"]
+    assert client.lrange(signal, 0, -1) == [b"1"]  # the mark lapsed: a release wakes again
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="reads one server's command statistics")

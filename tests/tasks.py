@@ -191,7 +191,9 @@ def record_then_block(marker: str, seconds: float) -> None:
         time.sleep(seconds)
 
 
-@task(queue="default", timeout=0.3, max_retries=0)
+# Their limit (2 s) leaves time for a child stalled on a busy machine to say it started
+# before the limit comes: they sleep far past it all the same.
+@task(queue="default", timeout=2, max_retries=0)
 def sleep_past_the_limit(marker: str) -> None:
     """Stopped at its time limit: TaskTimeLimitExceeded interrupts the sleep."""
     get_client().rpush("test:started", marker)
@@ -199,7 +201,7 @@ def sleep_past_the_limit(marker: str) -> None:
     get_client().rpush(RAN, marker)
 
 
-@task(queue="default", timeout=0.3, max_retries=0)
+@task(queue="default", timeout=2, max_retries=0)
 def ignore_the_limit(marker: str) -> None:
     """Catches TaskTimeLimitExceeded and goes on: only killing its process stops it."""
     get_client().rpush("test:started", f"{marker}:{os.getpid()}")

@@ -199,12 +199,14 @@ def test_an_async_body_after_a_sync_middleware_releases_its_permit(client) -> No
     assert semaphore.holders() == 0
 
 
-@limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 1.5})
+@limits({"name": "long", "path": "^/limited/slow/", "limit": 1, "timeout": 4.5})
 def test_a_request_longer_than_the_lease_keeps_its_permit() -> None:
     results: list = []
     thread = in_thread("/limited/slow/", results)
     assert views.inside.acquire(timeout=10)  # it holds the permit, in the view
-    time.sleep(2.0)  # past the 1.5 s lease: only refreshing (every 0.5 s) keeps the permit
+    # Past the 4.5 s lease: only refreshing (every 1.5 s, a third of it) keeps the permit,
+    # with 3 s to spare for a refresher stalled on a busy machine.
+    time.sleep(5.0)
     assert Client().get("/limited/slow/?sleep=0").status_code == 503
     views.gate.set()
     thread.join(10)

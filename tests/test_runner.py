@@ -124,6 +124,13 @@ def slow_sync() -> None:
     time.sleep(5)
 
 
+@task(name="tests.runner.sleepy")
+def sleepy(seconds: float) -> str:
+    """No time limit of its own: the default applies."""
+    time.sleep(seconds)
+    return "done"
+
+
 @task(name="tests.runner.slow_unlimited", timeout=0)
 def slow_unlimited(seconds: float) -> str:
     time.sleep(seconds)
@@ -143,7 +150,7 @@ def jittered() -> None:
 def test_an_async_task_is_cancelled_at_its_time_limit_and_retried(runner: TaskRunner) -> None:
     started = time.monotonic()
     outcome = runner.run(job("tests.runner.slow_async")).outcome
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4.5  # its 0.2 s limit, not its 5 s sleep
     assert (outcome.kind, outcome.error_class) == (
         "retry",
         "django_rcoord.exceptions.TaskTimeLimitExceeded",
@@ -156,7 +163,7 @@ def test_a_sync_task_in_the_main_thread_is_stopped_at_its_time_limit(
 ) -> None:
     started = time.monotonic()
     outcome = runner.run(job("tests.runner.slow_sync")).outcome
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4.5  # its 0.2 s limit, not its 5 s sleep
     assert (outcome.kind, outcome.error_class) == (
         "dead",
         "django_rcoord.exceptions.TaskTimeLimitExceeded",
@@ -167,10 +174,14 @@ def test_a_sync_task_in_the_main_thread_is_stopped_at_its_time_limit(
 def test_the_default_time_limit_applies_unless_a_task_says_none(
     runner: TaskRunner, settings: Any
 ) -> None:
-    settings.RCOORD = {**settings.RCOORD, "TASK_TIMEOUT": 0.1}
-    limited = runner.run(job("tests.tasks.add_numbers", 1, 2)).outcome
-    assert limited.kind == "ack"  # quick: well within
-    assert runner.run(job("tests.runner.slow_unlimited", 0.3)).outcome.value_json == '"done"'
+    settings.RCOORD = {**settings.RCOORD, "TASK_TIMEOUT": 1}
+    assert runner.run(job("tests.tasks.add_numbers", 1, 2)).outcome.kind == "ack"
+    # A task with no limit of its own is stopped at the default (well before its 10 s)...
+    limited = runner.run(job("tests.runner.sleepy", 10)).outcome
+    assert limited.error_class == "django_rcoord.exceptions.TaskTimeLimitExceeded"
+    assert "time limit of 1 s" in limited.error
+    # ...and one that says it has none runs past it.
+    assert runner.run(job("tests.runner.slow_unlimited", 1.5)).outcome.value_json == '"done"'
 
 
 def test_retry_waits_follow_the_tasks_own_backoff(runner: TaskRunner) -> None:

@@ -158,11 +158,12 @@ def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None
 
 
 def test_refresh_keeps_a_holder_past_its_timeout() -> None:
-    # Refreshed every 0.5 s, past its 1.5 s lease: a second to spare each time.
-    semaphore = Semaphore("kept", 1, timeout=1.5)
+    # Refreshed every second, past its 3 s lease: two seconds to spare each time for a test
+    # process stalled on a busy machine.
+    semaphore = Semaphore("kept", 1, timeout=3)
     identifier = granted(semaphore.acquire())
     for _ in range(4):
-        time.sleep(0.5)
+        time.sleep(1.0)
         assert semaphore.refresh(identifier)
     assert semaphore.acquire() is None
     assert semaphore.release(identifier)
@@ -300,7 +301,8 @@ def test_a_waiter_that_died_loses_its_place() -> None:
     holder.release(held)
     started = time.monotonic()
     assert Semaphore("dead-waiter", 1).acquire(wait=10) is not None
-    assert time.monotonic() - started < 5  # the dead waiter's place lapses (2 s)
+    # The dead waiter's place lapses (2 s); one that kept it would hold this past its wait.
+    assert time.monotonic() - started < 9
 
 
 def test_giving_up_leaves_the_line() -> None:

@@ -151,7 +151,7 @@ def test_the_dashboard_stats_and_metrics_show_the_task_controls(admin_client) ->
     assert rows["tests.tasks.at_most_two"]["concurrency"] == 2
     assert rows["tests.tasks.at_most_two"]["running"] == 0
     assert rows["tests.tasks.rate_limited_start"]["rate"] == "3/s"
-    assert rows["tests.tasks.sleep_past_the_limit"]["timeout"] == 0.3
+    assert rows["tests.tasks.sleep_past_the_limit"]["timeout"] == 2
     assert rows["tests.tasks.followed"]["on_success"] == "tests.tasks.note_finished"
     assert "tests.tasks.record" not in rows  # sets nothing
     page = admin_client.get(reverse("rcoord:dashboard")).content.decode()

@@ -16,9 +16,12 @@ import socket
 import threading
 import time
 import weakref
+from typing import Any
 
 import pytest
 import redis.asyncio
+import redis.client
+import redis.cluster
 import redis.exceptions
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -112,6 +115,35 @@ class StallWatch:
         return self.longest
 
 
+@pytest.fixture
+def sync_calls_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sync Redis commands and pipelines sent from a thread that runs an event loop (each
+    blocks the loop for a round trip at least, a BLPOP for up to a second), by name, in
+    order: what StallWatch can only see when it blocks long, seen every time."""
+    seen: list[str] = []
+
+    def watched(original: Any, kind: str) -> Any:
+        def execute(self: Any, *args: Any, **options: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                seen.append(str(args[0]) if args else kind)
+            return original(self, *args, **options)
+
+        return execute
+
+    for owner, name, kind in (
+        (redis.Redis, "execute_command", "command"),
+        (redis.client.Pipeline, "execute", "pipeline"),
+        (redis.cluster.RedisCluster, "execute_command", "command"),
+        (redis.cluster.ClusterPipeline, "execute", "pipeline"),
+    ):
+        monkeypatch.setattr(owner, name, watched(getattr(owner, name), kind))
+    return seen
+
+
 def hub_waiting(key: str) -> int:
     """How many tasks of this loop wait on ``key`` through its signal hub."""
     hub = loop_clients().hub
@@ -131,7 +163,7 @@ def command_pool_size() -> int:
 
 
 # -- locks and semaphores: 200 waiters, one loop ----------------------------------------
-async def test_two_hundred_tasks_hand_one_lock_over() -> None:
+async def test_two_hundred_tasks_hand_one_lock_over(sync_calls_on_the_loop: list[str]) -> None:
     cut_default_executor(2)
     lock = Lock("hot", timeout=5, wait=60)
     inside = most = 0
@@ -140,6 +172,7 @@ async def test_two_hundred_tasks_hand_one_lock_over() -> None:
     threads_before = threading.active_count()
     threads_seen = threads_before
     connections_before = server_connections()
+    sync_calls_before = len(sync_calls_on_the_loop)
 
     async def use() -> None:
         nonlocal inside, most, threads_seen
@@ -153,20 +186,26 @@ async def test_two_hundred_tasks_hand_one_lock_over() -> None:
             inside -= 1
 
     await asyncio.wait_for(asyncio.gather(*(use() for _ in range(200))), timeout=30)
+    blocking = sync_calls_on_the_loop[sync_calls_before:]
     connections_during = server_connections()
     stall = watch.stop()
+    assert blocking == []  # not one sync Redis call on the loop
     assert len(tokens) == 200  # none lost: every waiter got the lock, none timed out
     assert most == 1  # no two inside at once
     assert tokens == sorted(tokens)  # fencing tokens increase
     assert len(set(tokens)) == 200
-    assert stall < 0.25
+    # The loop was never blocked for long (a whole-process stall is taken off; a process
+    # given only part of a core still stretches the loop's own work, hence the room).
+    assert stall < 0.8
     assert threads_seen == threads_before  # no thread per waiter (the watch's counted)
     # Bounded: the command pool's size (the first 200 attempts run at once) plus the one
     # blocking connection all waiters share.
     assert connections_during - connections_before <= command_pool_size() + 1
 
 
-async def test_two_hundred_tasks_share_a_semaphore_of_three() -> None:
+async def test_two_hundred_tasks_share_a_semaphore_of_three(
+    sync_calls_on_the_loop: list[str],
+) -> None:
     cut_default_executor(2)
     semaphore = Semaphore("hot", 3, timeout=5, wait=60)
     inside = most = done = 0
@@ -185,10 +224,11 @@ async def test_two_hundred_tasks_share_a_semaphore_of_three() -> None:
     await asyncio.wait_for(asyncio.gather(*(use() for _ in range(200))), timeout=60)
     threads_after = threading.active_count()
     stall = watch.stop()
+    assert sync_calls_on_the_loop == []  # not one sync Redis call on the loop
     assert done == 200
     assert most <= 3
     assert most >= 2  # the permits were really shared
-    assert stall < 0.25
+    assert stall < 0.8  # see the lock's test above
     assert threads_after == threads_before
     assert await semaphore.aholders() == 0
 

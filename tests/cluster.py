@@ -8,6 +8,7 @@ conftest.py); tests/settings.py then names ``tests.cluster.client`` as
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import redis
 import redis.asyncio.cluster
@@ -28,9 +29,10 @@ def async_client() -> redis.asyncio.cluster.RedisCluster:
     )
 
 
-def client_for_url(url: str) -> redis.Redis | RedisCluster:
-    """A new client of the kind the suite runs against, for ``url``."""
-    return (RedisCluster if ENABLED else redis.Redis).from_url(url)
+def client_for_url(url: str, **options: Any) -> redis.Redis | RedisCluster:
+    """A new client of the kind the suite runs against, for ``url`` (``options``: the
+    client's, such as ``socket_timeout``)."""
+    return (RedisCluster if ENABLED else redis.Redis).from_url(url, **options)
 
 
 def connections(client: redis.Redis | RedisCluster) -> int:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import ConstantBackoff
+from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedRedis, free_port
@@ -296,10 +298,12 @@ def test_a_holder_paused_past_its_lease_loses_the_lock_to_a_live_waiter(renew: b
 
 # -- a Redis restart under a blocked waiter ---------------------------------------
 def wait_on_a_plain_client(port: int, name: str) -> None:
-    """A live waiter on ``redis.Redis(host, port)`` with redis-py's own retries, as a user
-    builds one: blocked in BLPOP when the server goes away, it must ask again once the server
-    is back, not wait out a block begun before the restart."""
-    client = redis.Redis(host="127.0.0.1", port=port)
+    """A live waiter on ``redis.Redis(host, port, retry=...)``, as a user builds one: blocked
+    in BLPOP when the server goes away, it must ask again once the server is back, not wait
+    out a block begun before the restart. Its retries (every 0.1 s for 30 s) outlast a
+    restart slowed by a busy machine, which redis-py's default budget (a few seconds,
+    jittered) may not."""
+    client = redis.Redis(host="127.0.0.1", port=port, retry=Retry(ConstantBackoff(0.1), 300))
     lock = Lock(name, timeout=TIMEOUT, wait=TIMEOUT * 2, client=client)
     assert lock.acquire()
     client.set("test:got-at", repr(server_now(client)))

@@ -55,21 +55,17 @@ def started(process: subprocess.Popen) -> subprocess.Popen:
     return process
 
 
-def kill_leftovers() -> list[int]:
-    """SIGKILL every process the test started and left running; their pids."""
-    left = []
+def kill_leftovers() -> None:
+    """SIGKILL every process the test started and left running."""
     for process in STARTED:
         if isinstance(process, subprocess.Popen):
             if process.poll() is None:
-                left.append(process.pid)
                 process.kill()
                 process.wait(30)
         elif process.is_alive():
-            left.append(process.pid)
             process.kill()
             process.join(30)
     STARTED.clear()
-    return left
 
 
 def start_process(target: Callable[..., Any], *args: Any) -> BaseProcess:

@@ -129,8 +129,9 @@ class EmbeddedRedis:
 
     def _answering(self) -> dict[str, Any] | None:
         """``INFO server`` of whatever answers at this address ({} when it refuses to say),
-        or None when nothing does."""
-        client = self._client_without_retries(timeout=1)
+        or None when nothing does. A server stalled on a busy machine still answers: it gets
+        a few seconds before it counts as not there."""
+        client = self._client_without_retries(timeout=5)
         try:
             return client.info("server")
         except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -242,15 +243,16 @@ class EmbeddedRedis:
     def _wait_until_ready(self, timeout: float) -> None:
         """Until the server answers PING for up to ``timeout`` seconds: a daemon still
         starting refuses connections, and one loading the AOF of a previous run answers
-        LOADING (``BusyLoadingError``, a ``ConnectionError`` in redis-py)."""
+        LOADING (``BusyLoadingError``, a ``ConnectionError`` in redis-py), and one stalled
+        on a busy machine may not answer in time (``TimeoutError``): each is asked again."""
         deadline = time.monotonic() + timeout
-        client = self._client_without_retries(timeout=1)
+        client = self._client_without_retries(timeout=5)
         try:
             while True:
                 try:
                     client.ping()
                     return
-                except redis.ConnectionError as exc:
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
                     if time.monotonic() > deadline:
                         raise EmbeddedRedisError(
                             f"redis-server did not answer at {self.url} within {timeout:.0f}s "

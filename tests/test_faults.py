@@ -184,6 +184,12 @@ def test_readonly_replies_are_waited_out(own_redis: EmbeddedRedis, tmp_path: Pat
         with pytest.raises(redis.exceptions.ReadOnlyError):
             admin.set("rcoord:test:write", 1)
         time.sleep(3)
+        # Until every worker and the poller has met READONLY (a process stalled through
+        # the 3 s has not yet).
+        wait_until(
+            lambda: all("read only replica" in log_of(worker) for worker in run.workers),
+            timeout=60,
+        )
         during = len(run.runs()) - readonly_from
         admin.replicaof("NO", "ONE")
         wait_until(run.all_ran, timeout=120)

@@ -196,7 +196,7 @@ def test_a_hand_over_nobody_takes_holds_the_lock_for_its_lease_only() -> None:
     assert status["ttl"] is None or status["ttl"] <= protocol.GRANT_LEASE
     newcomer = Lock("nobody-left", timeout=TIMEOUT, wait=0)
     assert newcomer.acquire()
-    assert lock_status("nobody-left")["ttl"] > TIMEOUT - 2
+    assert lock_status("nobody-left")["ttl"] > TIMEOUT - 10  # its own; a hand-over's is 1 s
     newcomer.release()
 
 
@@ -222,7 +222,7 @@ def test_every_key_of_a_lock_expires_once_idle_and_tokens_still_increase() -> No
     client = get_client()
     tokens = []
     for _ in range(3):
-        lock = Lock("idle-keys", timeout=2, wait=0)
+        lock = Lock("idle-keys", timeout=30, wait=0)
         assert lock.acquire()
         assert Lock("idle-keys", timeout=2, wait=0.01).acquire() is False
         assert lock.token is not None

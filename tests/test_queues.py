@@ -573,7 +573,8 @@ def test_redis_restarted_mid_run_loses_no_task(redis_server) -> None:
     try:
         wait_until(lambda: len(ran()) >= 20, timeout=60)
         redis_server.stop()
-        time.sleep(1.0)
+        # Down until the worker has met the outage (however late a busy machine lets it).
+        wait_until(lambda: " ERROR " in log_of(worker), timeout=60)
         redis_server.start()
         wait_until(lambda: set(ran()) >= {f"r{i}" for i in range(300)}, timeout=120)
     finally:

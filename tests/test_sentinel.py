@@ -75,10 +75,10 @@ def replica_in_sync(primary: EmbeddedRedis) -> bool:
 
 
 def primary_port(sentinel_port: int) -> int | None:
-    client = redis.Redis(port=sentinel_port, socket_timeout=2)
+    client = redis.Redis(port=sentinel_port, socket_timeout=10)
     try:
         address = client.sentinel_get_master_addr_by_name(SERVICE)
-    except redis.ConnectionError:
+    except (redis.ConnectionError, redis.TimeoutError):  # a sentinel stalled or restarting
         return None
     finally:
         client.close()

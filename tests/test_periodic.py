@@ -234,8 +234,9 @@ def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> 
     assert message["periodic"] == {"name": "minutely", "tick": boundary / 1000}
     (lateness,) = get_client().lrange(lateness_key("minutely"), 0, -1)
     # Queued on the server's clock at the boundary (not before), soon after it: the poller
-    # sleeps until the boundary; 2 s is room for one stalled on a busy machine.
-    assert 0 <= int(lateness) < 2000, output
+    # sleeps until the boundary; 10 s is room for one stalled on a busy machine, and far
+    # from a missed tick (60 s).
+    assert 0 <= int(lateness) < 10_000, output
     assert boundary <= seen
 
 

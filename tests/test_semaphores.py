@@ -147,10 +147,10 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
 
 
 def test_refresh_of_an_expired_holder_returns_false_and_does_not_readd() -> None:
-    semaphore = Semaphore("refresh", 1, timeout=1.5)
+    semaphore = Semaphore("refresh", 1, timeout=3)  # a refresh 3 s on is late, a stall not
     identifier = granted(semaphore.acquire())
     assert semaphore.refresh(identifier) is True
-    time.sleep(1.6)
+    time.sleep(3.1)
     assert semaphore.refresh(identifier) is False
     assert get_client().zscore(holders_key("refresh"), identifier) is None
     assert semaphore.release(identifier) is False

@@ -117,9 +117,9 @@ def server_ms(client: Any = None) -> int:
 def within_a_window(steps: Callable[[str], None], name: str, window_ms: int = 1000) -> None:
     """Run ``steps(name)``, whose assertions hold while a window the scripts keep stands (a
     hand-over's grant lease, a "woken, not asked yet" mark: ``window_ms``). A try that
-    failed after the window had passed by the server's clock (the test process was stalled
-    that long on a busy machine) is run again, under a new name, up to three times; a
-    failure within the window fails the test."""
+    failed and took longer than the window by the server's clock (the test process may have
+    been stalled that long on a busy machine) is run again, under a new name, three tries in
+    all; a failed try shorter than the window, or a third failure, fails the test."""
     for attempt in range(3):
         began = server_ms()
         try:

@@ -129,8 +129,7 @@ class EmbeddedRedis:
 
     def _answering(self) -> dict[str, Any] | None:
         """``INFO server`` of whatever answers at this address ({} when it refuses to say),
-        or None when nothing does. A server stalled on a busy machine still answers: it gets
-        a few seconds before it counts as not there."""
+        or None when nothing does (a server stalled on a busy machine gets 5 s)."""
         client = self._client_without_retries(timeout=5)
         try:
             return client.info("server")
@@ -243,8 +242,7 @@ class EmbeddedRedis:
     def _wait_until_ready(self, timeout: float) -> None:
         """Until the server answers PING for up to ``timeout`` seconds: a daemon still
         starting refuses connections, and one loading the AOF of a previous run answers
-        LOADING (``BusyLoadingError``, a ``ConnectionError`` in redis-py), and one stalled
-        on a busy machine may not answer in time (``TimeoutError``): each is asked again."""
+        LOADING (``BusyLoadingError``, a ``ConnectionError``); a stalled one times out."""
         deadline = time.monotonic() + timeout
         client = self._client_without_retries(timeout=5)
         try:

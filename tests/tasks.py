@@ -228,12 +228,18 @@ def rate_limited_start(marker: str) -> None:
     """At most three starts in any second, across every worker. Each start copies the rate's
     log (its own start is in it, for a second) to ``RATE_DECIDED``, so a test reads the times
     the server decided, not a clock read late by a stalled worker."""
+    get_client().rpush("test:starts", f"{time.time()!r}:{marker}")
+    copy_rate_log(rate_limited_start.name, RATE_DECIDED)
+
+
+def copy_rate_log(task_name: str, into: str) -> None:
+    """Copy the sliding log of task ``task_name``'s rate (member: a start, score: the
+    server's time in us) to the HASH ``into``: called by a start, it copies itself."""
     client = get_client()
-    client.rpush("test:starts", f"{time.time()!r}:{marker}")
-    log_key = KeySpace("ratelimit", f"task:{rate_limited_start.name}").key("log")
+    log_key = KeySpace("ratelimit", f"task:{task_name}").key("log")
     entries = client.zrange(log_key, 0, -1, withscores=True)
     if entries:
-        client.hset(RATE_DECIDED, mapping=dict(entries))
+        client.hset(into, mapping=dict(entries))
 
 
 def rate_decided_starts() -> list[float]:

@@ -26,6 +26,7 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.worker import Worker
 from django_rcoord.semaphores import Semaphore
 from tests.procs import start_process, wait_until
+from tests.tasks import copy_rate_log
 
 # The issue's measured figures, as tests: the limits themselves are tested on every server
 # and on the cluster by tests/test_task_limits.py; these run once, in README's command.
@@ -58,12 +59,8 @@ def twenty_a_second(number: int) -> None:
     one clock). Each also copies the rate's log as the server keeps it (its start is in it)
     to ``DECIDED``: with the test's own reading of the log, no start is missed even where
     one reader was stalled for longer than a start stays in the log."""
-    client = get_client()
-    client.rpush(STARTS, repr(time.time()))
-    log_key = KeySpace("ratelimit", f"task:{twenty_a_second.name}").key("log")
-    entries = client.zrange(log_key, 0, -1, withscores=True)
-    if entries:
-        client.hset(DECIDED, mapping=dict(entries))
+    get_client().rpush(STARTS, repr(time.time()))
+    copy_rate_log(twenty_a_second.name, DECIDED)
 
 
 @task(name="tests.measured.one_at_once", queue=QUEUE, concurrency=1, max_retries=0)

@@ -5,7 +5,10 @@
 
 The server's own counters are read around each phase: ``INFO cpu`` (the main thread's
 user + system time where the server reports it, Redis 6.2+ and Valkey; the process's
-otherwise) and ``INFO commandstats`` (the time spent inside commands, scripts included).
+otherwise) and ``INFO commandstats``: the time spent in scripts (``EVALSHA``, the commands
+they run included) and in every other command (the commands the scripts ran, the floor's,
+and a worker's few own; the benchmark's ``INFO`` and ``CONFIG`` left out). A script's time
+less the commands it ran is its own work: invoking it, its Lua, each ``redis.call``.
 They count the server's work only, so the client running on the same machine does not
 count, whatever the machine's load (a busy machine makes both a little dearer).
 
@@ -42,35 +45,64 @@ CLUSTER_CHILD = "--cluster-child"
 
 @dataclass(frozen=True)
 class Counters:
-    """The server's CPU seconds and its seconds inside commands, as it reports them."""
+    """The server's CPU seconds, its seconds in scripts and in every other command (those
+    the scripts ran among them: commandstats counts a script's commands under their own
+    names too), as it reports them."""
 
     cpu: float
+    scripts: float
     commands: float
 
     def __sub__(self, other: Counters) -> Counters:
-        return Counters(self.cpu - other.cpu, self.commands - other.commands)
+        return Counters(
+            self.cpu - other.cpu, self.scripts - other.scripts, self.commands - other.commands
+        )
 
     def __add__(self, other: Counters) -> Counters:
-        return Counters(self.cpu + other.cpu, self.commands + other.commands)
+        return Counters(
+            self.cpu + other.cpu, self.scripts + other.scripts, self.commands + other.commands
+        )
 
 
 def read_counters(client: Any) -> Counters:
     """The server's counters; on Redis Cluster, the sum of every primary's."""
     if not hasattr(client, "get_primaries"):
         return Counters(
-            cpu_seconds(client.info("cpu")), _command_seconds(client.info("commandstats"))
+            cpu_seconds(client.info("cpu")), *_command_seconds(client.info("commandstats"))
         )
     primaries = client.get_primaries()
     cpu = client.info("cpu", target_nodes=primaries)
-    commands = client.info("commandstats", target_nodes=primaries)
+    stats = [
+        _command_seconds(section)
+        for section in client.info("commandstats", target_nodes=primaries).values()
+    ]
     return Counters(
         sum(cpu_seconds(section) for section in cpu.values()),
-        sum(_command_seconds(section) for section in commands.values()),
+        sum(scripts for scripts, _ in stats),
+        sum(commands for _, commands in stats),
     )
 
 
-def _command_seconds(section: dict[str, Any]) -> float:
-    return sum(float(stats["usec"]) for stats in section.values() if isinstance(stats, dict)) / 1e6
+#: Commands that run a script (their time includes the commands the script runs).
+SCRIPT_COMMANDS = {"cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro"}
+
+
+def _command_seconds(section: dict[str, Any]) -> tuple[float, float]:
+    """(seconds in scripts, seconds in every other command) of an INFO commandstats
+    section, the benchmark's own INFO and CONFIG left out."""
+    scripts = commands = 0.0
+    for name, stats in section.items():
+        if (
+            not isinstance(stats, dict)
+            or name == "cmdstat_info"
+            or name.startswith("cmdstat_config")
+        ):
+            continue
+        if name in SCRIPT_COMMANDS:
+            scripts += float(stats["usec"])
+        else:
+            commands += float(stats["usec"])
+    return scripts / 1e6, commands / 1e6
 
 
 def per_task_us(client: Any, count: int, work: Any) -> Counters:
@@ -78,7 +110,9 @@ def per_task_us(client: Any, count: int, work: Any) -> Counters:
     before = read_counters(client)
     work()
     spent = read_counters(client) - before
-    return Counters(spent.cpu * 1e6 / count, spent.commands * 1e6 / count)
+    return Counters(
+        spent.cpu * 1e6 / count, spent.scripts * 1e6 / count, spent.commands * 1e6 / count
+    )
 
 
 def floor_work(client: Any, count: int) -> tuple[Any, Any]:
@@ -171,7 +205,10 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
             names[row][0],
             names[row][1],
             [counters.cpu for counters in values],
-            extra={"in commands": round(sorted(c.commands for c in values)[len(values) // 2], 2)},
+            extra={
+                "in scripts": _median([c.scripts for c in values]),
+                "in commands": _median([c.commands for c in values]),
+            },
         )
         for row, values in results.items()
     ]
@@ -219,6 +256,10 @@ def cluster_child(count: int, repeats: int) -> None:
     print(json.dumps([vars(row) for row in rows]))
 
 
+def _median(values: list[float]) -> float:
+    return round(sorted(values)[len(values) // 2], 2)
+
+
 def table(bench: Bench) -> Table:
     count = bench.pick(quick=2000, full=20000)
     repeats = bench.repeats_or(3)
@@ -229,9 +270,10 @@ def table(bench: Bench) -> Table:
         measure(bench, count, repeats) + cluster_rows(count, repeats),
         floor="RPUSH + LPOP per task, pipelined (the floor)",
         lower_is_better=True,
-        extra_columns=("in commands",),
-        note="server CPU: INFO cpu (main thread) deltas; in commands: INFO commandstats "
-        "usec deltas, the part spent inside commands and scripts",
+        extra_columns=("in scripts", "in commands"),
+        note="server CPU: INFO cpu (main thread) deltas; in scripts, in commands: INFO "
+        "commandstats usec deltas, of the scripts (the commands they run included) and of "
+        "every other command (the commands the scripts ran among them); medians",
     )
 
 

@@ -332,6 +332,11 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         for row in rows[1:]:
             if not row.missing:
                 row.extra["vs django-tasks-redis"] = f"{row.median / by_name[theirs].median:.2f}x"
+    framework = [op for op in operations[1:3] if op[0] != "django-rcoord queues.get_result"]
+    for operation, server_us in zip(
+        framework, server_us_per_read(client, framework, count), strict=True
+    ):
+        by_name[operation[0]].extra["server us/read"] = server_us
     for operation_id in ids:
         status = str(ours.get_result(operation_id).status)
         if "SUCCESSFUL" not in status:
@@ -341,10 +346,28 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         "reads/s",
         rows,
         floor=rows[0].name,
-        extra_columns=("vs django-tasks-redis",),
+        extra_columns=("vs django-tasks-redis", "server us/read"),
         note="each row a read of one finished task's whole result, in turns of "
-        f"{TURN} with the others (sync calls; one client, one connection each)",
+        f"{TURN} with the others (sync calls; one client, one connection each); server "
+        "us/read: what the server spent in the command each read sends (INFO commandstats), "
+        "the two framework rows reading in turns again",
     )
+
+
+def server_us_per_read(client: Any, operations: list[Any], count: int) -> list[float]:
+    """What the server spends per read of each of ``operations`` (the framework rows: ours
+    sends one EVALSHA, django-tasks-redis one HGETALL, so each command's time is its row's),
+    from INFO commandstats over ``count`` reads of each, the rows taking turns as in the
+    side-by-side table (between two reads the client's own work cools the server's caches,
+    as it does for a page polling a result)."""
+    commands = ("cmdstat_evalsha", "cmdstat_hgetall")[: len(operations)]
+    client.config_resetstat()
+    for _ in range(0, count, TURN):
+        for _, _, operation in operations:
+            for _ in range(TURN):
+                operation()
+    stats = client.info("commandstats")
+    return [round(float(stats[command]["usec_per_call"]), 2) for command in commands]
 
 
 def run(bench: Bench) -> ScenarioResult:

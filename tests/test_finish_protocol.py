@@ -58,6 +58,30 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
     assert "follow_up" not in first
 
 
+def test_a_record_carries_only_the_fields_its_outcome_uses() -> None:
+    """The script decodes every record of a call: an acknowledgement carries its value, a
+    failure its error, entry and delay, a task held back by its limits only its delay."""
+    queue = QueueKeys.of("jobs/high")
+    protocol = FinishProtocol("w1", [queue])
+    finished = [
+        done(queue, "a", Outcome("ack", "t")),
+        done(queue, "b", Outcome("dead", "t", "boom", "E")),
+        done(queue, "c", Outcome("later", "t", "waiting for its rate", delay_ms=40)),
+    ]
+    _, args = protocol.call(finished, 0, lease_ms=3000)
+    ack, dead, later = (json.loads(arg) for arg in args[1:])
+    common = {"id", "queue", "outcome", "labels", "bucket", "us"}
+    assert set(ack) == common | {"value"}
+    assert ack["value"] == "null"
+    assert set(dead) == common | {"delay", "error", "entry"}
+    assert (dead["error"], json.loads(dead["entry"])) == (
+        "boom",
+        {"exception_class_path": "E", "traceback": "boom"},
+    )
+    assert set(later) == common | {"delay"}
+    assert later["delay"] == 40
+
+
 def test_a_follow_up_names_where_its_own_keys_start() -> None:
     queue = QueueKeys.of("jobs/high")
     protocol = FinishProtocol("w1", [queue])

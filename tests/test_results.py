@@ -374,3 +374,26 @@ def test_the_read_only_script_is_used_where_the_server_knows_shebangs() -> None:
     assert result_of(task_id).status == "READY"
     major = int(get_client().info("server")["redis_version"].split(".")[0])
     assert SCRIPT_FLAGS.usable(get_client()) is (major >= 7)
+
+
+@pytest.mark.parametrize(
+    ("raw", "parts"),
+    [
+        ("RUNNING|1|2||w1,w2", ["RUNNING", "1", "2", "", "w1,w2"]),
+        ("SUCCESSFUL|1|2|3|w1", ["SUCCESSFUL", "1", "2", "3", "w1"]),
+        # States the scripts did not write whole: each missing part reads ''.
+        ("READY|1", ["READY", "1", "", "", ""]),
+        ("", ["", "", "", "", ""]),
+        (None, ["", "", "", "", ""]),
+    ],
+)
+def test_the_scripts_read_a_record_state_as_its_five_parts(
+    raw: str | None, parts: list[str]
+) -> None:
+    """``parse_state`` (``_records.lua``), which the take, finish, recover and cancel
+    scripts share, run by the server itself."""
+    from django_rcoord.scripts import OURS, _source
+
+    source = _source("_records", OURS) + b"\nreturn parse_state(ARGV[1] ~= '-' and ARGV[1] or nil)"
+    reply = get_client().eval(source, 0, "-" if raw is None else raw)
+    assert [part.decode() for part in reply] == parts

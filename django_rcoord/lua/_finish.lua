@@ -55,6 +55,7 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
         end
     end
     local acked, acked_fields, record_fields, expiring = {}, {}, {}, {}
+    local stamp = tostring(now)  -- converted once, not per task
     local errors, delayed, dead = {}, {}, {}
     local function back_later(task, state)
         state[1] = 'READY'
@@ -68,7 +69,7 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
             local id, outcome, state = task.id, task.outcome, states[task.id]
             if outcome == 'ack' then
                 state[1] = 'SUCCESSFUL'
-                state[4] = now
+                state[4] = stamp
                 acked[#acked + 1] = id
                 acked_fields[#acked_fields + 1] = id
                 acked_fields[#acked_fields + 1] = id .. ':lost'
@@ -90,7 +91,7 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
                     back_later(task, state)
                 else
                     state[1] = 'FAILED'
-                    state[4] = now
+                    state[4] = stamp
                     dead[task.queue] = dead[task.queue] or {}
                     table.insert(dead[task.queue], id)
                     expiring[#expiring + 1] = now + result_ttl

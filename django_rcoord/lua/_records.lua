@@ -4,6 +4,14 @@
 
 -- The five fields of a record's state ('' for each when `raw` is false).
 local function parse_state(raw)
+    if raw then
+        -- One match for a whole state, what the scripts write; the loop below for the rest.
+        local status, started, attempted, finished, workers =
+            string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+        if status then
+            return {status, started, attempted, finished, workers}
+        end
+    end
     local state = {}
     if raw then
         for part in string.gmatch(raw .. '|', '([^|]*)|') do

@@ -9,6 +9,7 @@
 -- killing its workers does not count against the tasks taken with it.
 local function take_tasks(group, queues, worker, wanted, now, lease)
     local taken = {}
+    local stamp = tostring(now)  -- converted once, not per task
     for queue_index = 1, #queues do
         if #taken >= wanted then
             break
@@ -54,9 +55,9 @@ local function take_tasks(group, queues, worker, wanted, now, lease)
                     local state = parse_state(raw_states[index])
                     state[1] = 'RUNNING'
                     if state[2] == '' then
-                        state[2] = now
+                        state[2] = stamp
                     end
-                    state[3] = now
+                    state[3] = stamp
                     state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
                     local raw = table.concat(state, '|')
                     records[#records + 1] = id

@@ -31,8 +31,9 @@
 --          many queues it watches), nonce ('' for none: a call whose nonce is the last one
 --          stored in KEYS[9] changes nothing and answers the stored finished flags and the
 --          tasks it took that this worker still holds)
--- ARGV[2..] one JSON record per finished task: id; queue (its queue's index, 1-based,
---          among the queues); outcome ('ack' | 'retry' | 'defer' | 'later' | 'dead';
+-- ARGV[2..] one JSON record per finished task (a field named with outcomes is read for
+--          those only, and may be left out of the others): id; queue (its queue's index,
+--          1-based, among the queues); outcome ('ack' | 'retry' | 'defer' | 'later' | 'dead';
 --          'defer': this worker cannot run it, back later for another, not a failed attempt
 --          but a delivery; 'later': held back by its limits before it started, not a run at
 --          all: its record loses this delivery's worker id, and it is counted as held back,

@@ -98,20 +98,25 @@ class FinishProtocol:
 
 
 def finish_record(done: Done) -> dict[str, Any]:
-    """A finished task's record (see task_finish.lua)."""
+    """A finished task's record (see task_finish.lua), with the fields its outcome uses
+    only: the script decodes every record of a call, and most are acknowledgements."""
     outcome = done.outcome
-    return {
+    record: dict[str, Any] = {
         "id": done.job.id,
         "queue": done.job.queue_index,
         "outcome": outcome.kind,
-        "error": outcome.error,
-        "delay": outcome.delay_ms,
-        "value": outcome.value_json,
-        "entry": outcome.error_entry,
         "labels": metric_labels(done.job.queue.name, outcome.task_name),
         "bucket": duration_bucket(done.took_ms / 1000),
         "us": round(done.took_ms * 1000),
     }
+    if outcome.kind == "ack":
+        record["value"] = outcome.value_json
+        return record
+    record["delay"] = outcome.delay_ms
+    if outcome.kind != "later":  # held back by its limits: it did not run, nothing failed
+        record["error"] = outcome.error
+        record["entry"] = outcome.error_entry
+    return record
 
 
 def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:

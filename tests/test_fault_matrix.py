@@ -39,7 +39,7 @@ from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
 from tests.faultproxy import FaultProxy
 from tests.procs import wait_until
-from tests.test_lock_liveness import LIVE_BOUND
+from tests.test_lock_liveness import LIVE_BOUND, patient_client
 from tests.test_locks import blocked_count_is, has_compare_and_set, lock_key
 from tests.test_queues import ran, result_of
 from tests.test_worker_faults import lost_deliveries
@@ -142,7 +142,7 @@ def release_to_two_waiters(
     assert holder.acquire()
     waiters = [
         Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair, client=through(proxy, resent=resent)),
-        Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair),
+        Lock(name, timeout=TIMEOUT, wait=TIMEOUT, fair=fair, client=patient_client()),
     ]
     outcomes: list[Any] = [None, None]
 
@@ -507,5 +507,7 @@ def test_a_waiter_interrupted_while_it_waits(raised: type[BaseException], fair: 
     assert waiter.identifier is None
     released_at = time.monotonic()
     holder.release()
-    assert Lock(name, timeout=TIMEOUT, wait=LIVE_BOUND, fair=fair).acquire()
+    assert Lock(
+        name, timeout=TIMEOUT, wait=LIVE_BOUND, fair=fair, client=patient_client()
+    ).acquire()
     assert time.monotonic() - released_at < LIVE_BOUND

@@ -30,11 +30,20 @@ from tests.test_locks import blocked_clients, blocked_count_is, lock_key, waiter
 #: The holder's TTL in these tests: a stranded lock shows as a wait of this long.
 TIMEOUT = 30
 #: What a live waiter may take after a release before a test calls the lock stranded. The
-#: bound by design is GRANT_LEASE + RECHECK (2 s); 2 s more is slack for a busy machine (the
-#: waiter is already started and blocked: what is left is waking a process and two round
-#: trips, well under a second beside four CPU hogs), and it stays under what each case took
-#: before: the holder's TTL (30 s), or the socket timeout's cap (4.75 s) for a non-fair lock.
-LIVE_BOUND = protocol.GRANT_LEASE + protocol.RECHECK + 2
+#: bound by design is GRANT_LEASE + RECHECK (2 s); 8 s more is slack for a busy or paused
+#: machine (the waiter is already started and blocked: what is left is waking a process and
+#: two round trips). It stays well under what a stranded lock costs a waiter: the holder's
+#: TTL (30 s), or, for a waiter rescued only when its block ends, the cap its socket
+#: timeout sets (``patient_client``: 59.75 s; through the fault proxy, 29.75 s; an async
+#: waiter's shared BLPOP blocks 1 s at a time whatever the timeout, ``waiting.HUB_BLOCK``).
+LIVE_BOUND = protocol.GRANT_LEASE + protocol.RECHECK + 8
+
+
+def patient_client() -> redis.Redis:
+    """A client for a live waiter: its socket timeout (60 s) lets a block run past
+    ``LIVE_BOUND``, so that a waiter woken only when its block times out (the default 5 s
+    would end one at 4.75 s) shows as stranded instead of as served within the bound."""
+    return cluster.client_for_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=60)
 
 
 def keys_of(name: str) -> list[str]:
@@ -58,7 +67,7 @@ def take_the_handover_then_hang(name: str, fair: bool) -> None:
 def wait_for_lock(name: str, fair: bool) -> None:
     """A live waiter: takes the lock, notes the server's time it got it, gives it back."""
     client = get_client()
-    lock = Lock(name, timeout=TIMEOUT, wait=TIMEOUT * 2, fair=fair)
+    lock = Lock(name, timeout=TIMEOUT, wait=TIMEOUT * 2, fair=fair, client=patient_client())
     assert lock.acquire()
     client.set("test:got-at", repr(server_now(client)))
     client.set("test:got-token", lock.token)

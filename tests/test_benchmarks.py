@@ -119,6 +119,10 @@ def test_server_cost_reads_what_the_server_spent_per_task() -> None:
     floor = rows["RPUSH + LPOP per task, pipelined (the floor)"]
     end_to_end = rows["django-rcoord: end to end"]
     assert all(row.values[0] > 0 and row.extra["in commands"] > 0 for row in rows.values())
+    # The floor runs no script; a task's scripts take longer than the commands they run
+    # (which commandstats counts under their own names too: not twice over here).
+    assert floor.extra["in scripts"] == 0
+    assert end_to_end.extra["in scripts"] > end_to_end.extra["in commands"]
     assert floor.values[0] < end_to_end.values[0]
     assert end_to_end.values[0] == pytest.approx(
         rows["django-rcoord: enqueue (delay)"].values[0]

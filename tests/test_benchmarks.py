@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from django_rcoord.embedded import find_executable, process_alive
+from tests import cluster
 from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,3 +185,42 @@ def test_the_scaling_grid_runs_a_cell_of_each_layout_offline(tmp_path: Path) -> 
         assert cell["tasks_per_s"][0] > 0
         assert cell["server_us_per_task"] > 0
         assert cell["busiest_primary_cores"] > 0
+
+
+@pytest.mark.skipif(cluster.ENABLED, reason="reads one server's SLOWLOG")
+@pytest.mark.django_db(transaction=True)  # a Worker runs in this process
+def test_script_ab_times_both_versions_of_a_changed_script(tmp_path: Path) -> None:
+    """The two versions of a script that differs take turns, and each one's full-batch
+    finish calls are timed; a script both versions share is not compared; the server's
+    SLOWLOG settings are put back, and the scripts module is as it was."""
+    import shutil
+
+    from benchmarks import script_ab
+    from django_rcoord import scripts
+    from django_rcoord.connection import get_client
+
+    old = tmp_path / "lua"
+    shutil.copytree(ROOT / "django_rcoord" / "lua", old)
+    with (old / "task_finish.lua").open("a") as script:
+        script.write("\n-- an older version\n")
+    client = get_client()
+    before = client.config_get("slowlog-*")
+    own = (scripts._source, scripts._evalsha_of)
+    with script_ab.take_turns(old) as versions:
+        found = script_ab.compare(versions, 300, 1)["plain"]
+    assert (scripts._source, scripts._evalsha_of) == own
+    assert client.config_get("slowlog-*") == before
+    assert found[("task_finish", "old")]
+    assert found[("task_finish", "new")]
+    assert all(duration > 0 for values in found.values() for duration in values)
+    assert ("task_enqueue", "new") not in found
+    # The old version is the changed copy: its SHA1 is not the working tree's.
+    assert {version for name, version in versions.values()} == {"old", "new"}
+
+
+def test_script_ab_reads_a_revisions_scripts(tmp_path: Path) -> None:
+    from benchmarks import script_ab
+
+    lua = script_ab.scripts_at("HEAD", tmp_path)
+    assert (lua / "task_finish.lua").read_bytes().startswith(b"-- ")
+    assert (lua / "_finish.lua").exists()

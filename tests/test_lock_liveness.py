@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 from redis.backoff import ConstantBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from django_rcoord.connection import get_client
@@ -39,7 +40,7 @@ TIMEOUT = 30
 LIVE_BOUND = protocol.GRANT_LEASE + protocol.RECHECK + 8
 
 
-def patient_client() -> redis.Redis:
+def patient_client() -> redis.Redis | RedisCluster:
     """A client for a live waiter: its socket timeout (60 s) lets a block run past
     ``LIVE_BOUND``, so that a waiter woken only when its block times out (the default 5 s
     would end one at 4.75 s) shows as stranded instead of as served within the bound."""

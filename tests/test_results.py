@@ -394,8 +394,10 @@ def test_the_scripts_read_a_record_state_as_its_five_parts(
 ) -> None:
     """``parse_state`` (``_records.lua``), which the take, finish, recover and cancel
     scripts share, run by the server itself."""
-    from django_rcoord.scripts import OURS, _source
+    from django_rcoord.scripts import get_script
 
-    source = _source("_records", OURS) + b"\nreturn parse_state(ARGV[1] ~= '-' and ARGV[1] or nil)"
+    helper = get_script("_records").script
+    assert isinstance(helper, bytes)  # read from the package's file
+    source = helper + b"\nreturn parse_state(ARGV[1] ~= '-' and ARGV[1] or nil)"
     reply = get_client().eval(source, 0, "-" if raw is None else raw)
     assert [part.decode() for part in reply] == parts

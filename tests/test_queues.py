@@ -255,6 +255,23 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
 
 
 # -- consuming ------------------------------------------------------------------------
+def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
+    """A listpack answers each lookup by a scan: with one task in flight already, its
+    queue's in-flight ZSET and the group's owners HASH are a skiplist and a hashtable. Both
+    expire, and the counts leave out the member that keeps them so."""
+    tasks.record.delay("enc")
+    worker = Worker(["default"])
+    job = take(worker)
+    keys, client = QueueKeys.of("default"), get_client()
+    assert client.object("encoding", keys.in_flight) == b"skiplist"
+    assert client.object("encoding", keys.owners) == b"hashtable"
+    assert client.pttl(keys.in_flight) > 0
+    assert client.pttl(keys.owners) > 0
+    assert queue_stats("default")["in_flight"] == 1
+    assert worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    assert queue_stats("default")["in_flight"] == 0
+
+
 def test_priorities_are_respected() -> None:
     for index in range(5):
         tasks.record_low.delay(f"low{index}")

@@ -1,13 +1,21 @@
 -- Taking tasks: task_finish.lua's last step. Needs _records. `group` holds the group's keys
 -- by name and `queues[index]` a queue's (ready, in_flight, delayed, dead), in priority order.
 
+-- A member of each in-flight ZSET (at score +inf: never due, never counted) and a field
+-- of the owners HASH, longer than the 64 bytes a listpack takes by default: it keeps both
+-- in their large encodings. A listpack answers each lookup by a scan, and at the 50 to 128
+-- tasks a few workers hold in flight, the take and the finish spent about five times as
+-- long in these two keys as with a skiplist and a hashtable
+-- (docs/explanation/benchmarks.md, "Tasks in flight and the listpack encoding").
+local LARGE_ENCODING = '~ keeps this key in its large encoding: each lookup in a listpack is a scan ~'
+
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
--- delivery. Returns the tasks taken ({id, message, queue index, failures, record state}
+-- delivery; the in-flight ZSET and the owners HASH live `keep` ms more. Returns the tasks taken ({id, message, queue index, failures, record state}
 -- each) and how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
 -- killing its workers does not count against the tasks taken with it.
-local function take_tasks(group, queues, worker, wanted, now, lease)
+local function take_tasks(group, queues, worker, wanted, now, lease, keep)
     local taken = {}
     local stamp = tostring(now)  -- converted once, not per task
     for queue_index = 1, #queues do
@@ -73,8 +81,15 @@ local function take_tasks(group, queues, worker, wanted, now, lease)
                 end
             end
             if #leases > 0 then
-                redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
+                local in_flight = queues[queue_index].in_flight
+                leases[#leases + 1] = '+inf'
+                leases[#leases + 1] = LARGE_ENCODING
+                owners[#owners + 1] = LARGE_ENCODING
+                owners[#owners + 1] = ''
+                redis.call('ZADD', in_flight, unpack(leases))
+                redis.call('PEXPIRE', in_flight, keep)
                 redis.call('HSET', group.owners, unpack(owners))
+                redis.call('PEXPIRE', group.owners, keep)
                 redis.call('HSET', group.results, unpack(records))
             end
             if #put_back > 0 then

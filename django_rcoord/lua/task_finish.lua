@@ -113,7 +113,7 @@ if #tasks > 0 then
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
-local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease)
+local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease, keep)
 -- Producers push a wake-up only while some worker is registered idle.
 if #taken == 0 and call.idle_ms > 0 and wanted > 0 then
     redis.call('ZREMRANGEBYSCORE', group.idle, '-inf', now)

@@ -104,7 +104,8 @@ TASK_COUNTS = ("ready", "in_flight", "delayed", "dead")
 def count_tasks(pipe: Any, keys: QueueKeys) -> None:
     """Queue on ``pipe`` the reads of a queue's ``TASK_COUNTS``, one reply each."""
     pipe.zcard(keys.ready)
-    pipe.zcard(keys.in_flight)
+    # Below +inf: the in-flight ZSET keeps one member there (see _take.lua).
+    pipe.zcount(keys.in_flight, "-inf", "(+inf")
     pipe.zcard(keys.delayed)
     pipe.llen(keys.dead)
 

@@ -258,7 +258,7 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
 def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
     """A listpack answers each lookup by a scan: with one task in flight already, its
     queue's in-flight ZSET and the group's owners HASH are a skiplist and a hashtable. Both
-    expire, and the counts leave out the member that keeps them so."""
+    expire, a renewal keeps them, and the counts leave out the member that keeps them so."""
     tasks.record.delay("enc")
     worker = Worker(["default"])
     job = take(worker)
@@ -268,6 +268,12 @@ def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
     assert client.pttl(keys.in_flight) > 0
     assert client.pttl(keys.owners) > 0
     assert queue_stats("default")["in_flight"] == 1
+    # A run that outlasts them is renewed with them: they live as long as its record.
+    client.pexpire(keys.in_flight, 1000)
+    client.pexpire(keys.owners, 1000)
+    assert worker.session.renew([job]) == ([], [])  # held, and not asked to stop
+    assert client.pttl(keys.in_flight) > 1000
+    assert client.pttl(keys.owners) > 1000
     assert worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
     assert queue_stats("default")["in_flight"] == 0
 

@@ -1,6 +1,6 @@
 -- The group's task metrics: task_finish.lua's third step. The metrics HASH (its fields:
 -- see task_finish.lua) counts each finished run under its record's labels
--- ('queue<US>task', '' for none), by outcome and duration bucket.
+-- ('queue<US>task', '' for none), by outcome and duration bucket. Needs _records.
 
 local US = '\31'
 
@@ -37,8 +37,8 @@ local function count_runs(metrics, tasks, held, now, keep)
             redis.call('HSET', metrics, slot, minute .. ':' .. (tonumber(seen) + amount))
         else
             redis.call('HSET', metrics, slot, minute .. ':' .. amount)
-            -- As long as the group's other keys (GROUP_KEYS_MS) past its last task.
-            redis.call('PEXPIRE', metrics, keep + 30 * 24 * 3600 * 1000)
+            -- As long as the group's other keys past its last task.
+            redis.call('PEXPIRE', metrics, keep + GROUP_KEYS_MS)
         end
     end
 end

@@ -2,6 +2,9 @@
 -- group's results HASH, <id> -> 'STATUS|started|last attempted|finished|worker ids' (times
 -- in server ms) and <id>:e -> the JSON list of the errors of its failed attempts.
 
+-- How long a group's keys outlive its last task, ms (queues.keys.GROUP_KEYS_MS).
+local GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
+
 -- The five fields of a record's state ('' for each when `raw` is false).
 local function parse_state(raw)
     if raw then

@@ -11,7 +11,8 @@ local LARGE_ENCODING = '~ keeps this key in its large encoding: each lookup in a
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
--- delivery; the in-flight ZSET and the owners HASH live `keep` ms more. Returns the tasks taken ({id, message, queue index, failures, record state}
+-- delivery; the in-flight ZSET and the owners HASH live as long as the group's keys past
+-- `keep` ms from now (task_renew keeps them while a run takes longer). Returns the tasks taken ({id, message, queue index, failures, record state}
 -- each) and how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
 -- killing its workers does not count against the tasks taken with it.
@@ -87,9 +88,9 @@ local function take_tasks(group, queues, worker, wanted, now, lease, keep)
                 owners[#owners + 1] = LARGE_ENCODING
                 owners[#owners + 1] = ''
                 redis.call('ZADD', in_flight, unpack(leases))
-                redis.call('PEXPIRE', in_flight, keep)
+                redis.call('PEXPIRE', in_flight, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.owners, unpack(owners))
-                redis.call('PEXPIRE', group.owners, keep)
+                redis.call('PEXPIRE', group.owners, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.results, unpack(records))
             end
             if #put_back > 0 then

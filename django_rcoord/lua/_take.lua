@@ -82,13 +82,12 @@ local function take_tasks(group, queues, worker, wanted, now, lease, keep)
                 end
             end
             if #leases > 0 then
-                local in_flight = queues[queue_index].in_flight
                 leases[#leases + 1] = '+inf'
                 leases[#leases + 1] = LARGE_ENCODING
                 owners[#owners + 1] = LARGE_ENCODING
                 owners[#owners + 1] = ''
-                redis.call('ZADD', in_flight, unpack(leases))
-                redis.call('PEXPIRE', in_flight, keep + GROUP_KEYS_MS)
+                redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
+                redis.call('PEXPIRE', queues[queue_index].in_flight, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.owners, unpack(owners))
                 redis.call('PEXPIRE', group.owners, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.results, unpack(records))

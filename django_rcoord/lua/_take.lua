@@ -3,17 +3,18 @@
 
 -- A member of each in-flight ZSET (at score +inf: never due, never counted) and a field
 -- of the owners HASH, longer than the 64 bytes a listpack takes by default: it keeps both
--- in their large encodings. A listpack answers each lookup by a scan, and at the 50 to 128
--- tasks a few workers hold in flight, the take and the finish spent about five times as
--- long in these two keys as with a skiplist and a hashtable
--- (docs/explanation/benchmarks.md, "Tasks in flight and the listpack encoding").
-local LARGE_ENCODING = '~ keeps this key in its large encoding: each lookup in a listpack is a scan ~'
+-- in their large encodings. A listpack answers each lookup by a scan: with 32 to 448 tasks
+-- in flight (a worker holds 32), the take and the finish spent 3 to 12 times as long in
+-- these two keys as with a skiplist and a hashtable (docs/explanation/benchmarks.md,
+-- "Tasks in flight and the listpack encoding").
+local LARGE_ENCODING = '~ keeps this key in its large encoding: a lookup in a listpack is a scan ~'
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
 -- delivery; the in-flight ZSET and the owners HASH live as long as the group's keys past
--- `keep` ms from now (task_renew keeps them while a run takes longer). Returns the tasks taken ({id, message, queue index, failures, record state}
--- each) and how many were wanted in the end: a task that lost a worker before (id:lost)
+-- `keep` ms from now (task_renew keeps them while a run takes longer). Returns the tasks
+-- taken ({id, message, queue index, failures, record state} each) and how many were
+-- wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
 -- killing its workers does not count against the tasks taken with it.
 local function take_tasks(group, queues, worker, wanted, now, lease, keep)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         client = server.client()
         limits = client.config_get("*-max-*-entries")
         shown = ", ".join(
-            f"{k} {v}" for k, v in sorted(limits.items()) if k[:4] in ("hash", "zset")
+            f"{k} {v}" for k, v in sorted(limits.items()) if str(k)[:4] in ("hash", "zset")
         )
         print(f"server us per task for the six commands ({options.batches} batches of {BATCH})")
         print(f"this server: {shown}")

@@ -33,7 +33,14 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import Bench, Measurement, ScenarioResult, Table, cpu_seconds
+from benchmarks.common import (
+    Bench,
+    Measurement,
+    ScenarioResult,
+    Table,
+    cpu_seconds,
+    percentile,
+)
 from benchmarks.runner import run_benchmark
 
 NAME = "server_cost"
@@ -206,8 +213,8 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
             names[row][1],
             [counters.cpu for counters in values],
             extra={
-                "in scripts": _median([c.scripts for c in values]),
-                "in commands": _median([c.commands for c in values]),
+                "in scripts": round(percentile([c.scripts for c in values], 0.5), 2),
+                "in commands": round(percentile([c.commands for c in values], 0.5), 2),
             },
         )
         for row, values in results.items()
@@ -254,10 +261,6 @@ def cluster_child(count: int, repeats: int) -> None:
     client = cluster_client()
     rows = measure(Bench(client, os.environ[CLUSTER_URL], quick=True), count, repeats)
     print(json.dumps([vars(row) for row in rows]))
-
-
-def _median(values: list[float]) -> float:
-    return round(sorted(values)[len(values) // 2], 2)
 
 
 def table(bench: Bench) -> Table:

@@ -30,6 +30,7 @@ from benchmarks.common import (
     Bench,
     Gate,
     Measurement,
+    Operation,
     RoundTrips,
     ScenarioResult,
     Table,
@@ -290,13 +291,16 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     def next_id(of: list[str]) -> str:
         return of[next(turn) % READ_TASKS]
 
+    our_read: Operation = (
+        "django-rcoord task.get_result (RedisTaskBackend)",
+        "1",
+        lambda: ours.get_result(next_id(ids)),
+    )
+    # The framework rows and the one command each read sends, for server_us_per_read.
+    framework: list[tuple[Operation, str]] = [(our_read, "cmdstat_evalsha")]
     operations = [
         ping_operation(client, 1),
-        (
-            "django-rcoord task.get_result (RedisTaskBackend)",
-            "1",
-            lambda: ours.get_result(next_id(ids)),
-        ),
+        our_read,
         ("django-rcoord queues.get_result", "1", lambda: get_result(next_id(ids))),
         (
             "bare EVALSHA of task_result (no decoding)",
@@ -316,7 +320,9 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         _drain("streams-framework")()
         backend: Any = streams.get_backend()
         their_keys = [get_result_key(backend.key_prefix, backend.alias, i) for i in their_ids]
-        operations[2:2] = [(theirs, "1", lambda: streams.get_result(next_id(their_ids)))]
+        their_read: Operation = (theirs, "1", lambda: streams.get_result(next_id(their_ids)))
+        operations[2:2] = [their_read]
+        framework.append((their_read, "cmdstat_hgetall"))
         operations.append(
             (
                 "bare HGETALL of a django-tasks-redis result (no decoding)",
@@ -332,11 +338,8 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         for row in rows[1:]:
             if not row.missing:
                 row.extra["vs django-tasks-redis"] = f"{row.median / by_name[theirs].median:.2f}x"
-    framework = [op for op in operations[1:3] if op[0] != "django-rcoord queues.get_result"]
-    for operation, server_us in zip(
-        framework, server_us_per_read(client, framework, count), strict=True
-    ):
-        by_name[operation[0]].extra["server us/read"] = server_us
+    for name, server_us in server_us_per_read(client, framework, count).items():
+        by_name[name].extra["server us/read"] = server_us
     for operation_id in ids:
         status = str(ours.get_result(operation_id).status)
         if "SUCCESSFUL" not in status:
@@ -354,20 +357,23 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     )
 
 
-def server_us_per_read(client: Any, operations: list[Any], count: int) -> list[float]:
-    """What the server spends per read of each of ``operations`` (the framework rows: ours
-    sends one EVALSHA, django-tasks-redis one HGETALL, so each command's time is its row's),
-    from INFO commandstats over ``count`` reads of each, the rows taking turns as in the
-    side-by-side table (between two reads the client's own work cools the server's caches,
-    as it does for a page polling a result)."""
-    commands = ("cmdstat_evalsha", "cmdstat_hgetall")[: len(operations)]
+def server_us_per_read(
+    client: Any, reads: list[tuple[Operation, str]], count: int
+) -> dict[str, float]:
+    """What the server spends per read of each row of ``reads`` (each with the one command
+    its read sends, as INFO commandstats names it: no other row sends it), from INFO
+    commandstats over ``count`` reads of each, the rows taking turns as in the side-by-side
+    table (between two reads the client's own work cools the server's caches, as it does
+    for a page polling a result). By row name."""
     client.config_resetstat()
     for _ in range(0, count, TURN):
-        for _, _, operation in operations:
+        for (_, _, operation), _ in reads:
             for _ in range(TURN):
                 operation()
     stats = client.info("commandstats")
-    return [round(float(stats[command]["usec_per_call"]), 2) for command in commands]
+    return {
+        name: round(float(stats[command]["usec_per_call"]), 2) for (name, _, _), command in reads
+    }
 
 
 def run(bench: Bench) -> ScenarioResult:

@@ -39,8 +39,8 @@ from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
 from tests.faultproxy import FaultProxy
 from tests.procs import wait_until
-from tests.test_lock_liveness import LIVE_BOUND, patient_client
-from tests.test_locks import blocked_count_is, has_compare_and_set, lock_key
+from tests.test_lock_liveness import LIVE_BOUND
+from tests.test_locks import blocked_count_is, has_compare_and_set, lock_key, patient_client
 from tests.test_queues import ran, result_of
 from tests.test_worker_faults import lost_deliveries
 

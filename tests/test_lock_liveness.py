@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import redis
 from redis.backoff import ConstantBackoff
-from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from django_rcoord.connection import get_client
@@ -26,7 +25,13 @@ from django_rcoord.locks import Lock, lock_status, new_identifier, protocol
 from django_rcoord.scripts import run_script
 from tests import cluster
 from tests.procs import server_now, start_process, wait_until
-from tests.test_locks import blocked_clients, blocked_count_is, lock_key, waiter_asks
+from tests.test_locks import (
+    blocked_clients,
+    blocked_count_is,
+    lock_key,
+    patient_client,
+    waiter_asks,
+)
 
 #: The holder's TTL in these tests: a stranded lock shows as a wait of this long.
 TIMEOUT = 30
@@ -38,13 +43,6 @@ TIMEOUT = 30
 #: timeout sets (``patient_client``: 59.75 s; through the fault proxy, 29.75 s; an async
 #: waiter's shared BLPOP blocks 1 s at a time whatever the timeout, ``waiting.HUB_BLOCK``).
 LIVE_BOUND = protocol.GRANT_LEASE + protocol.RECHECK + 8
-
-
-def patient_client() -> redis.Redis | RedisCluster:
-    """A client for a live waiter: its socket timeout (60 s) lets a block run past
-    ``LIVE_BOUND``, so that a waiter woken only when its block times out (the default 5 s
-    would end one at 4.75 s) shows as stranded instead of as served within the bound."""
-    return cluster.client_for_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=60)
 
 
 def keys_of(name: str) -> list[str]:

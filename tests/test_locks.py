@@ -14,6 +14,7 @@ import redis
 import redis.asyncio
 from django.conf import settings
 from django.test import override_settings
+from redis.cluster import RedisCluster
 
 from django_rcoord.connection import get_client, is_cluster
 from django_rcoord.connection.features import SET_IFEQ
@@ -55,6 +56,13 @@ def owner_key(name: str) -> str:
 
 def lock_key(name: str, part: str) -> str:
     return KeySpace("lock", name).key(part)
+
+
+def patient_client() -> redis.Redis | RedisCluster:
+    """A client for a waiter whose BLPOP may block long: its socket timeout (60 s) does not
+    cut a block short (the default 5 s ends one at 4.75 s), so a waiter that is woken
+    only when its block times out shows as one, not as woken in time."""
+    return cluster.client_for_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=60)
 
 
 def blocked_clients(key: str) -> int:
@@ -564,7 +572,7 @@ WOKEN_WITHIN = 10
 def test_a_non_fair_waiter_is_woken_by_the_release_not_by_polling(monkeypatch) -> None:
     monkeypatch.setattr(protocol, "RECHECK", 30.0)
     # Its BLPOP may block for the whole wait: not cut short by a socket timeout's cap.
-    patient = cluster.client_for_url(os.environ["RCOORD_TEST_REDIS_URL"], socket_timeout=60)
+    patient = patient_client()
     handoffs = []
     for _ in range(5):
         get_client().delete("test:holder-ready", "test:released-at")

@@ -204,7 +204,9 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     lateness = [int(ms) for ms in get_client().lrange(lateness_key("beat"), 0, -1)]
     catch_ups = int(get_client().hget(claim_key("beat"), "catch_ups") or 0)
     assert len(lateness) + catch_ups == len(ticks)
-    assert catch_ups <= 3
+    # A catch-up fire is of a tick due before its poller's first pass: before they had all
+    # started (a pass fires each tick its pollers' pause left, so there may be several).
+    assert catch_ups <= len([tick for tick in ticks if tick * 1000 < started]), ticks
 
 
 @pytest.mark.slow
@@ -255,6 +257,40 @@ def test_a_missed_tick_is_skipped_or_run_once(catch_up: str, queued: int) -> Non
     assert [m["periodic"]["tick"] * 1000 for m in ready_messages()] == [latest] * queued
     assert next_in == pytest.approx((schedule.next_tick(now) - now) / 1000)
     assert fire_due(get_client(), server_ms(), [schedule])[0] == 0  # not again
+
+
+def test_ticks_a_pause_of_every_poller_left_are_all_fired_oldest_first() -> None:
+    # The last pass fired a tick 5 s ago; every poller paused since (a stall, a failover).
+    schedule = Schedule("beat", "tests.tasks.record", every=1, args=["beat"])
+    now = server_ms()
+    latest = schedule.latest_tick(now)
+    get_client().hset(claim_key("beat"), "tick", latest - 5000)
+    fired, _ = fire_due(get_client(), now, [schedule], started_ms=now - 60_000)
+    assert fired == 5
+    ticks = [round(m["periodic"]["tick"] * 1000) for m in ready_messages()]
+    assert ticks == list(range(latest - 4000, latest + 1, 1000))
+    # Fires of a running poller: each one's lateness is a sample, none is a catch-up.
+    assert get_client().llen(lateness_key("beat")) == 5
+    assert get_client().hget(claim_key("beat"), "catch_ups") is None
+    assert fire_due(get_client(), now, [schedule])[0] == 0  # not again
+
+
+@pytest.mark.parametrize("catch_up", ["skip", "once"])
+def test_a_pause_past_missed_after_fires_the_recent_ticks_and_handles_the_missed_as_one(
+    catch_up: str,
+) -> None:
+    schedule = Schedule("tens", "tests.tasks.record", every=10, catch_up=catch_up)
+    now = server_ms()
+    latest = schedule.latest_tick(now)
+    get_client().hset(claim_key("tens"), "tick", latest - 120_000)
+    due = range(latest - 110_000, latest + 1, 10_000)
+    recent = [tick for tick in due if now - tick <= MISSED_AFTER * 1000]
+    missed = [tick for tick in due if now - tick > MISSED_AFTER * 1000]
+    fired, _ = fire_due(get_client(), now, [schedule], started_ms=now - 600_000)
+    expected = ([missed[-1]] if catch_up == "once" else []) + recent
+    assert fired == len(expected)
+    assert [round(m["periodic"]["tick"] * 1000) for m in ready_messages()] == expected
+    assert int(get_client().hget(claim_key("tens"), "tick")) == latest
 
 
 def test_a_new_schedule_fires_its_next_tick_not_its_past_ones() -> None:
@@ -480,7 +516,9 @@ def test_a_poller_labels_its_first_fire_a_catch_up_and_counts_the_next() -> None
         promoter.run_once()
         (row,) = periodic.schedule_status(get_client(), server_ms())
     assert row["catch_up_fires"] == 1
-    assert row["lateness_samples"] == 1
+    # The second pass fired the tick after the first, and each one that fell due while
+    # this process paused (a busy machine): a running poller's fires, lateness all.
+    assert row["lateness_samples"] == len(ready_messages()) - 1 >= 1
 
 
 def test_lateness_statistics_say_how_many_samples_they_rest_on(capsys) -> None:

@@ -32,14 +32,16 @@ schedule's next tick is not claimed until the pending one is confirmed (a group'
 only moves forward). A task id derived from schedule and tick would not do instead: the
 queue keeps no record of ids it ran, and two releases would queue it in two groups.
 
-A tick found more than ``MISSED_AFTER`` seconds late was missed (no poller ran):
+A pass fires every due tick not claimed yet, oldest first, so a tick is fired however
+long every poller paused (a stall, a failover) as long as it is found within
+``MISSED_AFTER`` seconds. One found later than that was missed (no poller ran):
 ``catch_up: "skip"`` (the default) drops it, ``"once"`` runs the latest missed tick once.
 
 Lateness (tick -> queued, server clock) is what operators watch, so only fires a running
 poller made count: a *catch-up* fire, of a tick that fell due before the firing poller's
-first pass (the latest tick under ``MISSED_AFTER`` old when a poller starts, or a missed
-one run by ``catch_up: "once"``), is counted apart (the claim's ``catch_ups``), and its
-delay is not a lateness sample.
+first pass (the ticks under ``MISSED_AFTER`` old when a poller starts, or a missed one run
+by ``catch_up: "once"``), is counted apart (the claim's ``catch_ups``), and its delay is
+not a lateness sample.
 The message carries the tick (``"periodic": {"name", "tick"}``) and goes through the queue
 like any task. Reading the setting, a schedule's ticks and the task it names are in
 ``schedules``.
@@ -125,7 +127,10 @@ _CLAIM_PARTS = ("claim", "lateness")
 _CLAIM_FIELDS = ("tick", "pending", "queue", "priority", "id", "message")
 
 # periodic_claim's answers.
-_TAKEN, _CLAIMED, _SKIPPED, _EARLIER_PENDING = 0, 1, 2, 3
+_NOT_DUE, _TAKEN, _CLAIMED, _SKIPPED, _EARLIER_PENDING = -1, 0, 1, 2, 3
+#: The most claims one pass makes for a schedule: a schedule's ticks are at least a second
+#: apart, so a pass that finds more due than this has found them taken meanwhile.
+_MAX_CLAIMS_PER_PASS = 2 * round(MISSED_AFTER) + 8
 
 
 @dataclass(frozen=True)
@@ -153,11 +158,15 @@ def _read_claim(client: Any, name: str) -> tuple[int | None, PendingTick | None]
 def _fire(
     client: Any, schedule: Schedule, target: Target | None, now_ms: int, started_ms: int | None
 ) -> int:
-    """Queue the schedule's pending tick, if any, then claim and queue its latest tick if
-    it is due and not claimed yet. Returns how many tasks this call queued."""
+    """Queue the schedule's pending tick, if any, then claim and queue each of its due ticks
+    not claimed yet, oldest first: a tick less than ``MISSED_AFTER`` late is fired however
+    long every poller paused, and the ticks older than that are handled by one claim (of
+    the latest of them) as ``catch_up`` says. Returns how many tasks this call queued."""
     fired = 0
     latest = schedule.latest_tick(now_ms)
-    for _ in range(2):  # again when the claim finds an earlier tick pending meanwhile
+    # Each turn claims a tick or finds one claimed meanwhile (the claim only moves forward):
+    # the missed ticks, then at most MISSED_AFTER / every, plus a few taken by other pollers.
+    for _ in range(_MAX_CLAIMS_PER_PASS):
         last, pending = _read_claim(client, schedule.name)
         if pending is not None:
             fired += _queue_pending(client, schedule.name, pending)
@@ -168,21 +177,15 @@ def _fire(
             last = latest if now_ms - latest > MISSED_AFTER * 1000 else latest - 1
         if latest <= last:
             return fired
-        missed = now_ms - latest > MISSED_AFTER * 1000
-        if missed and schedule.catch_up == "skip":
-            mode = "skip"
-        elif missed or (started_ms is not None and latest < started_ms):
-            mode = "catch-up"  # no poller ran when it fell due: its delay is no lateness
-        else:
-            mode = "fire"
-        claimed = _pending_tick(schedule, target, latest)
+        tick, mode = _next_claim(schedule, last, now_ms, started_ms)
+        claimed = _pending_tick(schedule, target, tick)
         outcome = int(
             run_script(
                 "periodic_claim",
                 client,
                 keys=[claim_key(schedule.name)],
                 args=[
-                    latest,
+                    tick,
                     mode,
                     claimed.queue,
                     claimed.priority,
@@ -193,19 +196,37 @@ def _fire(
             )
         )
         if outcome == _CLAIMED:
-            return fired + _queue_pending(client, schedule.name, claimed)
-        if outcome == _SKIPPED:
+            fired += _queue_pending(client, schedule.name, claimed)
+        elif outcome == _SKIPPED:
             logger.warning(
                 "periodic %s: tick %s was missed (no poller ran then); skipped",
                 schedule.name,
-                local_datetime(latest).isoformat(),
+                local_datetime(tick).isoformat(),
             )
-        # Taken already: by another poller, or by this call's own claim whose reply was
-        # cut and which was sent again. Either way it may be pending: read the claim again
-        # and queue it (once, whoever does), rather than leave it to a later pass.
-        if outcome not in (_TAKEN, _EARLIER_PENDING):
-            return fired
+        elif outcome == _NOT_DUE:
+            return fired  # the server's clock is behind this pass's: the next pass
+        # Else taken already (or an earlier tick is pending): by another poller, or by this
+        # call's own claim whose reply was cut and which was sent again. The next turn reads
+        # the claim again and queues what is pending (once, whoever does), rather than
+        # leave it to a later pass.
     return fired
+
+
+def _next_claim(
+    schedule: Schedule, last: int, now_ms: int, started_ms: int | None
+) -> tuple[int, str]:
+    """(the tick after the schedule's ``last`` claimed one, how to claim it): ``"fire"``,
+    ``"catch-up"`` (due before this poller's first pass, or missed with ``catch_up:
+    "once"``) or ``"skip"``. Of missed ticks, the latest stands for them all."""
+    tick = schedule.next_tick(last)
+    missed = now_ms - tick > MISSED_AFTER * 1000
+    if missed:
+        tick = schedule.latest_tick(now_ms - round(MISSED_AFTER * 1000) - 1)
+    if missed and schedule.catch_up == "skip":
+        return tick, "skip"
+    if missed or (started_ms is not None and tick < started_ms):
+        return tick, "catch-up"  # no poller ran when it fell due: its delay is no lateness
+    return tick, "fire"
 
 
 def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:

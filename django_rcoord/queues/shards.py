@@ -32,7 +32,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from django_rcoord.conf import conf
 from django_rcoord.keys import encode_name
-from django_rcoord.queues.keys import DEFAULT_GROUP, group_of_task_id, split_queue_name
+from django_rcoord.queues.keys import DEFAULT_GROUP, group_of_task_id, one_group, split_queue_name
 
 #: Most shards of one group: each shard is a worker loop per worker process.
 MAX_SHARDS = 64
@@ -190,11 +190,13 @@ def earlier_layouts(names: list[str], known: Iterable[str]) -> list[list[str]]:
 
 
 def _one_group(names: list[str]) -> tuple[str, list[str]] | None:
-    """(the group, the queues within it) of ``names``; None when they span several groups
-    (a worker refuses them)."""
-    split = [split_queue_name(name) for name in names]
-    groups = {group for group, _ in split}
-    return (groups.pop(), [queue for _, queue in split]) if len(groups) == 1 else None
+    """(the group, the queues within it) of ``names``; None when there are none or they
+    span several groups (a worker refuses them)."""
+    try:
+        group = one_group(names)
+    except ValueError:
+        return None
+    return (group, [split_queue_name(name)[1] for name in names]) if names else None
 
 
 def _in_group(group: str, queues: list[str]) -> list[str]:

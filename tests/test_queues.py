@@ -257,25 +257,45 @@ def test_task_decorator_needs_parentheses_and_usable_names() -> None:
 # -- consuming ------------------------------------------------------------------------
 def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
     """A listpack answers each lookup by a scan: with one task in flight already, its
-    queue's in-flight ZSET and the group's owners HASH are a skiplist and a hashtable. Both
-    expire, a renewal keeps them, and the counts leave out the member that keeps them so."""
+    queue's in-flight ZSET and the group's owners HASH are a skiplist and a hashtable. The
+    counts leave out the member that keeps them so, and they have no expiry: they go with
+    their last task, whichever way it leaves (finished, given back, recovered, stopped)."""
+    keys, client = QueueKeys.of("default"), get_client()
+
+    def gone() -> bool:
+        return client.exists(keys.in_flight, keys.owners) == 0
+
     tasks.record.delay("enc")
     worker = Worker(["default"])
     job = take(worker)
-    keys, client = QueueKeys.of("default"), get_client()
     assert client.object("encoding", keys.in_flight) == b"skiplist"
     assert client.object("encoding", keys.owners) == b"hashtable"
-    assert client.pttl(keys.in_flight) > 0
-    assert client.pttl(keys.owners) > 0
+    assert client.pttl(keys.in_flight) == client.pttl(keys.owners) == -1  # never expire
     assert queue_stats("default")["in_flight"] == 1
-    # A run that outlasts them is renewed with them: they live as long as its record.
-    client.pexpire(keys.in_flight, 1000)
-    client.pexpire(keys.owners, 1000)
     assert worker.session.renew([job]) == ([], [])  # held, and not asked to stop
-    assert client.pttl(keys.in_flight) > 1000
-    assert client.pttl(keys.owners) > 1000
     assert worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
     assert queue_stats("default")["in_flight"] == 0
+    assert gone()
+    tasks.record.delay("back")
+    worker.session.give_back([take(worker)])
+    assert gone()
+    stopped = Outcome("stopped", "tests.tasks.record", error="stopped", error_class="x.Stop")
+    assert worker.session.finish_stopped(Done(take(worker), stopped, 1.0))
+    assert gone()
+    # A worker that died: its task is put back when its lease runs out, and the keys go.
+    tasks.record.delay("lost")
+    lost = take(worker)
+    client.zadd(keys.in_flight, {lost.id: 0}, xx=True)  # its lease ran out
+    assert recover_and_promote(keys)[0] == 1
+    assert gone()
+    # A task a previous release's take left beside the long member is no long member: the
+    # keys stay while it is in flight.
+    client.zadd(keys.in_flight, {"previous": 2**52})
+    client.hset(keys.owners, "previous", "old-worker")
+    assert worker.session.finish(Done(take(worker), Outcome("ack", "tests.tasks.record"), 1.0))
+    assert client.zscore(keys.in_flight, "previous") == 2**52
+    assert client.hget(keys.owners, "previous") == b"old-worker"
+    assert queue_stats("default")["in_flight"] == 1
 
 
 def test_priorities_are_respected() -> None:

@@ -1,23 +1,14 @@
--- Taking tasks: task_finish.lua's last step. Needs _records. `group` holds the group's keys
+-- Taking tasks: task_finish.lua's last step. Needs _records and _in_flight. `group` holds the group's keys
 -- by name and `queues[index]` a queue's (ready, in_flight, delayed, dead), in priority order.
-
--- A member of each in-flight ZSET (at score +inf: never due, never counted) and a field
--- of the owners HASH, longer than the 64 bytes a listpack takes by default: it keeps both
--- in their large encodings. A listpack answers each lookup by a scan: with 32 to 448 tasks
--- in flight (a worker holds 32), the take and the finish spent 3 to 12 times as long in
--- these two keys as with a skiplist and a hashtable (docs/explanation/benchmarks.md,
--- "Tasks in flight and the listpack encoding").
-local LARGE_ENCODING = '~ keeps this key in its large encoding: a lookup in a listpack is a scan ~'
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
--- delivery; the in-flight ZSET and the owners HASH live as long as the group's keys past
--- `keep` ms from now (task_renew keeps them while a run takes longer). Returns the tasks
--- taken ({id, message, queue index, failures, record state} each) and how many were
--- wanted in the end: a task that lost a worker before (id:lost)
+-- delivery; the in-flight ZSET and the owners HASH keep their long member (_in_flight).
+-- Returns the tasks taken ({id, message, queue index, failures, record state} each) and
+-- how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
 -- killing its workers does not count against the tasks taken with it.
-local function take_tasks(group, queues, worker, wanted, now, lease, keep)
+local function take_tasks(group, queues, worker, wanted, now, lease)
     local taken = {}
     local stamp = tostring(now)  -- converted once, not per task
     for queue_index = 1, #queues do
@@ -88,9 +79,7 @@ local function take_tasks(group, queues, worker, wanted, now, lease, keep)
                 owners[#owners + 1] = LARGE_ENCODING
                 owners[#owners + 1] = ''
                 redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
-                redis.call('PEXPIRE', queues[queue_index].in_flight, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.owners, unpack(owners))
-                redis.call('PEXPIRE', group.owners, keep + GROUP_KEYS_MS)
                 redis.call('HSET', group.results, unpack(records))
             end
             if #put_back > 0 then

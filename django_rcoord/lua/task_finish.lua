@@ -3,7 +3,8 @@
 -- round trip per batch of tasks. Both steps keep the tasks' result records (status, times,
 -- worker ids, errors, return value) and the group's task metrics. Its steps, in order:
 -- _finish (the tasks finished), _follow_ups (the tasks they queue), _metrics (their
--- counts), _take (the next tasks). The worker's side: queues/worker/finish.py.
+-- counts), _take (the next tasks), then _in_flight's clean-up. The worker's side:
+-- queues/worker/finish.py.
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[4]  errors HASH (id -> last error)
@@ -55,6 +56,7 @@
 --! include _finish
 --! include _follow_ups
 --! include _metrics
+--! include _in_flight
 --! include _take
 local call = cjson.decode(ARGV[1])
 local worker, nonce = call.worker, call.nonce
@@ -113,7 +115,18 @@ if #tasks > 0 then
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
-local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease, keep)
+local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease)
+if #tasks > 0 then
+    -- After the take, which may have added to them: the keys go with their last task.
+    local touched = {}
+    for _, task in ipairs(tasks) do
+        if not touched[task.queue] then
+            touched[task.queue] = true
+            drop_emptied_in_flight(queues[task.queue].in_flight)
+        end
+    end
+    drop_emptied_owners(group.owners)
+end
 -- Producers push a wake-up only while some worker is registered idle.
 if #taken == 0 and call.idle_ms > 0 and wanted > 0 then
     redis.call('ZREMRANGEBYSCORE', group.idle, '-inf', now)

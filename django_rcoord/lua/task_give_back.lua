@@ -12,6 +12,7 @@
 --! include _ready
 --! include _records
 --! include _leases
+--! include _in_flight
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local ids, held = held_tasks(KEYS[1], KEYS[2], ARGV[1], 5)
@@ -26,6 +27,8 @@ if #mine == 0 then
 end
 redis.call('ZREM', KEYS[2], unpack(mine))
 redis.call('HDEL', KEYS[1], unpack(mine))
+drop_emptied_in_flight(KEYS[2])
+drop_emptied_owners(KEYS[1])
 local states = redis.call('HMGET', KEYS[3], unpack(mine))
 local records = {}
 for index, id in ipairs(mine) do

@@ -21,6 +21,7 @@
 --! include _ready
 --! include _records
 --! include _unique
+--! include _in_flight
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local batch = tonumber(ARGV[1])
@@ -72,6 +73,8 @@ end
 if #expired > 0 then
     redis.call('ZREM', KEYS[3], unpack(expired))
     redis.call('HDEL', KEYS[1], unpack(expired))
+    drop_emptied_in_flight(KEYS[3])
+    drop_emptied_owners(KEYS[1])
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
 local promoted = #due / 2

@@ -1,12 +1,11 @@
--- Extend the leases of tasks this worker still holds, and the life of their keys (the
--- owners HASH and in-flight ZSET, which keep a member each, see _take) and of the result
--- records; in the same step, say which of them cancel() asked to stop (task_cancel sets
+-- Extend the leases of tasks this worker still holds, and the life of the result records;
+-- in the same step, say which of them cancel() asked to stop (task_cancel sets
 -- their stop keys), so that the worker learns of it without a call of its own.
 -- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue
 -- KEYS[3]  results HASH of the group   KEYS[4] results expiry ZSET
 -- KEYS[5..] the stop STRING of each task in ARGV[4..], in the same order
 -- ARGV[1]  worker id   ARGV[2] lease, ms, counted from now
--- ARGV[3]  how long the result records (and KEYS[1], KEYS[2]) must live at least from now, ms
+-- ARGV[3]  how long the result records must live at least from now, ms
 -- ARGV[4..] task ids
 -- Returns  one flag per task: 1 when renewed, 2 when renewed and asked to stop, 0 when the
 --          worker no longer holds it.
@@ -26,7 +25,7 @@ for index, id in ipairs(ids) do
 end
 if #renewed > 0 then
     redis.call('ZADD', KEYS[2], 'XX', unpack(renewed))
-    for index = 1, 4 do
+    for index = 3, 4 do
         if redis.call('PTTL', KEYS[index]) < tonumber(ARGV[3]) then
             redis.call('PEXPIRE', KEYS[index], ARGV[3])
         end

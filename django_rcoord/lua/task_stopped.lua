@@ -16,6 +16,7 @@
 --! include _records
 --! include _unique
 --! include _cancelled
+--! include _in_flight
 local worker, id = ARGV[1], ARGV[2]
 if redis.call('HGET', KEYS[2], id) ~= worker or not redis.call('ZSCORE', KEYS[7], id) then
     return 0
@@ -24,6 +25,8 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREM', KEYS[7], id)
 redis.call('HDEL', KEYS[2], id)
+drop_emptied_in_flight(KEYS[7])
+drop_emptied_owners(KEYS[2])
 redis.call('DEL', KEYS[8])
 add_error(KEYS[5], id, ARGV[4])
 local message = redis.call('HGET', KEYS[1], id)

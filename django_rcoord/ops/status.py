@@ -136,7 +136,8 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     names = sorted(member.decode() for member in raw_names)
     keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
     worker_ids = sorted(member.decode() for member in members)
-    show_owners = in_flight <= MAX_OWNERS_SHOWN
+    # HLEN counts the member the owners HASH keeps while tasks are in flight (_in_flight.lua).
+    show_owners = in_flight - 1 <= MAX_OWNERS_SHOWN
 
     with slot_pipeline(client, messages_key, transaction=False) as pipe:
         for queue in keys:

@@ -104,7 +104,7 @@ TASK_COUNTS = ("ready", "in_flight", "delayed", "dead")
 def count_tasks(pipe: Any, keys: QueueKeys) -> None:
     """Queue on ``pipe`` the reads of a queue's ``TASK_COUNTS``, one reply each."""
     pipe.zcard(keys.ready)
-    # Below +inf: the in-flight ZSET keeps one member there (see _take.lua).
+    # Below +inf: the in-flight ZSET keeps one member there (see _in_flight.lua).
     pipe.zcount(keys.in_flight, "-inf", "(+inf")
     pipe.zcard(keys.delayed)
     pipe.llen(keys.dead)

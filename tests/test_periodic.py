@@ -210,6 +210,48 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
 
 
 @pytest.mark.slow
+def test_pollers_paused_together_fire_each_tick_of_the_pause_when_they_go_on() -> None:
+    """Every poller stopped (SIGSTOP) for more than three periods, as a frozen host or a
+    deploy that holds them all would: the first pass after it fires each tick that fell
+    due meanwhile, oldest first, late. None is dropped (a pass fired the latest only)."""
+    pollers = [start_poller(periodic_env(EVERY_SECOND)) for _ in range(2)]
+    try:
+        for poller in pollers:
+            wait_for_log(poller, "poller started")
+        started = server_ms()
+        time.sleep(1.2)
+        for poller in pollers:
+            os.kill(poller.pid, signal.SIGSTOP)
+        paused = server_ms()
+        time.sleep(3.5)
+        resumed = server_ms()
+        for poller in pollers:
+            os.kill(poller.pid, signal.SIGCONT)
+        wait_until(lambda: resumed // 1000 in fired_ticks(), timeout=30)
+    finally:
+        for poller in pollers:
+            os.kill(poller.pid, signal.SIGCONT)
+            poller.send_signal(signal.SIGTERM)
+        outputs = [output_of(poller, 30) for poller in pollers]
+    assert all(poller.returncode == 0 for poller in pollers), outputs
+    ticks = fired_ticks()
+    assert ticks == list(range(ticks[0], ticks[-1] + 1)), ticks  # each once, none skipped
+    during = range(paused // 1000 + 1, resumed // 1000 + 1)  # due while they were stopped
+    assert len(during) >= 3
+    assert set(during) <= set(ticks), (paused, resumed, ticks)
+    # Fired by running pollers: lateness samples (a catch-up is only a first pass's).
+    lateness = [int(ms) for ms in get_client().lrange(lateness_key("beat"), 0, -1)]
+    catch_ups = int(get_client().hget(claim_key("beat"), "catch_ups") or 0)
+    assert len(lateness) + catch_ups == len(ticks)
+    assert catch_ups <= len([tick for tick in ticks if tick * 1000 < started]), ticks
+
+
+def fired_ticks() -> list[int]:
+    """The ticks (whole seconds) of the queued fires of the schedule "beat", in order."""
+    return sorted(round(message["periodic"]["tick"]) for message in ready_messages())
+
+
+@pytest.mark.slow
 @pytest.mark.once  # it waits for the next minute: up to 60 s
 def test_a_cron_schedule_fires_at_the_minute_boundary_on_the_servers_clock() -> None:
     minutely = {"name": "minutely", "task": "tests.tasks.record", "cron": "* * * * *"}

@@ -163,9 +163,9 @@ def ticks_within(started_ms: int, stopped_ms: int, every: int) -> list[int]:
     return [tick for tick in range(first, stopped_ms // 1000 + 1) if tick % every == 0]
 
 
-#: A tick every 2 s in the tests of several pollers: a tick is missed only where no poller
-#: made a pass for a whole period, which one second of every process stalled at once on a
-#: busy machine must not bring about.
+#: A tick every 2 s in the tests of several pollers: fewer fires to tell apart. (A stall of
+#: every process at once on a busy machine makes ticks late, not missed: a pass fires each
+#: due tick.)
 EVERY_TWO_SECONDS = {**EVERY_SECOND, "every": 2}
 
 
@@ -180,6 +180,10 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
         pollers[0].kill()  # SIGKILL, between ticks or in the middle of one
         time.sleep(5)
         stopped = server_ms()
+        # Every tick due by now is fired by the pollers left, however long this machine
+        # stalls them (a pass fires each due tick): waited for, not assumed done.
+        due = ticks_within(started, stopped, 2)
+        wait_until(lambda: due[-1] in fired_ticks(), timeout=60)
     finally:
         for poller in pollers:
             poller.send_signal(signal.SIGTERM)
@@ -192,10 +196,9 @@ def test_three_pollers_ten_seconds_one_killed_midway_fire_every_tick_once() -> N
     # Consecutive ticks: none skipped, also across the kill.
     assert ticks == list(range(ticks[0], ticks[0] + 2 * len(ticks), 2)), ticks
     # Every tick of the ten seconds (or longer, for a stalled test) all three ran; the
-    # first fired on its own while the others were starting. A tick due in the last period
-    # may have come after they were told to stop, and at most one more did.
-    fired = {tick for tick in ticks if started <= tick * 1000 <= stopped}
-    assert set(ticks_within(started, stopped - 2000, 2)) <= fired, (started, stopped, ticks)
+    # first fired on its own while the others were starting. At most one came after they
+    # were told to stop.
+    assert set(due) <= set(ticks), (started, stopped, ticks)
     assert len([tick for tick in ticks if tick * 1000 > signalled]) <= 1, (signalled, ticks)
     Worker(["default"], burst=True).run()
     assert ran() == ["beat"] * len(ticks)
@@ -504,6 +507,9 @@ def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tic
         started = server_ms()
         time.sleep(6)
         stopped = server_ms()
+        # Each tick due by now is fired, however long this machine stalls the pollers.
+        due = [tick * 1000 for tick in ticks_within(started, stopped, 2)]
+        wait_until(lambda: any(due[-1] in ticks for ticks in queued_ticks().values()), timeout=60)
     finally:
         for poller in pollers:
             poller.send_signal(signal.SIGTERM)
@@ -513,8 +519,7 @@ def test_two_releases_of_pollers_with_the_task_in_different_groups_fire_each_tic
     ticks = sorted(by_group["default"] + by_group["elsewhere/default"])
     assert len(ticks) == len(set(ticks)), by_group  # no tick queued in both groups
     assert ticks == list(range(ticks[0], ticks[0] + 2000 * len(ticks), 2000)), by_group
-    fired = {tick // 1000 for tick in ticks if started <= tick <= stopped}
-    assert set(ticks_within(started, stopped - 2000, 2)) <= fired, (started, stopped, by_group)
+    assert set(due) <= set(ticks), (started, stopped, by_group)
 
 
 # -- lateness: catch-up fires apart, statistics with their sample count ---------------------

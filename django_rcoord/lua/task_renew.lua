@@ -1,6 +1,6 @@
 -- Extend the leases of tasks this worker still holds, and the life of the result records;
--- in the same step, say which of them cancel() asked to stop (task_cancel sets
--- their stop keys), so that the worker learns of it without a call of its own.
+-- in the same step, say which of them cancel() asked to stop (task_cancel sets their stop
+-- keys), so that the worker learns of it without a call of its own.
 -- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue
 -- KEYS[3]  results HASH of the group   KEYS[4] results expiry ZSET
 -- KEYS[5..] the stop STRING of each task in ARGV[4..], in the same order

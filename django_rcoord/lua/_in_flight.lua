@@ -22,3 +22,12 @@ local function drop_emptied_owners(owners)
         redis.call('DEL', owners)
     end
 end
+
+-- Take the tasks `ids` out of the in-flight ZSET `in_flight` and the owners HASH `owners`,
+-- and drop either key that holds only the long member then.
+local function take_out_of_flight(in_flight, owners, ids)
+    redis.call('ZREM', in_flight, unpack(ids))
+    redis.call('HDEL', owners, unpack(ids))
+    drop_emptied_in_flight(in_flight)
+    drop_emptied_owners(owners)
+end

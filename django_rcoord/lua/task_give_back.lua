@@ -25,10 +25,7 @@ end
 if #mine == 0 then
     return 0
 end
-redis.call('ZREM', KEYS[2], unpack(mine))
-redis.call('HDEL', KEYS[1], unpack(mine))
-drop_emptied_in_flight(KEYS[2])
-drop_emptied_owners(KEYS[1])
+take_out_of_flight(KEYS[2], KEYS[1], mine)
 local states = redis.call('HMGET', KEYS[3], unpack(mine))
 local records = {}
 for index, id in ipairs(mine) do

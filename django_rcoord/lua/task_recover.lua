@@ -71,10 +71,7 @@ if #put_back > 0 then
     ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities_of(KEYS[8], put_back), true)
 end
 if #expired > 0 then
-    redis.call('ZREM', KEYS[3], unpack(expired))
-    redis.call('HDEL', KEYS[1], unpack(expired))
-    drop_emptied_in_flight(KEYS[3])
-    drop_emptied_owners(KEYS[1])
+    take_out_of_flight(KEYS[3], KEYS[1], expired)
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'WITHSCORES', 'LIMIT', 0, batch)
 local promoted = #due / 2

@@ -23,10 +23,7 @@ if redis.call('HGET', KEYS[2], id) ~= worker or not redis.call('ZSCORE', KEYS[7]
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-redis.call('ZREM', KEYS[7], id)
-redis.call('HDEL', KEYS[2], id)
-drop_emptied_in_flight(KEYS[7])
-drop_emptied_owners(KEYS[2])
+take_out_of_flight(KEYS[7], KEYS[2], {id})
 redis.call('DEL', KEYS[8])
 add_error(KEYS[5], id, ARGV[4])
 local message = redis.call('HGET', KEYS[1], id)

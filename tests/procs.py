@@ -77,14 +77,17 @@ def start_process(target: Callable[..., Any], *args: Any) -> BaseProcess:
     return process
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 30) -> None:
-    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds."""
+def wait_until(
+    predicate: Callable[[], Any], timeout: float = 30, why: Callable[[], Any] | None = None
+) -> None:
+    """Poll ``predicate`` until it is true; fail the test after ``timeout`` seconds, saying
+    ``why()`` (what the test can tell of the state it waited on) when given."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= deadline:
             # One last look: the process may have been stalled past the deadline after a
             # look that came just too early.
-            assert predicate(), "timed out"
+            assert predicate(), f"timed out: {why()}" if why else "timed out"
             return
         time.sleep(0.01)
 

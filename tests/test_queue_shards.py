@@ -38,7 +38,7 @@ from django_rcoord.queues.shards import per_shard, shard_queue_names, shards_of
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, ran, result_of, start_worker
+from tests.test_queues import log_of, output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -124,25 +124,38 @@ def test_retries_come_back_on_their_shard() -> None:
     assert sorted(ran()) == sorted([f"f{n}" for n in range(6)])
 
 
+def told(ids: list[str], *workers: Any) -> str:
+    """What a failed wait or assertion says: the tasks' records, what started and ran, and
+    the end of each worker's log."""
+    records = [(result_of(i).status, result_of(i).attempts) for i in ids]
+    started = get_client().lrange("test:started", 0, -1)
+    logs = [log_of(worker)[-3000:] for worker in workers]
+    return f"records {records}, started {started}, ran {ran()}, logs {logs}"
+
+
 def test_every_task_runs_though_a_worker_is_killed_mid_run() -> None:
     markers = [f"k{n}" for n in range(SHARDS * 2)]
     ids = enqueue_many([(tasks.record_when_released, (marker,), {}) for marker in markers])
     victim = sharded_worker(lease=1.5)
     # Each of its loops (one per shard) runs a task that waits to be released: killed so.
-    wait_until(lambda: get_client().llen("test:started") == SHARDS, timeout=60)
+    started = lambda: get_client().llen("test:started") >= SHARDS  # noqa: E731
+    wait_until(started, timeout=60, why=lambda: told(ids, victim))
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
+    assert get_client().llen("test:started") == SHARDS, told(ids, victim)  # one a loop
     for marker in markers:
         tasks.release(marker)
     rescuer = sharded_worker(lease=1.5)  # takes them again once the victim's leases end
     try:
-        wait_until(lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids), timeout=90)
+        finished = lambda: all(result_of(i).status == "SUCCESSFUL" for i in ids)  # noqa: E731
+        wait_until(finished, timeout=90, why=lambda: told(ids, victim, rescuer))
     finally:
         rescuer.send_signal(signal.SIGTERM)
         output_of(rescuer, 30)
-    assert sorted(ran()) == sorted(markers)  # the killed runs never got to record
-    # The three killed mid-run were run again; the rest once.
-    assert sorted(result_of(i).attempts for i in ids) == [1] * SHARDS + [2] * SHARDS
+    # The killed runs never got to record; the three killed were run again, the rest once.
+    assert sorted(ran()) == sorted(markers), told(ids, victim, rescuer)
+    attempts = sorted(result_of(i).attempts for i in ids)
+    assert attempts == [1] * SHARDS + [2] * SHARDS, told(ids, victim, rescuer)
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 
 

@@ -176,6 +176,38 @@ def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
     assert "lease had run out" not in caplog.text
 
 
+def test_an_exchange_retried_after_twice_a_short_lease_is_still_answered_as_it_ran(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client's own retries (its socket timeout, times its retries) can outlast twice a
+    short lease: the record of the exchange outlives them, or the retry would take anew
+    and what the lost call took would come back only when its lease ran out, as a lost
+    delivery (which counts towards TASK_MAX_DELIVERIES)."""
+    real = worker_module.run_script
+    lost: list[Any] = []
+
+    def reply_lost_late(name: str, client: Any, *, keys: Any, args: Any) -> Any:
+        reply = real(name, client, keys=keys, args=args)
+        if name == "task_finish" and len(args) > 1 and taking(args) and not lost:
+            lost.append(reply)
+            # Past twice the lease (0.2 s) as the server counts: a sleep after the reply
+            # always outlasts a TTL set before it.
+            time.sleep(1.0)
+            raise redis.ConnectionError("connection reset after the script ran")
+        return reply
+
+    monkeypatch.setattr(worker_module, "run_script", reply_lost_late)
+    markers = [f"s{n}" for n in range(30)]
+    ids = enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
+    assert Worker(["default"], burst=True, lease=0.2).run() == 30
+    assert lost, "no reply was lost"
+    assert lost[0][1], "the lost call took no task"
+    assert sorted(ran()) == sorted(markers)
+    assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    # Each delivered once: none put back as lost and taken again.
+    assert [result_of(task_id).attempts for task_id in ids] == [1] * 30
+
+
 def test_a_lost_task_ends_the_take_before_lower_priority_queues() -> None:
     high = [execute_later("prio/high", "tests.tasks.record", [f"h{n}"]) for n in range(3)]
     low = [execute_later("prio/low", "tests.tasks.record", [f"l{n}"]) for n in range(2)]

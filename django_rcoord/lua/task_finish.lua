@@ -148,8 +148,10 @@ if nonce ~= '' and (#tasks > 0 or #taken > 0) then
     for index, entry in ipairs(taken) do
         refs[index] = {entry[1], entry[3]}
     end
-    -- Long enough for the worker's retries (a lease at most).
+    -- Long enough for the worker's retries (a lease at most) and for its client's own
+    -- (its socket timeout times its retries), which can outlast a short lease: twice the
+    -- lease, and five minutes at least. One key per worker.
     redis.call('SET', group.exchange, cjson.encode({n = nonce, f = finished, t = refs}),
-        'PX', 2 * call.lease)
+        'PX', math.max(2 * call.lease, 300000))
 end
 return {finished, taken}

@@ -214,7 +214,11 @@ def drain_delay_queue(name: str) -> list[int]:
     queue = DelayQueue(name)
     client = get_client()
     client.incr("test:ready")
-    client.blpop(["test:go"], timeout=60)  # start together with the other consumer
+    # Start together with the other consumer: in waits of at most 5 s (a longer BLPOP would
+    # outlast the test cluster's 10 s socket timeout).
+    deadline = time.monotonic() + 60
+    while client.blpop(["test:go"], timeout=5) is None:
+        assert time.monotonic() < deadline, "the test never said go"
     got: list[int] = []
     while True:
         items = queue.pop(num=7, previous=0)

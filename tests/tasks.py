@@ -149,13 +149,26 @@ def sleep_then_record(marker: str, seconds: float) -> None:
     get_client().rpush(RAN, marker)
 
 
-@task(queue="default")
-def overlap(seconds: float) -> None:
-    """Record how many runs of it overlap (``test:peaks``: the count when each started)."""
+def run_counted(seconds: float, together: int = 0) -> None:
+    """A run of ``seconds`` counted in ``test:running`` (the count when it started pushed to
+    ``test:peaks``). With ``together``, it first waits (10 s at most) until that many runs
+    have overlapped once: however late a busy machine starts the other loops, as many run
+    at once as a limit lets, and a test can require it."""
     client = get_client()
     client.rpush("test:peaks", client.incr("test:running"))
+    deadline = time.monotonic() + 10
+    while together and not client.exists("test:together") and time.monotonic() < deadline:
+        if int(client.get("test:running") or 0) >= together:
+            client.set("test:together", 1)
+        time.sleep(0.005)
     time.sleep(seconds)
     client.decr("test:running")
+
+
+@task(queue="default")
+def overlap(seconds: float, together: int = 0) -> None:
+    """Record how many runs of it overlap (``run_counted``)."""
+    run_counted(seconds, together)
 
 
 if os.environ.get("RCOORD_TEST_NEW_RELEASE"):
@@ -257,12 +270,9 @@ def rate_decided_starts() -> list[float]:
 
 
 @task(queue="default", concurrency=2, max_retries=0)
-def at_most_two(seconds: float) -> None:
-    """At most two runs at once, across every worker (``test:peaks`` as ``overlap``)."""
-    client = get_client()
-    client.rpush("test:peaks", client.incr("test:running"))
-    time.sleep(seconds)
-    client.decr("test:running")
+def at_most_two(seconds: float, together: int = 0) -> None:
+    """At most two runs at once, across every worker (counted as ``overlap``)."""
+    run_counted(seconds, together)
 
 
 @task(queue="default")

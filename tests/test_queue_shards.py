@@ -182,7 +182,7 @@ def test_a_unique_task_is_queued_once_across_the_shards() -> None:
 
 
 def test_a_concurrency_limit_holds_across_the_shards() -> None:
-    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    ids = [tasks.at_most_two.delay(0.3, 2) for _ in range(6)]
     assert len({shard_of(task_id) for task_id in ids}) == SHARDS
     worker = sharded_worker("--concurrency", "2")  # six loops, two permits
     try:

@@ -40,7 +40,7 @@ def test_a_rate_holds_in_every_window_across_worker_processes() -> None:
 
 
 def test_a_concurrency_limit_holds_across_worker_processes() -> None:
-    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    ids = [tasks.at_most_two.delay(0.3, 2) for _ in range(6)]
     workers = [start_worker("--concurrency", "3") for _ in range(2)]  # six loops, two permits
     try:
         wait_until(
@@ -74,7 +74,7 @@ def test_burst_workers_exit_only_once_the_runs_they_held_back_have_run() -> None
 def test_held_back_deliveries_are_not_attempts_in_the_records() -> None:
     # Six 0.3 s runs, two permits, six worker loops in two processes: most deliveries are
     # held back (some several times) before their run.
-    ids = [tasks.at_most_two.delay(0.3) for _ in range(6)]
+    ids = [tasks.at_most_two.delay(0.3, 2) for _ in range(6)]
     workers = [start_worker("--concurrency", "3") for _ in range(2)]
     try:
         wait_until(

@@ -263,7 +263,7 @@ def test_tasks_that_ended_before_a_long_one_are_acknowledged_while_it_runs() -> 
 
 
 def test_concurrency_threads_run_side_by_side() -> None:
-    enqueue_many([(tasks.overlap, (1.0,), {}) for _ in range(8)])
+    enqueue_many([(tasks.overlap, (1.0, 4), {}) for _ in range(8)])
     started = time.monotonic()
     worker = start_worker("--burst", "--concurrency", "4")
     output = output_of(worker, 60)

@@ -105,6 +105,19 @@ async def await_until(predicate: Callable[[], Any], timeout: float = 30) -> None
         await asyncio.sleep(0.005)
 
 
+def blpop_within(key: str, timeout: float, client: Any = None) -> Any:
+    """BLPOP ``key`` for up to ``timeout`` seconds, in waits of at most 5 s: one longer than
+    the client's socket timeout (10 s on the test cluster) would end in an error, and the
+    client's retry could lose what was pushed meanwhile. What BLPOP answers, or None."""
+    client = client or _default_client()
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = min(5.0, max(0.01, deadline - time.monotonic()))
+        popped = client.blpop([key], timeout=wait)
+        if popped is not None or time.monotonic() >= deadline:
+            return popped
+
+
 def server_now(client: Any = None) -> float:
     """The Redis server's clock, in seconds: what its scripts and expiries go by."""
     seconds, microseconds = (client or _default_client()).time()

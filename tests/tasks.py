@@ -12,6 +12,7 @@ from django_rcoord.connection import get_async_client, get_client
 from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.keys import KeySpace
 from django_rcoord.queues import PermanentFailure, task
+from tests.procs import blpop_within
 
 RAN = "test:ran"
 
@@ -35,13 +36,7 @@ def record_when_released(marker: str, timeout: float = 60) -> None:
     that cannot end early however slow the machine is (``release`` ends it)."""
     client = get_client()
     client.rpush("test:started", f"{marker}:{os.getpid()}")
-    # In waits of at most 5 s: a client's socket timeout (10 s on the test cluster) would
-    # end a longer BLPOP with an error, and redis-py's retry could lose the release.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        wait = min(5.0, max(0.01, deadline - time.monotonic()))
-        if client.blpop([f"test:release:{marker}"], timeout=wait) is not None:
-            break
+    blpop_within(f"test:release:{marker}", timeout, client)
     client.rpush(RAN, marker)
 
 

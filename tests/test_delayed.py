@@ -18,7 +18,7 @@ from django_rcoord.queues import enqueue_many, execute_later, queue_stats, recov
 from django_rcoord.queues.delayed import DelayQueue, DueTaskPromoter, poll_queue
 from django_rcoord.queues.keys import QueueKeys
 from tests import tasks
-from tests.procs import run_in_processes, server_ms, server_now, wait_until
+from tests.procs import blpop_within, run_in_processes, server_ms, server_now, wait_until
 from tests.test_queues import output_of, ran, start_logged, start_worker
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,11 +214,7 @@ def drain_delay_queue(name: str) -> list[int]:
     queue = DelayQueue(name)
     client = get_client()
     client.incr("test:ready")
-    # Start together with the other consumer: in waits of at most 5 s (a longer BLPOP would
-    # outlast the test cluster's 10 s socket timeout).
-    deadline = time.monotonic() + 60
-    while client.blpop(["test:go"], timeout=5) is None:
-        assert time.monotonic() < deadline, "the test never said go"
+    assert blpop_within("test:go", 60, client)  # start together with the other consumer
     got: list[int] = []
     while True:
         items = queue.pop(num=7, previous=0)

@@ -33,7 +33,14 @@ from django_rcoord.locks import (
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import socket_timeout_cap
 from tests import cluster
-from tests.procs import run_in_processes, server_ms, start_process, wait_until, within_a_window
+from tests.procs import (
+    blpop_within,
+    run_in_processes,
+    server_ms,
+    start_process,
+    wait_until,
+    within_a_window,
+)
 from tests.test_results import CountingRedis as CommandsRedis
 
 COUNTER = "test:counter"
@@ -86,7 +93,7 @@ def wait_in_line(
     if recheck is not None:
         protocol.RECHECK = recheck
     if go is not None:
-        assert get_client().blpop([go], timeout=60) is not None
+        assert blpop_within(go, 60) is not None
     lock = Lock(name, timeout=30, wait=60)
     assert lock.acquire()
     get_client().rpush("test:order", f"{tag}:{lock.token}")

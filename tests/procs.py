@@ -105,15 +105,17 @@ async def await_until(predicate: Callable[[], Any], timeout: float = 30) -> None
         await asyncio.sleep(0.005)
 
 
-def blpop_within(key: str, timeout: float, client: Any = None) -> Any:
-    """BLPOP ``key`` for up to ``timeout`` seconds, in waits of at most 5 s: one longer than
-    the client's socket timeout (10 s on the test cluster) would end in an error, and the
-    client's retry could lose what was pushed meanwhile. What BLPOP answers, or None."""
+def blpop_within(key: str, timeout: float, client: Any = None) -> bytes | None:
+    """Pop from the list ``key``, waiting up to ``timeout`` seconds, in BLPOPs as long as the
+    client's socket timeout allows (``pop_signal``; 5 s by redis-py's default, 10 s on the
+    test cluster): a longer one would end in an error, and the client's retry could lose
+    what was pushed meanwhile. What was popped, or None."""
+    from django_rcoord.waiting import pop_signal
+
     client = client or _default_client()
     deadline = time.monotonic() + timeout
     while True:
-        wait = min(5.0, max(0.01, deadline - time.monotonic()))
-        popped = client.blpop([key], timeout=wait)
+        popped = pop_signal(client, key, deadline - time.monotonic())
         if popped is not None or time.monotonic() >= deadline:
             return popped
 
@@ -130,19 +132,32 @@ def server_ms(client: Any = None) -> int:
     return seconds * 1000 + microseconds // 1000
 
 
+#: What the steps of the running ``within_a_window`` try asked ``nap`` to sleep, ms.
+_NAPPED_MS = [0.0]
+
+
+def nap(seconds: float) -> None:
+    """``time.sleep`` for the steps of ``within_a_window``: what they ask to sleep is not
+    counted as a stall (what a busy machine adds to it is)."""
+    _NAPPED_MS[0] += seconds * 1000
+    time.sleep(seconds)
+
+
 def within_a_window(steps: Callable[[str], None], name: str, window_ms: int = 1000) -> None:
     """Run ``steps(name)``, whose assertions hold while a window the scripts keep stands (a
     hand-over's grant lease, a "woken, not asked yet" mark: ``window_ms``). A try that
-    failed and took longer than the window by the server's clock (the test process may have
-    been stalled that long on a busy machine) is run again, under a new name, three tries in
-    all; a failed try shorter than the window, or a third failure, fails the test."""
+    failed and took longer than the window by the server's clock, beyond what its steps
+    slept by design (``nap``), is run again: the test process may have been stalled that
+    long on a busy machine. Under a new name, three tries in all; a failed try shorter than
+    that, or a third failure, fails the test."""
     for attempt in range(3):
         began = server_ms()
+        _NAPPED_MS[0] = 0.0
         try:
             steps(f"{name}-{attempt}")
             return
         except AssertionError:
-            if attempt == 2 or server_ms() - began < window_ms:
+            if attempt == 2 or server_ms() - began - _NAPPED_MS[0] < window_ms:
                 raise
 
 

@@ -26,7 +26,7 @@ from django_rcoord.ratelimit import (
     hit,
     reset,
 )
-from tests.procs import run_in_processes, server_now, within_a_window
+from tests.procs import nap, run_in_processes, server_now, within_a_window
 
 
 def test_allow_once_per_window() -> None:
@@ -39,7 +39,7 @@ def once_per_window(name: str) -> None:
     assert allow_once(f"{name}:ada", 1) is True
     assert allow_once(f"{name}:ada", 1) is False
     assert allow_once(f"{name}:bob", 1) is True
-    time.sleep(1.05)
+    nap(1.05)
     assert allow_once(f"{name}:ada", 1) is True
 
 
@@ -53,7 +53,7 @@ def n_per_window(name: str) -> None:
     assert [r.allowed for r in results] == [True] * 5 + [False] * 2
     assert [r.remaining for r in results] == [4, 3, 2, 1, 0, 0, 0]
     assert 0 < results[-1].retry_after <= 1.5
-    time.sleep(results[-1].retry_after + 0.05)
+    nap(results[-1].retry_after + 0.05)
     fresh = hit(name, 5, 1.5)
     assert (fresh.allowed, fresh.hits) == (True, 1)
 
@@ -67,13 +67,13 @@ def test_window_starts_at_its_first_hit_not_at_later_ones() -> None:
 def window_from_first_hit(name: str) -> None:
     first = hit(name, 2, 2.5)
     assert first.allowed
-    time.sleep(0.6)
+    nap(0.6)
     assert allow_n(name, 2, 2.5)
     refused = hit(name, 2, 2.5)
     assert not refused.allowed
     # The window still ends where the first hit put it: the server's countdown has run on.
     assert refused.retry_after <= first.retry_after - 0.6 + 0.002  # (kept in whole ms)
-    time.sleep(refused.retry_after + 0.05)  # a new window, although the last hit was recent
+    nap(refused.retry_after + 0.05)  # a new window, although the last hit was recent
     assert allow_n(name, 2, 2.5)
 
 
@@ -256,13 +256,13 @@ def hits_leave_one_by_one(name: str) -> None:
     for pause in (1.0, 0, 0):
         assert hit(name, 3, window, algorithm="sliding").allowed
         answered.append(server_now())
-        time.sleep(pause)
+        nap(pause)
     sent = server_now()
     refused = hit(name, 3, window, algorithm="sliding")
     assert not refused.allowed
     assert refused.hits == 4
     assert 0 < refused.retry_after <= answered[0] + window - sent
-    time.sleep(refused.retry_after + 0.01)
+    nap(refused.retry_after + 0.01)
     assert hit(name, 3, window, algorithm="sliding").allowed  # the first hit has left
     sent = server_now()
     again = hit(name, 3, window, algorithm="sliding")
@@ -321,7 +321,7 @@ def gcra_burst(name: str) -> None:
     burst = [hit(name, 5, 5, algorithm="gcra") for _ in range(6)]
     assert [r.allowed for r in burst] == [True] * 5 + [False]
     assert 0 < burst[-1].retry_after <= 1.0
-    time.sleep(burst[-1].retry_after)
+    nap(burst[-1].retry_after)
     assert hit(name, 5, 5, algorithm="gcra").allowed
     refused = hit(name, 5, 5, algorithm="gcra")
     assert not refused.allowed
@@ -338,7 +338,7 @@ def test_gcra_refills_one_cell_per_interval_while_quiet() -> None:
 def refills_while_quiet(name: str) -> None:
     for _ in range(5):
         assert allow_n(name, 5, 10, algorithm="gcra")
-    time.sleep(4.4)
+    nap(4.4)
     assert [allow_n(name, 5, 10, algorithm="gcra") for _ in range(3)] == [True, True, False]
     key = KeySpace("ratelimit", name).key("tat")
     assert 0 < get_client().pttl(key) <= 10_000  # the bucket is full again when it expires
@@ -348,7 +348,7 @@ def _sleep_into_a_new_window(window: float, offset: float = 0.01) -> None:
     """Sleep until ``offset`` after the start of the next window of the server's clock."""
     seconds, microseconds = get_client().time()
     now = seconds + microseconds / 1_000_000
-    time.sleep(window - now % window + offset)
+    nap(window - now % window + offset)
 
 
 def test_sliding_counter_weights_the_previous_window() -> None:
@@ -367,7 +367,7 @@ def weights_the_previous_window(name: str) -> None:
     # This window is full: the next must be a quarter in before 4 x 3/4 + 1 <= 4.
     assert not refused.allowed
     assert 0 < refused.retry_after <= 1.25 * window
-    time.sleep(refused.retry_after + 0.01)
+    nap(refused.retry_after + 0.01)
     sent = server_now()
     assert hit(name, 4, window, algorithm="sliding_counter").allowed
     again = hit(name, 4, window, algorithm="sliding_counter")

@@ -145,6 +145,8 @@ def test_dead_holders_stop_counting_after_their_timeout() -> None:
         if server_now() < float(get_client().get("test:holding")) + 3:
             assert refused is None
         assert semaphore.acquire(wait=10) is not None
+        # Not before the lease ended (it began after "test:holding" was read).
+        assert server_now() >= float(get_client().get("test:holding")) + 3
     finally:
         holder.kill()
         holder.join()

@@ -199,13 +199,16 @@ def test_an_exchange_retried_after_twice_a_short_lease_is_still_answered_as_it_r
     monkeypatch.setattr(worker_module, "run_script", reply_lost_late)
     markers = [f"s{n}" for n in range(30)]
     ids = enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
-    assert Worker(["default"], burst=True, lease=0.2).run() == 30
+    worker = Worker(["default"], burst=True, lease=0.2)
+    assert worker.run() == 30
     assert lost, "no reply was lost"
     assert lost[0][1], "the lost call took no task"
     assert sorted(ran()) == sorted(markers)
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
     # Each delivered once: none put back as lost and taken again.
     assert [result_of(task_id).attempts for task_id in ids] == [1] * 30
+    # The record goes when the worker signs off: no call of its is retried after that.
+    assert not get_client().exists(QueueKeys.of("default").exchange(worker.id))
 
 
 def test_a_lost_task_ends_the_take_before_lower_priority_queues() -> None:

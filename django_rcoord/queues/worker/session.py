@@ -268,11 +268,12 @@ class QueueSession:
             pipe.execute()
 
     def sign_off(self) -> None:
-        """Leave the group's worker list; never raises (the heartbeat expires anyway)."""
+        """Leave the group's worker list and drop the record of the last exchange (no call
+        is retried after this); never raises (both keys expire anyway)."""
         try:
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.srem(self._workers_key, self.worker_id)
-                pipe.delete(self._heartbeat_key)
+                pipe.delete(self._heartbeat_key, self.queues[0].exchange(self.worker_id))
                 pipe.zrem(self.queues[0].idle, self.worker_id)
                 pipe.execute()
             # Workers of the group that died without signing off (status pages only read).

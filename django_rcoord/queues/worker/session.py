@@ -273,7 +273,9 @@ class QueueSession:
         try:
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.srem(self._workers_key, self.worker_id)
-                pipe.delete(self._heartbeat_key, self.queues[0].exchange(self.worker_id))
+                # One key a DEL: a cluster pipeline refuses a DEL of several keys.
+                pipe.delete(self._heartbeat_key)
+                pipe.delete(self.queues[0].exchange(self.worker_id))
                 pipe.zrem(self.queues[0].idle, self.worker_id)
                 pipe.execute()
             # Workers of the group that died without signing off (status pages only read).

@@ -148,9 +148,9 @@ def test_a_heartbeat_error_mid_batch_loses_and_repeats_nothing(
     assert lost_deliveries() == []
 
 
-def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def lose_a_reply(monkeypatch: pytest.MonkeyPatch, after: float = 0) -> list[Any]:
+    """Make the worker's first call that finishes and takes tasks lose its reply ``after``
+    seconds once its script ran (a connection reset); the list gets that reply."""
     real = worker_module.run_script
     lost: list[Any] = []
 
@@ -159,10 +159,18 @@ def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
         finishing_and_taking = name == "task_finish" and len(args) > 1 and taking(args)
         if finishing_and_taking and not lost:
             lost.append(reply)
+            time.sleep(after)
             raise redis.ConnectionError("connection reset after the script ran")
         return reply
 
     monkeypatch.setattr(worker_module, "run_script", reply_lost_once)
+    return lost
+
+
+def test_an_exchange_whose_reply_was_lost_is_answered_as_it_ran(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    lost = lose_a_reply(monkeypatch)
     markers = [f"r{n}" for n in range(30)]
     enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
     worker = Worker(["default"], burst=True)
@@ -183,20 +191,9 @@ def test_an_exchange_retried_after_twice_a_short_lease_is_still_answered_as_it_r
     short lease: the record of the exchange outlives them, or the retry would take anew
     and what the lost call took would come back only when its lease ran out, as a lost
     delivery (which counts towards TASK_MAX_DELIVERIES)."""
-    real = worker_module.run_script
-    lost: list[Any] = []
-
-    def reply_lost_late(name: str, client: Any, *, keys: Any, args: Any) -> Any:
-        reply = real(name, client, keys=keys, args=args)
-        if name == "task_finish" and len(args) > 1 and taking(args) and not lost:
-            lost.append(reply)
-            # Past twice the lease (0.2 s) as the server counts: a sleep after the reply
-            # always outlasts a TTL set before it.
-            time.sleep(1.0)
-            raise redis.ConnectionError("connection reset after the script ran")
-        return reply
-
-    monkeypatch.setattr(worker_module, "run_script", reply_lost_late)
+    # Lost 1 s on: past twice the lease (0.2 s) as the server counts, since a sleep after
+    # the reply always outlasts a TTL set before it.
+    lost = lose_a_reply(monkeypatch, after=1.0)
     markers = [f"s{n}" for n in range(30)]
     ids = enqueue_many([(tasks.record, (marker,), {}) for marker in markers])
     worker = Worker(["default"], burst=True, lease=0.2)

@@ -127,7 +127,7 @@ def test_retries_come_back_on_their_shard() -> None:
 def told(ids: list[str], *workers: Any) -> str:
     """What a failed wait or assertion says: the tasks' records, what started and ran, and
     the end of each worker's log."""
-    records = [(result_of(i).status, result_of(i).attempts) for i in ids]
+    records = [(record.status, record.attempts) for record in map(result_of, ids)]
     started = get_client().lrange("test:started", 0, -1)
     logs = [log_of(worker)[-3000:] for worker in workers]
     return f"records {records}, started {started}, ran {ran()}, logs {logs}"

@@ -346,9 +346,7 @@ def refills_while_quiet(name: str) -> None:
 
 def _sleep_into_a_new_window(window: float, offset: float = 0.01) -> None:
     """Sleep until ``offset`` after the start of the next window of the server's clock."""
-    seconds, microseconds = get_client().time()
-    now = seconds + microseconds / 1_000_000
-    nap(window - now % window + offset)
+    nap(window - server_now() % window + offset)
 
 
 def test_sliding_counter_weights_the_previous_window() -> None:

@@ -303,6 +303,12 @@ def unique_report(marker: str) -> None:
     get_client().rpush(RAN, marker)
 
 
+@task(queue="default", max_retries=0, unique_for=60)
+def unique_failure(marker: str) -> None:
+    """A unique task that fails for good at once (a dead letter holding a claim)."""
+    raise ValueError(f"{marker} always fails")
+
+
 @task(queue="default", on_success="tests.tasks.unique_note")
 def followed_by_a_unique_task() -> None:
     pass

@@ -373,3 +373,15 @@ def read_only_for(seconds: float, port: int) -> None:
         time.sleep(seconds)
     finally:
         client.replicaof("NO", "ONE")
+
+
+@task(queue="default", max_retries=0)
+def returns_quotes(count: int) -> str:
+    """A return value whose JSON is twice as long again inside a JSON record."""
+    return '"' * count
+
+
+@task(queue="default", max_retries=0)
+def raises_at_length(count: int) -> None:
+    """An error whose text is ``count`` control characters (six bytes each as JSON)."""
+    raise ValueError("\x01" * count)

@@ -164,6 +164,16 @@ _TASK_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         ),
     ),
     (
+        "MAX_RESULT_BYTES",
+        lambda value: value is None or is_positive_int(value),
+        "None or a positive int",
+        (
+            "The largest return value a task may leave, as JSON, in bytes; the default is "
+            "500000 (None: no limit). Above 500000, raise the server's proto-max-bulk-len "
+            "to at least twice it."
+        ),
+    ),
+    (
         "TASK_STOP_CHECK",
         lambda value: value is None or _seconds_at_least(0.1)(value),
         "None or a number of seconds of at least 0.1",

@@ -12,10 +12,11 @@ from contextlib import contextmanager
 import pytest
 from django.conf import settings
 from django.test import override_settings
+from redis.crc import key_slot
 
 from django_rcoord.queues import dead_letters, delete_dead, queue_stats, requeue_dead
-from django_rcoord.queues.keys import group_of_task_id
-from django_rcoord.queues.shards import shards_of
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.shards import MAX_SHARDS, shards_of
 from django_rcoord.queues.worker import Worker
 from tests import tasks
 from tests.test_queues import output_of, ran, start_worker
@@ -90,3 +91,20 @@ def test_queue_calls_find_dead_letters_on_an_earlier_layouts_shards() -> None:
         assert delete_dead("default") == len(failed) - 1
         assert dead_letters("default") == []
     assert sorted(ran()) == []
+
+
+def test_the_shards_of_a_layout_are_among_those_of_every_larger_one() -> None:
+    """A worker with more shards than a producer serves every shard the producer uses; and
+    each layout up to 10 shards holds one shard in each n-th of the slot range."""
+    for group in ("main", "reports", "mail"):
+        layouts = []
+        for count in range(1, MAX_SHARDS + 1):
+            with layout({group: count}):
+                layouts.append(shards_of(group) if count > 1 else ())
+        for smaller, larger in zip(layouts[1:], layouts[2:]):
+            assert set(smaller) < set(larger)
+        for shards in layouts[1:10]:
+            slots = [key_slot(QueueKeys.of(f"{shard}/q").ready.encode()) for shard in shards]
+            cells = sorted(slot * len(shards) // 16384 for slot in slots)
+            assert cells == list(range(len(shards)))
+        assert len(set(layouts[-1])) == MAX_SHARDS

@@ -2,9 +2,10 @@
 
 A queue group lives in one hash slot, so on Redis Cluster on one primary. A group given
 ``N`` shards (``RCOORD["QUEUE_SHARDS"] = {"reports": 3}``) is spread over ``N`` groups of
-its own, its shards, named ``"<group>~<j>"``: shard ``i`` is the smallest ``j`` whose slot
-lies in the ``i``-th ``N``-th of the slot range, so that on a cluster whose slots are split
-evenly over ``N`` primaries each holds one shard. Each shard is an ordinary queue group:
+its own, its shards, named ``"<group>~<j>"``. The shards of ``N`` are the first ``N`` of one
+sequence per group (so every layout's shards are among those of any larger one), placed so
+that on a cluster whose slots are split evenly over ``N`` primaries (up to 10) each holds
+one shard. Each shard is an ordinary queue group:
 its own ready, delayed and dead sets, task ids that name it (so ``get_result``, ``cancel``
 and the delayed-task poller find a task from its id alone), its own workers.
 
@@ -57,15 +58,58 @@ def shards_of(group: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _shards(group: str, count: int) -> tuple[str, ...]:
-    names = []
-    for index in range(count):
-        low = index * REDIS_CLUSTER_HASH_SLOTS // count
-        high = (index + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+    return _sequence(group)[:count]
+
+
+#: Where the shards lie in the slot range, in order: the first ``n`` of these points lie
+#: one in each ``n``-th of the 16,384 slots for every ``n`` up to 10 (found by a search),
+#: so that a cluster whose slots are split evenly over up to 10 primaries holds one shard
+#: of an ``n``-shard group on each. Past them, each next shard halves the widest gap left.
+_SPREAD = (0, 8200, 12320, 4120, 14360, 6160, 10240, 2080, 14760, 6560)
+
+
+@functools.lru_cache(maxsize=64)
+def _sequence(group: str) -> tuple[str, ...]:
+    """``group``'s shards in every layout, ``MAX_SHARDS`` of them: the shards of ``N`` are
+    the first ``N``, so the shards of a layout are among those of every larger one (a
+    worker of a larger layout serves what a producer of a smaller one queues). Shard ``i``
+    is the first ``"<group>~<n>"`` not taken whose slot lies in ``i``'s window."""
+    names: list[str] = []
+    points = list(_SPREAD)
+    for index in range(MAX_SHARDS):
+        if index == len(points):
+            points.append(_widest_gap_middle(points))
+        low, high = _window(points, index)
         number = 0
-        while not low <= _slot(f"{group}{SHARD_MARK}{number}") < high:
+        while f"{group}{SHARD_MARK}{number}" in names or not (
+            low <= _slot(f"{group}{SHARD_MARK}{number}") < high
+        ):
             number += 1
         names.append(f"{group}{SHARD_MARK}{number}")
     return tuple(names)
+
+
+def _window(points: list[int], index: int) -> tuple[int, int]:
+    """The slots shard ``index`` may lie in: within ``_SPREAD``, those in the same ``n``-th
+    of the range as its point for every ``n`` from ``index + 1`` to ``len(_SPREAD)``; past
+    it, a slot range around its point, a quarter of the mean gap each side."""
+    point, slots = points[index], REDIS_CLUSTER_HASH_SLOTS
+    if index >= len(_SPREAD):
+        half = slots // (4 * (index + 1))
+        return max(0, point - half), min(slots, point + half + 1)
+    low, high = 0, slots
+    for parts in range(index + 1, len(_SPREAD) + 1):
+        cell = point * parts // slots
+        low = max(low, -(-cell * slots // parts))
+        high = min(high, -(-(cell + 1) * slots // parts))
+    return low, high
+
+
+def _widest_gap_middle(points: list[int]) -> int:
+    """The middle of the widest gap between ``points`` (and the range's end)."""
+    ends = sorted(points) + [REDIS_CLUSTER_HASH_SLOTS]
+    gap, start = max((after - before, before) for before, after in zip(ends, ends[1:]))
+    return start + gap // 2
 
 
 def _slot(group: str) -> int:

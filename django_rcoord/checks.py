@@ -1,6 +1,7 @@
 """System checks (``manage.py check``): the ``RCOORD`` dict, its connection and, with
 ``--deploy``, the Redis server. Each capability checks its own settings (its ``checks``
-module); ``check_settings`` runs them all. The check IDs are listed in the docs' reference."""
+module, the embedded server's in ``embedded.checks``); ``check_settings`` runs the rooms'.
+The check IDs are listed in the docs' reference."""
 
 from __future__ import annotations
 

@@ -108,3 +108,38 @@ def test_the_shards_of_a_layout_are_among_those_of_every_larger_one() -> None:
             cells = sorted(slot * len(shards) // 16384 for slot in slots)
             assert cells == list(range(len(shards)))
         assert len(set(layouts[-1])) == MAX_SHARDS
+
+
+def test_groups_that_hold_nothing_leave_the_registry() -> None:
+    """A group of an earlier layout leaves the registry once it holds no task and none was
+    queued for 30 days (its list of queues expired); one with a dead letter, or whose
+    list of queues lives, stays."""
+    from django_rcoord.connection import get_client
+    from django_rcoord.queues.keys import GroupKeys
+    from django_rcoord.queues.records import forget_gone_groups, known_groups
+
+    with layout(THREE):
+        shards = shards_of("main")
+        failed = [tasks.always_fail.delay(f"d{n}") for n in range(6)]
+        for shard in shards:
+            Worker([f"{shard}/default"], burst=True).run()
+    assert set(shards) <= set(known_groups())
+    emptied, dead_kept, queued_kept = shards
+    for task_id in failed:
+        if group_of_task_id(task_id) == emptied:
+            assert delete_dead("default", task_id) == 1
+    client = get_client()
+    # 30 days pass with no task queued: the lists of queues expire (but one's, queued to).
+    client.delete(GroupKeys.of(emptied).queues, GroupKeys.of(dead_kept).queues)
+    with layout(NONE):
+        for task_id in failed:
+            if group_of_task_id(task_id) == queued_kept:
+                assert delete_dead("default", task_id) == 1
+    assert forget_gone_groups() == [emptied]
+    assert emptied not in known_groups()
+    assert {dead_kept, queued_kept} <= set(known_groups())
+    assert forget_gone_groups() == []  # nothing more to forget
+    with layout(THREE):  # used again (a task on each shard, in turn): recorded again
+        for n in range(3):
+            tasks.record.delay(f"back{n}")
+    assert emptied in known_groups()

@@ -237,6 +237,37 @@ def _dead_in_batches(
             return handled
 
 
+def forget_gone_groups(*, client: Any = None) -> list[str]:
+    """Drop from the registry the groups that are gone: no task in any state (their
+    messages HASH is empty) and none queued for ``GROUP_KEYS_MS`` (their list of queues
+    expired). Returns them. Workers stop serving such a group (an earlier shard layout's)
+    and pollers stop watching it. A group a producer uses again is recorded again: each is
+    looked at once more after the drop, and put back if a task came meanwhile."""
+    client = resolve_client(client)
+    groups = [group for group in known_groups(client=client) if group != DEFAULT_GROUP]
+    if not groups:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.exists(GroupKeys.of(group).queues)
+            pipe.exists(GroupKeys.of(group).messages)
+        found = pipe.execute()
+    gone = [group for n, group in enumerate(groups) if not (found[2 * n] or found[2 * n + 1])]
+    if not gone:
+        return []
+    registry = registry_keys()[0]
+    client.srem(registry, *gone)
+    # A producer records a group after its first task's keys exist: one whose list of
+    # queues exists now was recorded again between the read and the drop, or is about to be.
+    with client.pipeline(transaction=False) as pipe:
+        for group in gone:
+            pipe.exists(GroupKeys.of(group).queues)
+        back = [group for group, exists in zip(gone, pipe.execute(), strict=True) if exists]
+    if back:
+        client.sadd(registry, *back)
+    return [group for group in gone if group not in back]
+
+
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:
     """Names of the queues of ``group`` that have ever had a task."""
     members = resolve_client(client).hkeys(GroupKeys.of(group).queues)

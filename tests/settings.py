@@ -62,6 +62,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+if os.environ.get("RCOORD_TEST_REFUSING_DATABASE"):
+    # A worker whose database refuses every connection (tests/test_worker_outage.py).
+    DATABASES["default"]["ENGINE"] = "tests.refusing_database"
 
 # conftest.py starts a throwaway redis-server (or uses REDIS_URL) and points
 # this alias at it for the whole session; processes the tests start get the

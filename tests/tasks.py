@@ -367,3 +367,12 @@ def read_only_for(seconds: float, port: int) -> None:
         time.sleep(seconds)
     finally:
         client.replicaof("NO", "ONE")
+
+
+@task(queue="default")
+def read_database() -> None:
+    """A task that reads the database (which may refuse connections: tests/refusing_database)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")

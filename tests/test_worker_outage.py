@@ -5,10 +5,14 @@ queued where the worker does not look)."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import signal
 import time
 
 import pytest
+from django.core.management import call_command
 
 from django_rcoord.queues import queue_stats
 from tests import tasks
@@ -50,3 +54,50 @@ def test_a_loop_that_keeps_failing_ends_after_max_outage_whatever_the_error(burs
     assert waited < MAX_OUTAGE + 5, waited
     # What it held was given back on the way out, for a worker whose database answers.
     assert queue_stats("default")["in_flight"] == 0
+
+
+def status_text() -> str:
+    out = io.StringIO()
+    call_command("rcoord_status", stdout=out)
+    return out.getvalue()
+
+
+def status_json() -> dict:
+    out = io.StringIO()
+    call_command("rcoord_status", "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_a_worker_that_serves_nothing_says_so_while_it_runs_and_status_counts_it() -> None:
+    """The deploy how-to's worker on a group no task uses (shop/default) while the tasks
+    go to the default group: nothing waits when it starts, so its start says nothing;
+    while it runs it says, every RCOORD["WORKER_IDLE_WARNING"] seconds (1 here), which
+    queues fill and how to serve them. rcoord_status counts it in its group, which no task
+    ever used (before: "workers: 0", its group unknown)."""
+    worker = start_worker(queues=("shop/default",), env={"RCOORD_TEST_IDLE_WARNING": "1"})
+    try:
+        wait_until(
+            lambda: status_json()["worker_counts"].get("shop") == 1,
+            why=lambda: (status_json()["worker_counts"], log_of(worker)),
+        )
+        assert "tasks are waiting in queues" not in log_of(worker)
+        for n in range(2):
+            tasks.record.delay(f"m{n}")
+        tasks.render_pdf.delay("invoice")
+
+        def warnings() -> list[str]:
+            return [line for line in log_of(worker).splitlines() if "serves nothing" in line]
+
+        # Said again while it runs: at most once a second here, so two lines in a few.
+        wait_until(lambda: len(warnings()) >= 2, why=lambda: log_of(worker))
+        line = warnings()[-1]
+        assert "no task in shop/default for 1 s" in line
+        assert "default (2), reports/pdf (1)" in line
+        assert "--queues default; --queues reports/pdf" in line
+        assert status_json()["worker_counts"] == {"main": 0, "reports": 0, "shop": 1}
+        assert "workers: 1 (by group: main 0, reports 0, shop 1)" in status_text()
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output = output_of(worker, 30)
+    assert worker.returncode == 0, output
+    assert queue_stats("default")["ready"] == 2  # it took none of them

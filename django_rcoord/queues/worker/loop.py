@@ -41,6 +41,7 @@ from django_rcoord.queues.worker.jobs import Done, Job, later
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
+from django_rcoord.queues.worker.watch import IdleWarning
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
@@ -140,6 +141,9 @@ class Worker:
         )
         self.isolation = isolation
         self.gates = TaskGates(self.lease, client=client)
+        self.idle_warning = IdleWarning(
+            self.id, [queue.name for queue in self.queues], client=client
+        )
         self.runner: TaskRunner | ProcessTaskRunner = (
             ProcessTaskRunner(self.id) if isolation == "process" else TaskRunner(self.id)
         )
@@ -204,8 +208,10 @@ class Worker:
                     if job is None:
                         if self.burst and time.monotonic() >= self._held_back_until:
                             break
+                        self.idle_warning.idle()
                         self.session.wait_for_work()
                     else:
+                        self.idle_warning.took()
                         self._run_job(job)
                         if self._should_stop():
                             break

@@ -141,9 +141,7 @@ class Worker:
         )
         self.isolation = isolation
         self.gates = TaskGates(self.lease, client=client)
-        self.idle_warning = IdleWarning(
-            self.id, [queue.name for queue in self.queues], client=client
-        )
+        self.idle_warning = IdleWarning(self.id, [q.name for q in self.queues], client=client)
         self.runner: TaskRunner | ProcessTaskRunner = (
             ProcessTaskRunner(self.id) if isolation == "process" else TaskRunner(self.id)
         )

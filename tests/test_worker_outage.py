@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 
 from django_rcoord.queues import queue_stats
-from tests import tasks
+from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import log_of, output_of, start_worker
 
@@ -101,3 +101,18 @@ def test_a_worker_that_serves_nothing_says_so_while_it_runs_and_status_counts_it
         output = output_of(worker, 30)
     assert worker.returncode == 0, output
     assert queue_stats("default")["ready"] == 2  # it took none of them
+
+
+def test_a_failed_framework_task_has_its_traceback_logged_once() -> None:
+    """The Tasks framework's task_finished receiver logs a failed task with its traceback
+    (logger.exception, for error monitoring); the worker's line for the run says how it
+    ended without a second copy. Before, the worker's output held it twice."""
+    failing = framework_tasks.boom.enqueue("once")
+    worker = start_worker("--burst")
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    failing.refresh()
+    assert failing.status.name == "FAILED"
+    assert output.count("Traceback (most recent call last)") == 1, output
+    assert output.count("ValueError: once went boom") == 2, output  # the traceback, our line
+    assert f"task {failing.id} tests.framework_tasks.boom failed on attempt 1" in output

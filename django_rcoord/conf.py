@@ -67,6 +67,10 @@ class Settings:
     #: cancelled, one in a --isolation process child killed (None: only at the lease
     #: renewals, every third of TASK_LEASE). Tasks shorter than this cost no check.
     TASK_STOP_CHECK: float | None = 2.0
+    #: A worker that took no task for this many seconds while tasks wait in queues no live
+    #: worker watches says so (a warning naming them and the flag to serve them), at most
+    #: once each this many seconds (None: never).
+    WORKER_IDLE_WARNING: float | None = 60.0
     #: Largest task message (its JSON: arguments and all) accepted at enqueue, in bytes;
     #: a bigger one raises MessageTooLarge there (None: no limit). Big payloads belong in
     #: storage the task reads, not in Redis.

@@ -57,6 +57,12 @@ class WorkerLost(RcoordError):
     result's errors by the queue's recovery script; never raised.)"""
 
 
+class WorkerGaveUp(RcoordError):
+    """A worker's loop kept failing with an error other than Redis's (a database that refuses
+    connections, a look-up that raises) for longer than its ``max_outage``: ``Worker.run()``
+    ended. (Redis errors end it with ``RedisUnavailable``.)"""
+
+
 class TaskCancelled(RcoordError):
     """A task was cancelled by ``django_rcoord.queues.cancel()`` before it ran. (The error of
     its Tasks framework result, which reads FAILED: the framework has no cancelled status;

@@ -62,6 +62,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+if os.environ.get("RCOORD_TEST_REFUSING_DATABASE"):
+    # A worker whose database refuses every connection (tests/test_worker_outage.py).
+    DATABASES["default"]["ENGINE"] = "tests.refusing_database"
 
 # conftest.py starts a throwaway redis-server (or uses REDIS_URL) and points
 # this alias at it for the whole session; processes the tests start get the
@@ -85,6 +88,8 @@ RCOORD = {
     "PERIODIC_TASKS": json.loads(os.environ.get("RCOORD_TEST_PERIODIC", "[]")),
     # Sharded queue groups of the worker processes the tests start (JSON).
     "QUEUE_SHARDS": json.loads(os.environ.get("RCOORD_TEST_QUEUE_SHARDS", "{}")),
+    # How soon the worker processes the tests start say they serve nothing.
+    "WORKER_IDLE_WARNING": float(os.environ.get("RCOORD_TEST_IDLE_WARNING", "60")),
 }
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).

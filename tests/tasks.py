@@ -385,3 +385,12 @@ def returns_quotes(count: int) -> str:
 def raises_at_length(count: int) -> None:
     """An error whose text is ``count`` control characters (six bytes each as JSON)."""
     raise ValueError("\x01" * count)
+
+
+@task(queue="default")
+def read_database() -> None:
+    """A task that reads the database (which may refuse connections: tests/refusing_database)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")

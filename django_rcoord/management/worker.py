@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_rcoord.connection.errors import REDIS_ERRORS
-from django_rcoord.exceptions import RedisUnavailable
+from django_rcoord.exceptions import RcoordError, RedisUnavailable, WorkerGaveUp
 from django_rcoord.management.base import (
     add_protocol_arguments,
     announce_protocols,
@@ -25,7 +25,8 @@ from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
 
 logger = logging.getLogger("django_rcoord.queues.worker")
 
-#: How long a --burst run waits out an unusable Redis before it fails (seconds).
+#: How long a --burst run waits out a failing loop (Redis unusable, or any other error)
+#: before it fails (seconds).
 BURST_MAX_OUTAGE = 60.0
 
 
@@ -60,7 +61,8 @@ class WorkerCommand(BaseCommand):
         parser.add_argument(
             "--max-outage",
             type=float,
-            help="Fail (exit 1) when Redis stays unusable this many seconds (default: "
+            help="Fail (exit 1) when the loop keeps failing this many seconds: Redis "
+            "unusable, or any other error (default: "
             f"{BURST_MAX_OUTAGE:g} with --burst; without it, retry for ever).",
         )
 
@@ -96,12 +98,12 @@ class WorkerCommand(BaseCommand):
             raise CommandError(str(exc)) from exc
         watched = [name for queues, _, _ in loops for name in queues]
         self._report_unwatched(watched)
-        failed: list[RedisUnavailable] = []
+        failed: list[RcoordError] = []
 
         def run(worker: Worker) -> None:
             try:
                 worker.run()
-            except RedisUnavailable as exc:
+            except (RedisUnavailable, WorkerGaveUp) as exc:  # its max_outage ran out
                 failed.append(exc)
                 stop.set()
 

@@ -231,6 +231,15 @@ _TASK_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
             "the default is 2.0 (None: only when it renews the task's lease)."
         ),
     ),
+    (
+        "WORKER_IDLE_WARNING",
+        lambda value: value is None or _seconds_at_least(0.1)(value),
+        "None or a number of seconds of at least 0.1",
+        (
+            "How long a worker takes no task, while queues no worker watches fill, before "
+            "it warns; the default is 60.0 (None: it never warns)."
+        ),
+    ),
 )
 
 

@@ -78,22 +78,8 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
     if problem is not None:
         return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
     sender = type(backend)
-
-    def started() -> None:
-        _send_robust(task_started, "task_started", sender, result)
-
-    def ended(outcome: Outcome) -> None:
-        finished = _finished(result, outcome)
-        if outcome.exception is None:
-            _send_robust(task_finished, "task_finished", sender, finished)
-            return
-        # Sent while the task's exception is being handled, as Django's own backends do:
-        # the framework's receiver logs it with logger.exception.
-        try:
-            raise outcome.exception
-        except BaseException:  # noqa: BLE001 - handled: it failed the task
-            _send_robust(task_finished, "task_finished", sender, finished)
-
+    started = functools.partial(_send_robust, task_started, "task_started", sender, result)
+    ended = functools.partial(_send_finished, sender, result)
     return Call(
         task.func,
         args,
@@ -179,6 +165,22 @@ def _signature(function: Any) -> inspect.Signature:
     """A framework task function's signature, read once (``inspect.signature`` costs more
     than running a small task)."""
     return inspect.signature(function)
+
+
+def _send_finished(sender: type, result: TaskResult, outcome: Outcome) -> None:
+    """Send ``task_finished`` with the final result of a run that ended with ``outcome``."""
+    finished = _finished(result, outcome)
+    if outcome.exception is None:
+        _send_robust(task_finished, "task_finished", sender, finished)
+        return
+    # Sent while the task's exception is being handled, as Django's own backends do: the
+    # framework's receiver logs it with logger.exception, so the worker's line for the run
+    # does not log its traceback a second time.
+    try:
+        raise outcome.exception
+    except BaseException:  # noqa: BLE001 - handled: it failed the task
+        _send_robust(task_finished, "task_finished", sender, finished)
+    outcome.traceback_logged = True
 
 
 def _send_robust(signal: Any, signal_name: str, sender: type, result: Any) -> None:

@@ -99,7 +99,8 @@ class Command(BaseCommand):
                     f"{row['catch_up_fires']:>8} {recent:>32}  {row['next_tick']}"
                 )
         lines.append("")
-        lines.append(f"workers: {len(state['workers'])}")
+        by_group = ", ".join(f"{group} {n}" for group, n in sorted(state["worker_counts"].items()))
+        lines.append(f"workers: {len(state['workers'])} (by group: {by_group})")
         for worker in state["workers"]:
             running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
             done = "" if worker.get("done") is None else f"  {worker['done']} done"

@@ -44,6 +44,7 @@ class Outcome:
     delay_ms: int = 0
     value_json: str = "null"
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
+    traceback_logged: bool = False  # by the Tasks framework's task_finished receiver already
     follow_up: QueuedInStep | None = None  # queued by the finish script with this end
 
     @property

@@ -31,7 +31,7 @@ from django_rcoord.connection.errors import (
     log_answering_again,
     log_waited_out,
 )
-from django_rcoord.exceptions import RedisUnavailable
+from django_rcoord.exceptions import RedisUnavailable, WorkerGaveUp
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.shards import one_shard
@@ -41,6 +41,7 @@ from django_rcoord.queues.worker.jobs import Done, Job, later
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
+from django_rcoord.queues.worker.watch import IdleWarning
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
@@ -55,6 +56,22 @@ ISOLATIONS = ("inline", "process")
 ACK_AFTER_MS = 5.0
 #: Seconds before the keeper looks again when the worker's loop holds what the worker holds.
 KEEPER_BUSY_RETRY = 0.05
+
+
+def gave_up(who: str, exc: Exception, outage: float, max_outage: float) -> Exception:
+    """The error that ends a loop whose turns kept failing with ``exc`` (the last) for
+    ``outage`` seconds, past ``max_outage``: ``RedisUnavailable`` for Redis's errors,
+    ``WorkerGaveUp`` for any other. Its message is one line (a management command prints
+    it as its last)."""
+    first_line = next(iter(str(exc).strip().splitlines()), "")
+    error = type(exc).__name__ + (f": {first_line}" if first_line else "")
+    if isinstance(exc, REDIS_ERRORS):
+        return RedisUnavailable(
+            f"{who}: Redis unusable for {outage:.0f} s (max_outage {max_outage:g} s): {error}"
+        )
+    return WorkerGaveUp(
+        f"{who}: its loop kept failing for {outage:.0f} s (max_outage {max_outage:g} s): {error}"
+    )
 
 
 class Worker:
@@ -72,10 +89,12 @@ class Worker:
     gives back the ones waiting behind it, for any worker to take.
 
     The worker stops only when told: an error of the project's code fails a task (or,
-    from a signal receiver, is logged), a Redis error of any kind is waited out with
-    backoff, and the tasks it holds stay held (their leases renewed) meanwhile. With
-    ``max_outage`` (seconds; a burst run's bound), Redis errors that last longer than that
-    end ``run()`` with ``RedisUnavailable``.
+    from a signal receiver, is logged), any error of its loop (Redis's of any kind, or
+    another: a database that refuses connections) is waited out with backoff, and the
+    tasks it holds stay held (their leases renewed) meanwhile. ``max_outage`` (seconds; a
+    burst run's bound) tells it when to stop waiting: a loop that keeps failing that long
+    ends ``run()`` with ``RedisUnavailable`` (Redis's errors) or ``WorkerGaveUp`` (any
+    other), and what it holds is given back.
 
     A queue of a group with shards (``RCOORD["QUEUE_SHARDS"]``) is served a shard at a time
     (give the shard's queue names: ``queues.shards.per_shard``; ``run_email_worker`` runs a
@@ -122,6 +141,7 @@ class Worker:
         )
         self.isolation = isolation
         self.gates = TaskGates(self.lease, client=client)
+        self.idle_warning = IdleWarning(self.id, [q.name for q in self.queues], client=client)
         self.runner: TaskRunner | ProcessTaskRunner = (
             ProcessTaskRunner(self.id) if isolation == "process" else TaskRunner(self.id)
         )
@@ -186,8 +206,10 @@ class Worker:
                     if job is None:
                         if self.burst and time.monotonic() >= self._held_back_until:
                             break
+                        self.idle_warning.idle()
                         self.session.wait_for_work()
                     else:
+                        self.idle_warning.took()
                         self._run_job(job)
                         if self._should_stop():
                             break
@@ -215,19 +237,12 @@ class Worker:
 
     def _wait_out(self, exc: Exception, failures: int, failing_since: float) -> None:
         """A loop turn failed with ``exc`` (``failures`` turns before it failed too, the
-        first at ``failing_since``, time.monotonic()): wait with backoff, or raise
-        ``RedisUnavailable`` once Redis errors would outlast ``max_outage``."""
+        first at ``failing_since``, time.monotonic()): wait with backoff, or end ``run()``
+        once the failures would outlast ``max_outage`` (see ``gave_up``)."""
         wait = RECONNECT_BACKOFF.compute(failures)
         outage = time.monotonic() - failing_since
-        if (
-            isinstance(exc, REDIS_ERRORS)
-            and self.max_outage is not None
-            and outage + wait > self.max_outage
-        ):
-            raise RedisUnavailable(
-                f"worker {self.id}: Redis unusable for {outage:.0f} s "
-                f"(max_outage {self.max_outage:g} s): {type(exc).__name__}: {exc}"
-            ) from exc
+        if self.max_outage is not None and outage + wait > self.max_outage:
+            raise gave_up(f"worker {self.id}", exc, outage, self.max_outage) from exc
         log_waited_out(logger, f"worker {self.id}", exc, wait)
         self.stopping.wait(wait)
 

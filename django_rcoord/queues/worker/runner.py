@@ -346,7 +346,7 @@ def log_outcome(done: Done, held: bool) -> None:
             attempt,
             took_ms,
             outcome.summary,
-            exc_info=outcome.exception,
+            exc_info=None if outcome.traceback_logged else outcome.exception,
         )
 
 

@@ -20,6 +20,7 @@ from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
 from django_rcoord.ops.metrics import metric_labels
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.producer import register_group
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.queues.worker.jobs import Done, Job
@@ -266,6 +267,10 @@ class QueueSession:
                 ex=HEARTBEAT_TTL,
             )
             pipe.execute()
+        # In the registry of groups too (once an hour), as producers put theirs: a worker on
+        # a group no task was ever queued on is seen by rcoord_status and the warnings of
+        # workers that serve nothing.
+        register_group(self.client, self.queues[0].group)
 
     def sign_off(self) -> None:
         """Leave the group's worker list and drop the record of the last exchange (no call

@@ -239,8 +239,8 @@ def _dead_in_batches(
 
 def forget_gone_groups(*, client: Any = None) -> list[str]:
     """Drop from the registry the groups that are gone: no task in any state (their
-    messages HASH is empty) and none queued for ``GROUP_KEYS_MS`` (their list of queues
-    expired). Returns them. Workers stop serving such a group (an earlier shard layout's)
+    messages HASH is empty), none queued for ``GROUP_KEYS_MS`` (their list of queues
+    expired) and no worker signed on. Returns them. Workers stop serving such a group (an earlier shard layout's)
     and pollers stop watching it. A group a producer uses again is recorded again: each is
     looked at once more after the drop, and put back if a task came meanwhile."""
     client = resolve_client(client)
@@ -249,10 +249,11 @@ def forget_gone_groups(*, client: Any = None) -> list[str]:
         return []
     with client.pipeline(transaction=False) as pipe:
         for group in groups:
-            pipe.exists(GroupKeys.of(group).queues)
-            pipe.exists(GroupKeys.of(group).messages)
+            keys = GroupKeys.of(group)
+            for key in (keys.queues, keys.messages, keys.workers):  # any of them: it stays
+                pipe.exists(key)
         found = pipe.execute()
-    gone = [group for n, group in enumerate(groups) if not (found[2 * n] or found[2 * n + 1])]
+    gone = [group for n, group in enumerate(groups) if not any(found[3 * n : 3 * n + 3])]
     if not gone:
         return []
     registry = registry_keys()[0]

@@ -166,6 +166,7 @@ def release_to_two_waiters(
     holder.release()
     for thread in threads:
         thread.join(TIMEOUT)
+        assert not thread.is_alive(), "a waiter hung"  # fails here, not in a later test
     return outcomes[0], outcomes[1], released_at
 
 

@@ -33,14 +33,17 @@ local function server_ms()
 end
 
 -- The caller holds the lock: a grant in flight is over, and the caller leaves the line. The
--- flag goes with the last waiter of the line (a release would otherwise hand the lock over
--- to nobody). A grant to a caller that was not in the line leaves the flag alone (raised by
--- a waiter of an earlier release, which keeps no line).
+-- flag lasts as long as the waiters left in the line, and goes with the last (a release
+-- would otherwise hand the lock over to nobody). A grant to a caller that was not in the
+-- line leaves the flag alone (raised by a waiter of an earlier release, which keeps none).
 local function granted()
     redis.call('DEL', KEYS[6])
     if redis.call('ZREM', KEYS[5], waiter) == 1 then
         redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', server_ms())
-        if redis.call('EXISTS', KEYS[5]) == 0 then
+        local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+        if last[2] then
+            redis.call('PEXPIREAT', KEYS[4], last[2])
+        else
             redis.call('DEL', KEYS[4])
         end
     end

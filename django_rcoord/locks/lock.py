@@ -6,12 +6,13 @@ Redis in Action 6.2 done right:
   step, ``INCR`` of a per-name counter, returned as the fencing token;
 - releasing and extending are compare-the-identifier-then-act scripts, so a
   holder whose TTL ran out can never delete or extend the next holder's lock;
-- waiters do not poll: a refused caller that will wait raises a "someone waits"
-  flag and ``BLPOP``s a per-lock list; a release that sees the flag hands the
+- waiters do not poll: a refused caller that will wait joins the lock's line,
+  raises a "someone waits" flag (which goes with the last waiter of the line
+  served) and ``BLPOP``s a per-lock list; a release that sees the flag hands the
   lock over on that list (a new fencing token and identifier for whoever Redis
   gives it to: the waiter blocked longest), so the lock is never free for a
-  newcomer to barge in while others wait, and the waiter holds it without asking
-  again. A release nobody waits for only deletes the owner key. A waiter never
+  newcomer to barge in while others wait, and the waiter holds it once it has
+  confirmed the grant (which takes it out of the line). A release nobody waits for only deletes the owner key. A waiter never
   blocks longer than the holder's remaining TTL, so a holder that died is
   replaced as soon as its lock expires;
 - ``fair=False`` trades that order for throughput: a release frees the lock and

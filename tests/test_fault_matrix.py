@@ -166,18 +166,20 @@ def release_to_two_waiters(
     holder.release()
     for thread in threads:
         thread.join(TIMEOUT)
+        assert not thread.is_alive(), "a waiter hung"  # fails here, not in a later test
     return outcomes[0], outcomes[1], released_at
 
 
 @RESENT
 def test_a_hand_over_whose_confirmation_reply_is_cut(proxy: FaultProxy, resent: bool) -> None:
-    """The waiter handed the lock extends it to confirm; that reply is cut. Resent: it holds
-    the lock. Not resent: it raises and gives the grant back, and the waiter behind it holds
-    the lock within the bound."""
+    """The waiter handed the lock confirms it (the acquire script under the grant: the next
+    one it sends after its BLPOP); that reply is cut. Resent: it holds the lock. Not resent:
+    it raises and gives the grant back, and the waiter behind it holds the lock within the
+    bound."""
     name = f"cut-confirm-{resent}"
-    # The confirmation is one SET ... IFEQ where the server compares, else the script.
-    confirm = b"IFEQ" if has_compare_and_set(get_client()) else sha("lock_extend")
-    first, second, released_at = release_to_two_waiters(proxy, name, confirm, resent=resent)
+    first, second, released_at = release_to_two_waiters(
+        proxy, name, sha("lock_acquire"), resent=resent
+    )
     assert proxy.cut == 1
     if resent:
         assert isinstance(first, float)

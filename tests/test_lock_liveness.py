@@ -156,6 +156,7 @@ async def test_async_waiters_behind_a_taker_that_never_confirms_all_get_the_lock
     await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT * 2)
     done_at = time.monotonic()
     taker.join(TIMEOUT)
+    assert not taker.is_alive()
     (popped_reply,) = popped
     assert protocol.handover(popped_reply[1]) is not None  # type: ignore[index]
     assert len(held) == 100

@@ -26,6 +26,7 @@ from django_rcoord.locks import (
     LockLost,
     LockTimeout,
     acquire_lock,
+    lock_status,
     new_identifier,
     protocol,
     release_lock,
@@ -349,6 +350,84 @@ def a_waiter_that_gave_up_is_handed_over_to(name: str) -> None:
     assert 9000 < client.pttl(owner_key(name)) <= 10_000  # its own TTL
     assert client.get(owner_key(name)).decode() == newcomer.identifier
     newcomer.release()
+
+
+# -- the status: nobody waits once the last waiter is served; a grant in flight shows ------
+def test_once_the_last_waiter_served_releases_nobody_waits_and_the_lock_is_free() -> None:
+    """A waiter blocked on the lock is handed it, holds it and releases it: nobody waits
+    any more, so that release frees the lock (before: the flag outlived the waiter, and the
+    release handed the lock over to nobody, which the status showed held for a second)."""
+    name = "served-last"
+    holder = Lock(name, timeout=30, wait=0)
+    assert holder.acquire()
+    first = token_of(holder)
+    waiter = Lock(name, timeout=30, wait=30)
+    tokens: list[int | None] = []
+
+    def wait() -> None:
+        if waiter.acquire():
+            tokens.append(waiter.token)
+            waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: blocked_count_is(lock_key(name, "signal"), 1))
+    holder.release()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert tokens == [first + 1]  # handed over: the next token
+    status = lock_status(name)
+    assert not status["held"]
+    assert (status["state"], status["ttl"], status["waiting"]) == ("free", None, 0)
+    assert get_client().exists(owner_key(name), lock_key(name, "waiting")) == 0
+    newcomer = Lock(name, timeout=30, wait=0)
+    assert newcomer.acquire()
+    assert newcomer.token == first + 2  # a fresh grant, not a hand-over left for nobody
+    newcomer.release()
+
+
+def test_a_grant_in_flight_shows_as_granted_until_its_waiter_confirms_it() -> None:
+    within_a_window(grants_in_flight_then_held, "in-flight")
+
+
+def grants_in_flight_then_held(name: str) -> None:
+    """Two waiters in line, as ``acquire`` asks, blocks and confirms: each hand-over is
+    "granted" (not confirmed: its grant lease's TTL) until its waiter confirms it, then
+    "held"; the line shrinks by the waiter served, the flag lasts as long as the waiters left
+    (the first served waited longest), and the last one takes the flag with it."""
+    client = get_client()
+    keys = [lock_key(name, part) for part in protocol.KEY_PARTS]
+
+    def ask(*args: Any) -> int:
+        return int(run_script("lock_acquire", client, keys=keys, args=args))
+
+    holder = new_identifier()
+    assert ask(*protocol.acquire_args(holder, 30_000, 0, False)) > 0
+    waiters = [new_identifier(), new_identifier()]
+    for waiter, block_ms in zip(waiters, (5000, 500), strict=True):
+        assert ask(*protocol.acquire_args(waiter, 30_000, block_ms, False)) < 0
+    release = protocol.release_args(holder, 30_000, 0)  # fair: a hand-over
+    for served, waiter in enumerate(waiters, 1):
+        assert run_script("lock_release", client, keys=keys, args=release) == 1
+        status = lock_status(name)
+        assert (status["state"], status["held"], status["waiting"]) == ("granted", True, 3 - served)
+        assert status["ttl"] <= protocol.GRANT_LEASE
+        popped = client.blpop([lock_key(name, "signal")], timeout=5)  # as a waiter does
+        assert popped is not None
+        grant = protocol.handover(popped[1])
+        assert grant is not None
+        assert lock_status(name)["state"] == "granted"  # taken, not confirmed yet
+        assert ask(*protocol.confirm_args(grant[0], 30_000, waiter)) == grant[1]
+        status = lock_status(name)
+        held = (status["state"], status["token"], status["waiting"])
+        assert held == ("held", grant[1], 2 - served)
+        assert status["ttl"] > 20
+        if served == 1:  # the one left blocks 0.5 s, and counts a second more
+            assert 0 < client.pttl(lock_key(name, "waiting")) <= 1500
+        release = protocol.release_args(grant[0], 30_000, 0)
+    assert client.exists(lock_key(name, "waiting")) == 0  # gone with the last waiter
+    assert run_script("lock_release", client, keys=keys, args=release) == 1
+    assert lock_status(name)["state"] == "free"
 
 
 def test_waiters_across_processes_are_served_in_arrival_order_and_nobody_barges_in() -> None:
@@ -939,9 +1018,10 @@ def test_extend_is_one_set_where_the_server_compares(redis_url: str) -> None:
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of a plain client")
-def test_a_hand_overs_confirmation_is_one_set_where_the_server_compares(redis_url: str) -> None:
+def test_a_hand_overs_confirmation_is_one_script_call(redis_url: str) -> None:
+    """One call confirms the grant and takes the waiter out of the line (where the server
+    compares, an extend is one SET; a confirmation must also leave the line)."""
     client = CommandsRedis(connection_pool=redis.ConnectionPool.from_url(redis_url))
-    compares = has_compare_and_set(client)
     warm = Lock("cas-warm", timeout=30, wait=0, client=client)
     assert warm.acquire()
     warm.extend()  # on an older server: its refusal seen, the script loaded
@@ -963,7 +1043,7 @@ def test_a_hand_overs_confirmation_is_one_set_where_the_server_compares(redis_ur
     assert tokens[0] is not None
     assert tokens[0] > first
     # Blocked before the release (BLPOP), the waiter sends only its confirmation after it.
-    assert client.commands == ["SET" if compares else "EVALSHA"]
+    assert client.commands == ["EVALSHA"]
     assert get_client().pttl(owner_key("cas-hand-over")) > protocol.GRANT_LEASE * 1000
     client.close()
 

@@ -19,7 +19,7 @@ from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
 from django_rcoord.locks import Lock, acquire_lock, protocol
 from django_rcoord.semaphores import Semaphore, acquire_fair_semaphore, release_fair_semaphore
-from django_rcoord.steps import Attempt, Confirm, Leave, Wait
+from django_rcoord.steps import Attempt, Leave, Wait
 
 
 class Clock:
@@ -52,11 +52,12 @@ def test_the_lock_core_asks_waits_and_takes_up_a_hand_over() -> None:
     assert acquisition.in_doubt is None
 
     confirm = steps.send(b"7:1000:granted-to-me")  # a release handed it over
-    assert confirm == Confirm("granted-to-me")
+    # Confirmed as an attempt under the grant, which takes the waiter out of the line.
+    assert confirm == Attempt(protocol.confirm_args("granted-to-me", 10_000, identifier))
     assert acquisition.in_doubt == "granted-to-me"
 
     with pytest.raises(StopIteration) as done:
-        steps.send(True)  # confirmed
+        steps.send(7)  # confirmed
     hold = done.value.value
     assert (hold.identifier, hold.token) == ("granted-to-me", 7)
     assert lock._holds.current() is hold
@@ -68,9 +69,9 @@ def test_the_lock_core_asks_again_after_a_lapsed_grant_and_gives_up_on_time() ->
     steps = lock._acquisition(None, clock).steps
     steps.send(None)
     assert isinstance(steps.send(-5000), Wait)
-    assert isinstance(steps.send(b"7:1000:late"), Confirm)
+    assert steps.send(b"7:1000:late").args[0] == "late"  # its confirmation
     clock.now += 1.5
-    again = steps.send(False)  # the grant had lapsed: ask again, as one who was woken
+    again = steps.send(-5000)  # the grant had lapsed: ask again, as one who was woken
     assert isinstance(again, Attempt)
     assert again.args[3] == 1
     assert again.args[2] == 501  # blocks for what is left of the wait (0.5 s), + 1 ms

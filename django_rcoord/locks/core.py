@@ -15,7 +15,7 @@ from django_rcoord.conf import conf
 from django_rcoord.keys import encoded_instance_keys
 from django_rcoord.locks import protocol
 from django_rcoord.locks.holds import Hold, HoldTable, new_identifier
-from django_rcoord.steps import Attempt, Confirm, Steps, Wait
+from django_rcoord.steps import Attempt, Steps, Wait
 from django_rcoord.validation import check_timeout_and_wait
 
 if TYPE_CHECKING:
@@ -161,8 +161,9 @@ class Acquisition:
             grant = None if token is None else protocol.handover(token)
             if grant is not None:
                 self.in_doubt = grant[0]
-                if (yield Confirm(grant[0])):
-                    return lock._holds.add(self.holder, grant[0], grant[1])
+                confirmed = yield Attempt(protocol.confirm_args(grant[0], lock._ttl_ms, identifier))
+                if confirmed > 0:
+                    return lock._holds.add(self.holder, grant[0], confirmed)
                 # The grant lapsed before this waiter confirmed it: ask again.
                 self.in_doubt = None
             woken = token is not None

@@ -6,12 +6,13 @@ Redis in Action 6.2 done right:
   step, ``INCR`` of a per-name counter, returned as the fencing token;
 - releasing and extending are compare-the-identifier-then-act scripts, so a
   holder whose TTL ran out can never delete or extend the next holder's lock;
-- waiters do not poll: a refused caller that will wait raises a "someone waits"
-  flag and ``BLPOP``s a per-lock list; a release that sees the flag hands the
+- waiters do not poll: a refused caller that will wait joins the lock's line,
+  raises a "someone waits" flag (which goes with the last waiter of the line
+  served) and ``BLPOP``s a per-lock list; a release that sees the flag hands the
   lock over on that list (a new fencing token and identifier for whoever Redis
   gives it to: the waiter blocked longest), so the lock is never free for a
-  newcomer to barge in while others wait, and the waiter holds it without asking
-  again. A release nobody waits for only deletes the owner key. A waiter never
+  newcomer to barge in while others wait, and the waiter holds it once it has
+  confirmed the grant (which takes it out of the line). A release nobody waits for only deletes the owner key. A waiter never
   blocks longer than the holder's remaining TTL, so a holder that died is
   replaced as soon as its lock expires;
 - ``fair=False`` trades that order for throughput: a release frees the lock and
@@ -39,6 +40,7 @@ from typing import Any
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.locks.aio import AsyncLock
 from django_rcoord.locks.sync import SyncLock
+from django_rcoord.scripts import run_script
 
 
 class Lock(SyncLock, AsyncLock):
@@ -86,17 +88,23 @@ def release_lock(lockname: str, identifier: str, *, client: Any = None) -> bool:
 
 
 def lock_status(name: str, *, client: Any = None) -> dict[str, Any]:
-    """What operators see of a lock: whether it is held, the holder's remaining TTL
-    (seconds; None without one) and the last fencing token granted. One round trip; the
-    holder's identifier (which can release it) is not shown."""
+    """What operators see of a lock, read in one step (``lock_status.lua``): its ``state``
+    (``"free"``; ``"held"`` by a holder that took it or confirmed its hand-over;
+    ``"granted"``: handed over by a release, not confirmed yet, which its waiter does
+    within the grant lease or the grant lapses), ``held`` (not free: held or granted), the
+    remaining TTL of the holder or grant (seconds; None without one), the last fencing
+    token granted, and ``waiting``: how many waiters are in line (a waiter that gave up
+    counts until its last block would have ended, and a second; 1 when only a waiter of an
+    earlier release, which keeps no line, raised the "someone waits" flag). The holder's
+    identifier (which can release it) is not shown."""
     lock = Lock(name, client=client)
-    with lock.client.pipeline(transaction=False) as pipe:
-        pipe.pttl(lock._owner_key)
-        pipe.get(lock._fence_key)
-        ttl_ms, token = pipe.execute()
+    state, ttl_ms, token, waiters, flag = run_script("lock_status", lock.client, keys=lock._keys)
+    state = state.decode() if isinstance(state, bytes) else state
     return {
         "name": name,
-        "held": ttl_ms != -2,
+        "state": state,
+        "held": state != "free",
         "ttl": ttl_ms / 1000 if ttl_ms >= 0 else None,
-        "token": int(token) if token is not None else None,
+        "token": int(token) if token else None,
+        "waiting": max(int(waiters), int(flag)),
     }

@@ -13,8 +13,10 @@ from typing import Any
 
 from django_rcoord.exceptions import LockLost, LockNotReplicated, LockTimeout
 
-#: The keys of one lock, in the order its scripts take them.
-KEY_PARTS = ("owner", "fence", "signal", "waiting")
+#: The keys of one lock, in the order its scripts take them: "waiters" is the line of
+#: waiters (the last one served takes the "waiting" flag down with it), "granted" names a
+#: hand-over not confirmed yet (see the scripts' headers).
+KEY_PARTS = ("owner", "fence", "signal", "waiting", "waiters", "granted")
 
 
 def ttl_ms(seconds: float) -> int:
@@ -46,6 +48,16 @@ def acquire_args(
     """The acquire script's ARGV. ``woken``: the caller asks because a plain wake-up woke
     it, so the release that sent it may wake a waiter again from now on."""
     return identifier, lock_ttl_ms, block_ms, 1 if woken else 0
+
+
+def confirm_args(grant: str, lock_ttl_ms: int, waiter: str) -> tuple[str, int, int, int, str]:
+    """The acquire script's ARGV that confirm a hand-over to ``grant``: it extends the grant
+    to the waiter's own TTL and takes the waiter (``waiter``, its identifier in the line) out
+    of the line, so the flag goes with the last waiter. Its reply is an attempt's: the
+    token when the caller holds the lock under ``grant`` (confirmed; or, the grant lapsed,
+    taken afresh), <= 0 when it lapsed and the lock is busy. It does not wait (the caller
+    asks again as the waiter it is)."""
+    return grant, lock_ttl_ms, 0, 0, waiter
 
 
 def holder_ttl(result: int) -> float | None:
@@ -80,7 +92,7 @@ def race_backoff(previous: float) -> float:
 def handover(token: bytes) -> tuple[str, int, int] | None:
     """(identifier, fencing token, lease ms) of a lock handed over by a release, or None for
     a plain wake-up (``b"1"``). The waiter holds it once it has extended it to its own TTL
-    (``lock_extend.lua``, with the identifier): a grant is confirmed, or it lapses."""
+    (``confirm_args``): a grant is confirmed, or it lapses."""
     fields = token.split(b":", 2)
     if len(fields) != 3:
         return None

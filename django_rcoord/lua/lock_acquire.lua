@@ -9,15 +9,45 @@
 --          or a plain 1)
 -- KEYS[4]  waiting key (STRING flag with a TTL: someone may be blocked on the signal list;
 --          its value: until when, in server ms, a plain wake-up is out whose waiter has not
---          asked yet, see lock_release.lua; 1: none is)
--- ARGV[1]  identifier of the caller
+--          asked yet, see lock_release.lua; 1: none is). Releases read it; the last waiter
+--          of the line served takes it down.
+-- KEYS[5]  waiters key (ZSET: the line, each waiter's identifier -> until when, in server
+--          ms, it counts as waiting: its block's end and a second)
+-- KEYS[6]  granted key (STRING with the grant lease: the identifier of a hand-over not
+--          confirmed yet, see lock_release.lua)
+-- ARGV[1]  identifier to hold the lock under: the caller's, or the hand-over's it confirms
 -- ARGV[2]  lock TTL in milliseconds
 -- ARGV[3]  how long the caller may block for a wake-up if refused, ms (0: it will not wait)
 -- ARGV[4]  1 when the caller asks because a plain wake-up woke it, else 0
+-- ARGV[5]  (optional) the caller's own identifier, in the line, when ARGV[1] is a hand-over's
 -- Returns  the fencing token (> 0) when the lock was taken (or was already the caller's);
 --          otherwise minus the holder's remaining TTL in milliseconds (<= 0; 0 when it has none).
 
 --! include _fence
+
+local waiter = ARGV[5] or ARGV[1]
+
+local function server_ms()
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The caller holds the lock: a grant in flight is over, and the caller leaves the line. The
+-- flag lasts as long as the waiters left in the line, and goes with the last (a release
+-- would otherwise hand the lock over to nobody). A grant to a caller that was not in the
+-- line leaves the flag alone (raised by a waiter of an earlier release, which keeps none).
+local function granted()
+    redis.call('DEL', KEYS[6])
+    if redis.call('ZREM', KEYS[5], waiter) == 1 then
+        redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', server_ms())
+        local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+        if last[2] then
+            redis.call('PEXPIREAT', KEYS[4], last[2])
+        else
+            redis.call('DEL', KEYS[4])
+        end
+    end
+end
 
 -- The plain wake-up the flag says is out was answered (its waiter asks now) or is gone (the
 -- list was cleared): the next release wakes a waiter again.
@@ -38,13 +68,16 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if redis.call('DEL', KEYS[3]) == 1 then
         wake_up_answered()
     end
+    granted()
     return next_fencing_token(KEYS[2], ARGV[2])
 end
 
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
-    -- The caller's own grant, asked for again (a reply lost on the way and the call resent).
+    -- The caller's own grant, asked for again (a reply lost on the way and the call resent),
+    -- or a hand-over its waiter confirms.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    granted()
     local token = redis.call('GET', KEYS[2])
     if token then
         return tonumber(token)
@@ -59,6 +92,7 @@ if handover then
     if identifier and identifier == holder then
         redis.call('DEL', KEYS[3])
         redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        granted()
         return tonumber(token)
     end
 end
@@ -78,6 +112,14 @@ if block > 0 then
     elseif raised < block then
         -- Longer, and as it was: a wake-up that is out stays out until its waiter asks.
         redis.call('PEXPIRE', KEYS[4], block)
+    end
+    -- In the line until the flag it raised would end (a waiter that died or gave up drops
+    -- out then); the line lives as long as its last waiter.
+    local now = server_ms()
+    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+    redis.call('ZADD', KEYS[5], now + block, waiter)
+    if redis.call('PTTL', KEYS[5]) < block then
+        redis.call('PEXPIRE', KEYS[5], block)
     end
 end
 if remaining < 0 then

@@ -6,6 +6,10 @@
 -- KEYS[4]  waiting key (flag raised by refused callers who will wait, see lock_acquire.lua;
 --          its value: until when, in server ms, a plain wake-up is out whose waiter has not
 --          asked yet; 1: none is)
+-- KEYS[5]  waiters key (ZSET: the line of waiters, see lock_acquire.lua; not read here)
+-- KEYS[6]  granted key (STRING: the identifier of a hand-over its waiter has not confirmed
+--          yet, for as long as the grant lease; lock_status.lua tells such a grant from a
+--          holder by it)
 -- ARGV[1]  identifier of the caller
 -- ARGV[2]  lock TTL in milliseconds (the fence counter's lifetime is counted from it; a
 --          hand-over and an untaken wake-up live no longer)
@@ -27,6 +31,8 @@ local GRANT_LEASE_MS = 1000
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
 end
+-- Whatever grant was in flight is over: its holder releases it, or gives it back.
+redis.call('DEL', KEYS[6])
 local waiting = redis.call('GET', KEYS[4])
 if not waiting then
     -- Nobody waits: nothing to wake.
@@ -44,6 +50,7 @@ if ARGV[3] == '1' then
     local identifier = redis.sha1hex(ARGV[1] .. ':' .. token)
     local lease = math.min(GRANT_LEASE_MS, tonumber(ARGV[2]))
     redis.call('SET', KEYS[1], identifier, 'PX', lease)
+    redis.call('SET', KEYS[6], identifier, 'PX', lease)
     redis.call('DEL', KEYS[3])
     redis.call('RPUSH', KEYS[3], token .. ':' .. lease .. ':' .. identifier)
     -- An untaken hand-over ends with its lease (a newcomer may claim it until then).

@@ -26,6 +26,7 @@ from redis.backoff import ConstantBackoff
 from redis.retry import Retry
 
 from django_rcoord.connection import get_client
+from django_rcoord.embedded import EmbeddedRedis
 from django_rcoord.exceptions import RcoordError, RedisUnavailable
 from django_rcoord.locks import Lock
 from django_rcoord.semaphores import Semaphore
@@ -153,6 +154,30 @@ async def _background_give_backs_ended() -> None:
     """An async face gives back in a background task: let it run (it would log)."""
     for task in asyncio.all_tasks() - {asyncio.current_task()}:
         await asyncio.wait([task], timeout=RETRIES * BACKOFF * 2 + 2)
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_server_gone_since_the_client_connected_is_not_in_doubt(
+    redis_to_stop: EmbeddedRedis, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool's connection is stale (the server closed it): redis-py finds that out
+    before sending, reconnects and is refused; nothing was sent, nothing is given back."""
+    client = redis.Redis.from_url(redis_to_stop.url, retry=Retry(ConstantBackoff(0), 0))
+    client.ping()
+    redis_to_stop.stop()
+    with caplog.at_level(logging.WARNING), pytest.raises(RedisUnavailable):
+        if kind == "lock":
+            Lock("purchase:teapot.alice", wait=0, client=client).acquire()
+        else:
+            Semaphore("downloads", 2, client=client).acquire()
+    assert no_give_back_logged(caplog), caplog.text
+
+
+def test_a_name_that_does_not_resolve_is_not_in_doubt(caplog: pytest.LogCaptureFixture) -> None:
+    client = redis.Redis(host="rcoord-no-such-host.invalid", retry=Retry(ConstantBackoff(0), 0))
+    with caplog.at_level(logging.WARNING), pytest.raises(RedisUnavailable):
+        Lock("purchase:teapot.alice", wait=0, client=client).acquire()
+    assert no_give_back_logged(caplog), caplog.text
 
 
 def test_the_outage_is_one_exception_chained_once(closed_port: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import redis.exceptions
+
 
 class RcoordError(Exception):
     """Base class of every error raised by django-rcoord."""
@@ -69,9 +71,11 @@ class TaskCancelled(RcoordError):
     never raised.)"""
 
 
-class RedisUnavailable(RcoordError):
-    """Redis stayed out of reach longer than a bounded wait allowed (a burst worker's
-    ``max_outage``)."""
+class RedisUnavailable(RcoordError, redis.exceptions.ConnectionError):
+    """Redis could not be reached: raised by ``Lock.acquire``, ``Semaphore.acquire`` (and
+    their async twins) chained to redis-py's error, and by a burst worker when Redis stayed
+    out of reach longer than its ``max_outage``. Also a ``redis.ConnectionError``, so code
+    that catches redis-py's error catches it too."""
 
 
 class TaskTimeLimitExceeded(RcoordError):

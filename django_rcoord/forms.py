@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django import forms
@@ -9,6 +10,9 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from django_rcoord.autocomplete import is_guild_member
+from django_rcoord.connection.errors import NO_REDIS
+
+logger = logging.getLogger(__name__)
 
 
 class GuildMemberWidget(forms.TextInput):
@@ -49,10 +53,16 @@ class GuildMemberWidget(forms.TextInput):
 
 
 class GuildMemberField(forms.CharField):
-    """A member of ``guild``: the submitted name is checked against the guild's index."""
+    """A member of ``guild``: the submitted name is checked against the guild's index.
+
+    When Redis cannot be reached the value cannot be checked: the field is invalid with
+    the code ``"unavailable"`` (the form is shown again, what was typed kept), never a 500;
+    a view that prefers a 503 asks ``form.has_error(name, "unavailable")``.
+    """
 
     default_error_messages = {
         "not_member": _("%(value)s is not a member of %(guild)s."),
+        "unavailable": _("Members of %(guild)s cannot be checked right now; try again shortly."),
     }
 
     def __init__(self, guild: str, **kwargs: Any) -> None:
@@ -63,7 +73,18 @@ class GuildMemberField(forms.CharField):
 
     def validate(self, value: str) -> None:
         super().validate(value)
-        if value and not is_guild_member(self.guild, value):
+        if not value:
+            return
+        try:
+            member = is_guild_member(self.guild, value)
+        except NO_REDIS as exc:
+            logger.error("Members of %r not checked: Redis unavailable: %s", self.guild, exc)
+            raise forms.ValidationError(
+                self.error_messages["unavailable"],
+                code="unavailable",
+                params={"value": value, "guild": self.guild},
+            ) from exc
+        if not member:
             raise forms.ValidationError(
                 self.error_messages["not_member"],
                 code="not_member",

@@ -83,32 +83,22 @@ class ConcurrencyLimitMiddleware:
     # -- permits ---------------------------------------------------------------
     def _acquire(
         self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> _Permit | HttpResponse | None:
-        """A held permit, or a 503; None when Redis is down and the rule fails open."""
-        try:
-            user = get_user(request) if rule.scope == "user" else None
-            semaphore = rule.semaphore_for(request, user)
-            identifier = semaphore.acquire(wait=rule.wait)
-        except NO_REDIS as exc:
-            return unavailable(
-                request, exc, fail_open=rule.fail_open, what=f"Concurrency limit {rule.name!r}"
-            )
+    ) -> _Permit | HttpResponse:
+        """A held permit, or a 503 (raises what NO_REDIS names when Redis is down)."""
+        user = get_user(request) if rule.scope == "user" else None
+        semaphore = rule.semaphore_for(request, user)
+        identifier = semaphore.acquire(wait=rule.wait)
         if identifier is None:
             return self._too_busy(request)
         return _Permit(semaphore, identifier, semaphore.keep(identifier, max_hold=rule.max_hold))
 
     async def _aacquire(
         self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> _Permit | HttpResponse | None:
+    ) -> _Permit | HttpResponse:
         """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
-        try:
-            user = await aget_user(request) if rule.scope == "user" else None
-            semaphore = rule.semaphore_for(request, user)
-            identifier = await semaphore.aacquire(wait=rule.wait)
-        except NO_REDIS as exc:
-            return unavailable(
-                request, exc, fail_open=rule.fail_open, what=f"Concurrency limit {rule.name!r}"
-            )
+        user = await aget_user(request) if rule.scope == "user" else None
+        semaphore = rule.semaphore_for(request, user)
+        identifier = await semaphore.aacquire(wait=rule.wait)
         if identifier is None:
             return self._too_busy(request)
         renewal = semaphore.akeep(identifier, max_hold=rule.max_hold)
@@ -127,9 +117,16 @@ class ConcurrencyLimitMiddleware:
         self, request: HttpRequest, rules: list[ConcurrencyRule]
     ) -> list[_Permit] | HttpResponse:
         permits: list[_Permit] = []
+        down: Exception | None = None
         try:
             for rule in rules:
-                outcome = self._acquire(rule, request)
+                if down is None:
+                    try:
+                        outcome = self._acquire(rule, request)
+                    except NO_REDIS as exc:
+                        down = exc
+                if down is not None:  # found out of reach: not asked again for this request
+                    outcome = _unreached(request, rule, down)
                 if isinstance(outcome, HttpResponse):
                     _release(permits)
                     return outcome
@@ -146,9 +143,16 @@ class ConcurrencyLimitMiddleware:
         self, request: HttpRequest, rules: list[ConcurrencyRule]
     ) -> list[_Permit] | HttpResponse:
         permits: list[_Permit] = []
+        down: Exception | None = None
         try:
             for rule in rules:
-                outcome = await self._aacquire(rule, request)
+                if down is None:
+                    try:
+                        outcome = await self._aacquire(rule, request)
+                    except NO_REDIS as exc:
+                        down = exc
+                if down is not None:  # found out of reach: not asked again for this request
+                    outcome = _unreached(request, rule, down)
                 if isinstance(outcome, HttpResponse):
                     await _arelease(permits)
                     return outcome
@@ -195,6 +199,12 @@ class ConcurrencyLimitMiddleware:
             return _hold_until_finished(response, permits)
         await _arelease(permits)
         return response
+
+
+def _unreached(request: HttpRequest, rule: ConcurrencyRule, exc: Exception) -> HttpResponse | None:
+    """Redis is out of reach for ``rule``: None when it fails open, else a 503."""
+    what = f"Concurrency limit {rule.name!r}"
+    return unavailable(request, exc, fail_open=rule.fail_open, what=what)
 
 
 def _release(permits: list[_Permit]) -> None:

@@ -38,13 +38,16 @@ def error_response(
     message: str,
     *,
     retry_after: float | None = None,
+    always_json: bool = False,
 ) -> HttpResponse:
-    """An error response with a machine-readable ``code`` and, if given, ``Retry-After``."""
+    """An error response with a machine-readable ``code`` and, if given, ``Retry-After``:
+    JSON for JSON clients (for everyone with ``always_json``: an endpoint of JSON), else a
+    page."""
     body: dict[str, object] = {"error": code, "detail": message}
     if retry_after is not None:
         seconds = max(1, math.ceil(retry_after))
         body["retry_after"] = seconds
-    if wants_json(request):
+    if always_json or wants_json(request):
         response: HttpResponse = JsonResponse(body, status=status)
     else:
         response = HttpResponse(error_page(request, status, body), status=status)
@@ -55,7 +58,12 @@ def error_response(
 
 
 def unavailable(
-    request: HttpRequest, exc: BaseException, *, fail_open: bool, what: str
+    request: HttpRequest,
+    exc: BaseException,
+    *,
+    fail_open: bool,
+    what: str,
+    always_json: bool = False,
 ) -> HttpResponse | None:
     """Redis could not be asked about ``what``: None serves the request without it (fail
     open), else a 503 with ``Retry-After``. Either way an error is logged."""
@@ -69,6 +77,7 @@ def unavailable(
         "unavailable",
         "This service is temporarily unavailable; try again shortly.",
         retry_after=UNAVAILABLE_RETRY_AFTER,
+        always_json=always_json,
     )
 
 

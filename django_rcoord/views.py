@@ -14,8 +14,10 @@ from django.views.decorators.http import require_GET
 
 from django_rcoord.autocomplete import MAX_LIMIT, autocomplete_page, is_guild_member
 from django_rcoord.conf import conf
+from django_rcoord.connection.errors import NO_REDIS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import encode_name
+from django_rcoord.responses import unavailable
 from django_rcoord.validation import parse_int_in
 
 #: The view's parameters. Others are let through beside ``q`` (a client's cache buster);
@@ -46,43 +48,70 @@ def _private(response: HttpResponse) -> HttpResponse:
 @require_GET
 def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
     """``GET ?q=<prefix>&limit=<n>&after=<cursor>`` ->
-    ``{"guild", "query", "results": [...], "next": cursor or null}``."""
+    ``{"guild", "query", "results": [...], "next": cursor or null}``.
+
+    Always JSON: a bad parameter is a 400, Redis out of reach a 503 (as ``@locked``'s).
+    """
+    problem = _bad_parameter(request, guild)
+    if problem is not None:
+        return _private(_bad_request(problem))
+    try:
+        return _private(_search(request, guild))
+    except NO_REDIS as exc:
+        response = unavailable(
+            request, exc, fail_open=False, what="Guild member search", always_json=True
+        )
+        assert response is not None  # fail_open=False: always a 503
+        return _private(response)
+
+
+def _bad_parameter(request: HttpRequest, guild: str) -> str | None:
+    """What is wrong with the request's guild or parameters, or None."""
     try:
         encode_name(guild)
     except InvalidName as exc:
-        return _private(_bad_request(f"guild: {exc}"))
+        return f"guild: {exc}"
     unknown = sorted(set(request.GET) - PARAMETERS)
     if unknown and "q" not in request.GET:
         # ?prefix=ma would otherwise be a search for "" that lists the whole guild.
-        return _private(
-            _bad_request(
-                f"unknown parameter {unknown[0]!r}: the query is q "
-                f"(parameters: {', '.join(sorted(PARAMETERS))})"
-            )
+        return (
+            f"unknown parameter {unknown[0]!r}: the query is q "
+            f"(parameters: {', '.join(sorted(PARAMETERS))})"
         )
+    for name in sorted(PARAMETERS):
+        # ?q=a&q=b would otherwise search for the last one, silently.
+        if len(request.GET.getlist(name)) > 1:
+            return f"{name} must be given once (got {len(request.GET.getlist(name))})"
     query = request.GET.get("q", "")
     if "\ufffd" in query:  # what Django decodes bytes that are not UTF-8 to
-        return _private(_bad_request("q must be UTF-8 (percent-encode its bytes)"))
+        return "q must be UTF-8 (percent-encode its bytes)"
     if len(query) > MAX_QUERY_LENGTH:
-        return _private(_bad_request(f"q must be at most {MAX_QUERY_LENGTH} characters"))
+        return f"q must be at most {MAX_QUERY_LENGTH} characters"
     if any(unicodedata.category(ch) in ("Cc", "Cs") for ch in query):
-        return _private(_bad_request("q must not hold control characters"))
-    limit = parse_int_in(request.GET.get("limit", str(conf.AUTOCOMPLETE_LIMIT)), 1, MAX_LIMIT)
-    if limit is None:
-        return _private(_bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}"))
+        return "q must not hold control characters"
+    if _limit(request) is None:
+        return f"limit must be an integer from 1 to {MAX_LIMIT}"
+    return None
+
+
+def _limit(request: HttpRequest) -> int | None:
+    return parse_int_in(request.GET.get("limit", str(conf.AUTOCOMPLETE_LIMIT)), 1, MAX_LIMIT)
+
+
+def _search(request: HttpRequest, guild: str) -> HttpResponse:
+    """The page of results, once the parameters are known good (asks Redis)."""
     permission = import_string(conf.AUTOCOMPLETE_PERMISSION)
     if not permission(request, guild):
-        return _private(
-            JsonResponse(
-                {"error": "forbidden", "detail": "You may not search this guild."}, status=403
-            )
+        return JsonResponse(
+            {"error": "forbidden", "detail": "You may not search this guild."}, status=403
         )
+    query = request.GET.get("q", "")
+    limit = _limit(request)
+    assert limit is not None  # checked by _bad_parameter
     try:
         results, cursor = autocomplete_page(
             guild, query, limit, after=request.GET.get("after") or None
         )
     except ValueError as exc:  # a malformed cursor, or one from another query
-        return _private(_bad_request(f"after: {exc}"))
-    return _private(
-        JsonResponse({"guild": guild, "query": query, "results": results, "next": cursor})
-    )
+        return _bad_request(f"after: {exc}")
+    return JsonResponse({"guild": guild, "query": query, "results": results, "next": cursor})

@@ -11,12 +11,12 @@ from redis.exceptions import ResponseError
 
 from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import aslot_pipeline
+from django_rcoord.connection import aslot_pipeline, outage
 from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.exceptions import LockLost
 from django_rcoord.locks import protocol
-from django_rcoord.locks.core import LockCore
+from django_rcoord.locks.core import Acquisition, LockCore
 from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import akeep_alive
 from django_rcoord.scripts import arun_script
@@ -39,20 +39,25 @@ class AsyncLock(LockCore):
         """
         acquisition = self._acquisition(wait, asyncio.get_running_loop().time)
         client = await self._aclient()
+        with outage.unavailable_as_one_error(f"lock {self.name!r}"):
+            await outage.aconnect(client)  # if this raises, nothing was sent
+            hold = await self._asteps(acquisition, client)
+        if hold is None:
+            return False
+        if self.auto_renew:
+            self._akeep(client, hold)
+        return True
+
+    async def _asteps(self, acquisition: Acquisition, client: Any) -> Hold | None:
         face = steps.AsyncSteps(client)
         try:
-            hold = await steps.arun(acquisition.steps, lambda step: self._aperform(face, step))
+            return await steps.arun(acquisition.steps, lambda step: self._aperform(face, step))
         except BaseException:
             if acquisition.in_doubt is not None:
                 face.attempts.give_back(self._arelease_identifier(client, acquisition.in_doubt))
             raise
         finally:
             face.leave()
-        if hold is None:
-            return False
-        if self.auto_renew:
-            self._akeep(client, hold)
-        return True
 
     async def _aperform(self, face: steps.AsyncSteps, step: Any) -> Any:
         client = face.client

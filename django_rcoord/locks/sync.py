@@ -10,7 +10,7 @@ from redis.exceptions import ResponseError
 
 from django_rcoord import steps, tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import slot_pipeline
+from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.features import SET_IFEQ
 from django_rcoord.exceptions import LockLost
@@ -38,16 +38,18 @@ class SyncLock(LockCore):
         """Take the lock, waiting up to ``wait`` seconds (default: the lock's ``wait``).
 
         Returns True when taken (``token`` then holds its fencing token), False
-        when ``wait`` ran out.
+        when ``wait`` ran out. Raises ``RedisUnavailable`` when Redis cannot be reached.
         """
         acquisition = self._acquisition(wait, time.monotonic)
         client = self.client
-        try:
-            hold = steps.run(acquisition.steps, lambda step: self._perform(client, step))
-        except BaseException:
-            if acquisition.in_doubt is not None:
-                self._give_back(client, acquisition.in_doubt)
-            raise
+        with outage.unavailable_as_one_error(f"lock {self.name!r}"):
+            outage.connect(client)  # if this raises, nothing was sent: nothing to give back
+            try:
+                hold = steps.run(acquisition.steps, lambda step: self._perform(client, step))
+            except BaseException:
+                if acquisition.in_doubt is not None:
+                    self._give_back(client, acquisition.in_doubt)
+                raise
         if hold is None:
             return False
         if self.auto_renew:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from django_rcoord import tracing
 from django_rcoord.conf import conf
-from django_rcoord.connection import slot_pipeline
+from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.queues.keys import (
@@ -217,10 +217,11 @@ def send_message(client: Any, run: Enqueue) -> Enqueued:
     framework backend) ends here: a traced one (``django_rcoord.tracing``) in a PRODUCER
     span."""
     task_id, queue_keys, keys, argv = enqueue_call(run)
-    register_group(client, queue_keys.group)
-    reply = run_script("task_enqueue", client, keys=keys, args=argv)
-    if reply == GROUP_CREATED:
-        register_group(client, queue_keys.group, force=True)
+    with outage.unavailable_as_one_error(f"queueing task {run.task_name!r}"):
+        register_group(client, queue_keys.group)
+        reply = run_script("task_enqueue", client, keys=keys, args=argv)
+        if reply == GROUP_CREATED:
+            register_group(client, queue_keys.group, force=True)
     return _enqueued(task_id, reply)
 
 
@@ -229,10 +230,11 @@ async def asend_message(client: Any, run: Enqueue) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
     task_id, queue_keys, keys, argv = enqueue_call(run)
     client = await aresolve_client(client)
-    await aregister_group(client, queue_keys.group)
-    reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
-    if reply == GROUP_CREATED:
-        await aregister_group(client, queue_keys.group, force=True)
+    with outage.unavailable_as_one_error(f"queueing task {run.task_name!r}"):
+        await aregister_group(client, queue_keys.group)
+        reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
+        if reply == GROUP_CREATED:
+            await aregister_group(client, queue_keys.group, force=True)
     return _enqueued(task_id, reply)
 
 

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from django_rcoord import steps, tracing
+from django_rcoord.connection import outage
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.locks import new_identifier
 from django_rcoord.renewal import Renewal, akeep_alive
@@ -29,7 +30,11 @@ class AsyncSemaphore(SemaphoreCore):
         """
         wait = self.wait if wait is None else wait
         client = await self._aclient()
-        identifier = new_identifier()
+        with outage.unavailable_as_one_error(f"semaphore {self.name!r}"):
+            await outage.aconnect(client)  # if this raises, nothing was sent
+            return await self._asteps(client, new_identifier(), wait)
+
+    async def _asteps(self, client: Any, identifier: str, wait: float) -> str | None:
         face = steps.AsyncSteps(client)
         try:
             return await steps.arun(

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from django_rcoord import steps, tracing
+from django_rcoord.connection import outage
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.locks import new_identifier
 from django_rcoord.renewal import Renewal, keep_alive
@@ -26,10 +27,15 @@ class SyncSemaphore(SemaphoreCore):
     @tracing.traced_wait("semaphore", lambda _, permit: {"rcoord.semaphore.permit": permit})
     def acquire(self, wait: float | None = None) -> str | None:
         """A permit's identifier, or None when none was free within ``wait`` seconds (by
-        default the instance's ``wait``, as for ``Lock.acquire``)."""
+        default the instance's ``wait``, as for ``Lock.acquire``). Raises
+        ``RedisUnavailable`` when Redis cannot be reached."""
         wait = self.wait if wait is None else wait
         client = self.client
-        identifier = new_identifier()
+        with outage.unavailable_as_one_error(f"semaphore {self.name!r}"):
+            outage.connect(client)  # if this raises, nothing was sent: nothing to give back
+            return self._steps(client, new_identifier(), wait)
+
+    def _steps(self, client: Any, identifier: str, wait: float) -> str | None:
         try:
             return steps.run(
                 self._acquisition(identifier, wait, time.monotonic),

@@ -41,13 +41,6 @@ class Wait:
 
 
 @dataclass(frozen=True, slots=True)
-class Confirm:
-    """Take up a lock handed over to ``identifier``. Reply: True when it was still granted."""
-
-    identifier: str
-
-
-@dataclass(frozen=True, slots=True)
 class Leave:
     """Give ``identifier`` up (a waiter out of time leaves the line)."""
 

@@ -63,13 +63,10 @@ class AsyncLock(LockCore):
         client = face.client
         if isinstance(step, Attempt):
             return await face.attempts(self._atry_acquire(client, step.args, step.pause))
-        if isinstance(step, Wait):
-            # A hand-over the hub took for a waiter of this loop who has gone is passed on.
-            place = face.place(
-                self._signal_key, lambda token: self._arelease_handover(client, token)
-            )
-            return await place.take(step.seconds)
-        return await self._aextend_identifier(client, step.identifier, self._ttl_ms)
+        # A Wait, the only other step (a hand-over is confirmed by an Attempt under it). A
+        # hand-over the hub took for a waiter of this loop who has gone is passed on.
+        place = face.place(self._signal_key, lambda token: self._arelease_handover(client, token))
+        return await place.take(step.seconds)
 
     async def _atry_acquire(self, client: Any, args: tuple[Any, ...], pause: float) -> int:
         if pause:  # inside the shielded attempt: a waiter cancelled meanwhile still asks

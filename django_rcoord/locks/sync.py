@@ -61,9 +61,8 @@ class SyncLock(LockCore):
             if step.pause:
                 time.sleep(step.pause)
             return self._try_acquire(client, step.args)
-        if isinstance(step, Wait):
-            return pop_signal(client, self._signal_key, step.seconds)
-        return self._extend_identifier(client, step.identifier, self._ttl_ms)
+        # A Wait, the only other step (a hand-over is confirmed by an Attempt under it).
+        return pop_signal(client, self._signal_key, step.seconds)
 
     def _give_back(self, client: Any, identifier: str) -> None:
         """Release ``identifier`` if it holds the lock, as well as the connection allows."""

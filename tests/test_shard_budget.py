@@ -81,6 +81,18 @@ def test_max_tasks_counts_the_tasks_of_the_whole_process_over_all_its_loops() ->
     assert queue_stats("default") == {"ready": 6, "in_flight": 0, "delayed": 0, "dead": 0}
 
 
+def test_loops_that_take_several_at_once_take_no_more_than_the_budget_left() -> None:
+    # Quick tasks: after the first, each loop asks for a batch (prefetch); the loops
+    # together may hold no more than is left of the budget, and what was taken and not run
+    # goes back (nothing in flight, nothing lost).
+    for n in range(30):
+        tasks.record.delay(f"p{n}")
+    status, output = exit_of(sharded_worker("--max-tasks", "7"))
+    assert status == 0, output[-3000:]
+    assert len(ran()) == 7, ran()
+    assert queue_stats("default") == {"ready": 23, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
 def test_a_burst_ends_when_no_loop_has_work_not_when_each_found_none_once() -> None:
     # One task on one shard, held running until the test releases it: the other shards'
     # loops find nothing meanwhile.

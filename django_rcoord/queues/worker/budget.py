@@ -71,40 +71,34 @@ class BurstQuorum:
     """When the burst loops sharing it are done: once each of the ``loops`` found nothing to
     take in a take begun after the last change any of them made (a task taken or finished:
     a finish may queue a follow-up, a task may queue more, on any loop's queues). A loop
-    that finds nothing waits for a change or for the others, rather than leave work that
-    another loop's task queues for it behind."""
+    that finds nothing waits and looks again until then, rather than leave behind work
+    that another loop's task queues for it."""
 
     def __init__(self, loops: int) -> None:
         self.loops = loops
         self.done = False
         self._changes = 0
         self._idle: dict[str, int] = {}  # loop -> the change its empty take began after
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
 
     def seen(self) -> int:
         """The last change: a loop notes it before it takes."""
-        with self._condition:
+        with self._lock:
             return self._changes
 
     def changed(self) -> None:
-        """A loop took or finished tasks: every loop looks again."""
-        with self._condition:
+        """A loop took or finished tasks: every loop must look again."""
+        with self._lock:
             self._changes += 1
-            self._condition.notify_all()
 
-    def found_nothing(self, loop: str, seen: int, timeout: float) -> bool:
-        """Loop ``loop`` found nothing in a take begun at change ``seen``: True when every
-        loop is done (this one was the last to find nothing), else False once there was a
-        change since ``seen`` or ``timeout`` seconds passed (the loop looks again)."""
-        with self._condition:
+    def found_nothing(self, loop: str, seen: int) -> bool:
+        """Loop ``loop`` found nothing in a take begun at change ``seen``: True once every
+        loop is done (this one the last to find nothing since the last change, or another
+        was)."""
+        with self._lock:
             self._idle[loop] = seen
             if len(self._idle) >= self.loops and all(
                 idle == self._changes for idle in self._idle.values()
             ):
                 self.done = True
-                self._condition.notify_all()
-            else:
-                self._condition.wait_for(
-                    lambda: self.done or self._changes != seen, timeout=timeout
-                )
             return self.done

@@ -41,7 +41,7 @@ from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job, later
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import TaskRunner
-from django_rcoord.queues.worker.session import IDLE_CHECK, QueueSession
+from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
@@ -191,11 +191,9 @@ class Worker:
                     seen = self.quorum.seen() if self.quorum is not None else 0
                     job = self._next_job()
                     if job is None:
-                        if self.burst and time.monotonic() >= self._held_back_until:
-                            if self._out_of_work(seen):
-                                break
-                        else:
-                            self.session.wait_for_work()
+                        if self.burst and self._out_of_work(seen):
+                            break
+                        self.session.wait_for_work()
                     else:
                         self._run_job(job)
                         if self._should_stop():
@@ -224,9 +222,12 @@ class Worker:
 
     def _out_of_work(self, seen: int) -> bool:
         """A burst worker's take (begun at its quorum's change ``seen``) found nothing: is
-        it done? Alone, yes; with loops sharing its quorum, once none of them has work (it
-        waits for that, or for a change, a while)."""
-        return self.quorum is None or self.quorum.found_nothing(self.id, seen, IDLE_CHECK)
+        it done? Not while a run it held back for a limit is still to come due; then alone,
+        yes; with loops sharing its quorum, once none of them has work (until then it waits
+        for work as any worker does, and looks again)."""
+        if time.monotonic() < self._held_back_until:
+            return False
+        return self.quorum is None or self.quorum.found_nothing(self.id, seen)
 
     def _wait_out(self, exc: Exception, failures: int, failing_since: float) -> None:
         """A loop turn failed with ``exc`` (``failures`` turns before it failed too, the

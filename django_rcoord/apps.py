@@ -11,12 +11,8 @@ class RcoordConfig(AppConfig):
 
     def ready(self) -> None:
         from django_rcoord import connection  # noqa: F401  (connects its setting_changed receiver)
-        from django_rcoord.checks import (
-            check_embedded_in_deploy,
-            check_embedded_server,
-            check_redis_server,
-            check_settings,
-        )
+        from django_rcoord.checks import check_redis_server, check_settings
+        from django_rcoord.embedded.checks import check_embedded_in_deploy, check_embedded_server
 
         checks.register(check_settings, "rcoord")
         checks.register(check_embedded_server, "rcoord")

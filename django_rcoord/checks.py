@@ -1,6 +1,7 @@
 """System checks (``manage.py check``): the ``RCOORD`` dict, its connection and, with
 ``--deploy``, the Redis server. Each capability checks its own settings (its ``checks``
-module); ``check_settings`` runs them all. The check IDs are listed in the docs' reference."""
+module, the embedded server's in ``embedded.checks``); ``check_settings`` runs the rooms'.
+The check IDs are listed in the docs' reference."""
 
 from __future__ import annotations
 
@@ -268,57 +269,6 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
     for node, info in _server_infos(reply):
         messages.extend(server_problems(info, f"The Redis server at {node or where}"))
     return messages
-
-
-def _embedded_caches() -> list[str]:
-    """The aliases of ``CACHES`` made by ``embedded_cache()``."""
-    from django_rcoord.embedded.caches import is_embedded_cache
-
-    caches = getattr(settings, "CACHES", {})
-    if not isinstance(caches, Mapping):
-        return []
-    return [alias for alias, cache in caches.items() if is_embedded_cache(cache)]
-
-
-def check_embedded_server(**kwargs: Any) -> list[CheckMessage]:
-    """A cache made by ``embedded_cache()`` on a machine with no ``redis-server`` to start
-    (the ``embedded`` extra's wheel ships one for Linux x86_64 with CPython 3.10-3.12 only):
-    one clear error at start-up rather than a traceback at the first connection."""
-    from django_rcoord.embedded.finder import find_executable
-    from django_rcoord.exceptions import EmbeddedRedisError
-
-    aliases = _embedded_caches()
-    if not aliases:
-        return []
-    try:
-        find_executable()
-    except EmbeddedRedisError as exc:
-        return [
-            Error(
-                f"CACHES[{aliases[0]!r}] is embedded_cache(), and this machine has no "
-                f"redis-server to start: {exc}",
-                hint="apt install redis-server (or brew install redis), or point the cache "
-                "at a running Redis (LOCATION 'redis://127.0.0.1:6379/0').",
-                id="rcoord.E034",
-            )
-        ]
-    return []
-
-
-def check_embedded_in_deploy(**kwargs: Any) -> list[CheckMessage]:
-    """Deploy check: a cache made by ``embedded_cache()`` (a throwaway server started by the
-    first process that connects, for development) in a deployed project. Connects to
-    nothing."""
-    return [
-        Warning(
-            f"CACHES[{alias!r}] is embedded_cache(): a redis-server started by the first "
-            "process that connects, for development and tests only.",
-            hint="Point the cache at the Redis your deployment runs (LOCATION "
-            "'redis://host:6379/0', django-redis's RedisCache) for production.",
-            id="rcoord.W031",
-        )
-        for alias in _embedded_caches()
-    ]
 
 
 def server_problems(info: Mapping[str, Any], server: str) -> list[CheckMessage]:

@@ -71,6 +71,12 @@ class Settings:
     #: a bigger one raises MessageTooLarge there (None: no limit). Big payloads belong in
     #: storage the task reads, not in Redis.
     MAX_MESSAGE_BYTES: int | None = 10 * 1024 * 1024
+    #: Largest return value a task may leave (its JSON), in bytes; a bigger one makes the
+    #: run a dead letter saying so (ResultTooLarge), and the worker goes on (None: no
+    #: limit). The default keeps every call that records a task's end under 1 MiB, the
+    #: least `proto-max-bulk-len` a Redis server accepts: the value travels as JSON text
+    #: inside JSON, where a quote or a backslash takes two bytes.
+    MAX_RESULT_BYTES: int | None = 500_000
     #: Seconds a finished task's result record (status, times, errors, return value)
     #: is kept.
     TASK_RESULT_TTL: float = 86400

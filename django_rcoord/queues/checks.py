@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,10 +21,12 @@ from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 def check_queue_settings(
     user: Mapping[str, Any], *, prefix_ok: bool = True, **kwargs: Any
 ) -> list[CheckMessage]:
-    """The task queues' settings (rcoord.E017, E020, E021, E033) and PERIODIC_TASKS (E025, E029
-    and the schedule checks). Looking the periodic tasks up builds keys: not tried while
-    KEY_PREFIX is unusable (``prefix_ok`` False; rcoord.E006 says why)."""
-    errors: list[CheckMessage] = []
+    """The task queues' settings (rcoord.E017, E020, E021, E033), the apps' tasks modules
+    (E036) and PERIODIC_TASKS (E025, E029 and the schedule checks). Looking the periodic
+    tasks up builds keys: not tried while KEY_PREFIX is unusable (``prefix_ok`` False;
+    rcoord.E006 says why), nor when a tasks module fails to import (E036 says why)."""
+    errors = check_tasks_modules()
+    look_up_tasks = prefix_ok and not errors
     result_ttl = user.get("TASK_RESULT_TTL", DEFAULTS["TASK_RESULT_TTL"])
     if not is_number(result_ttl) or not result_ttl >= 1:
         errors.append(
@@ -56,10 +61,54 @@ def check_queue_settings(
     errors.extend(_check_options_set_twice(user.get("TASK_OPTIONS", DEFAULTS["TASK_OPTIONS"])))
     errors.extend(
         _check_periodic(
-            user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]), look_up_tasks=prefix_ok
+            user.get("PERIODIC_TASKS", DEFAULTS["PERIODIC_TASKS"]), look_up_tasks=look_up_tasks
         )
     )
     return errors
+
+
+def check_tasks_modules() -> list[CheckMessage]:
+    """rcoord.E036: an installed app's ``tasks`` module that raises when imported (a misspelt
+    option on a task's decorator, a bad import). A worker imports every one at start and
+    would stop there; the check says so in one line, where the error is."""
+    from django_rcoord.queues.registry import tasks_modules
+
+    errors: list[CheckMessage] = []
+    try:
+        names = tasks_modules()
+    # An app that is a module, not a package, has no tasks module to look for.
+    except ImportError:
+        return []
+    for name in names:
+        try:
+            importlib.import_module(name)
+        # The project's own module may raise anything: a check reports, never crashes.
+        except Exception as exc:  # noqa: BLE001
+            errors.append(
+                Error(
+                    f"{name}{_where_it_raised(exc, name)} raised {type(exc).__name__} when "
+                    f"imported: {exc}",
+                    hint="The worker (and poll_delayed) import every app's tasks module at "
+                    f"start and stop on this error. Fix it; python -c 'import {name}' shows "
+                    "the traceback.",
+                    id="rcoord.E036",
+                )
+            )
+    return errors
+
+
+def _where_it_raised(exc: BaseException, module_name: str) -> str:
+    """`` (path, line N)``: the line of ``module_name``'s own file that raised ``exc`` (a
+    task's decorator, an import), or "" when the error came from elsewhere."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" ({exc.filename}, line {exc.lineno})"
+    spec = importlib.util.find_spec(module_name)
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if spec is not None and frame.filename == spec.origin
+    ]
+    return f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
 
 
 def _shard_problems(raw: object) -> list[str]:
@@ -164,6 +213,16 @@ _TASK_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         ),
     ),
     (
+        "MAX_RESULT_BYTES",
+        lambda value: value is None or is_positive_int(value),
+        "None or a positive int",
+        (
+            "The largest return value a task may leave, as JSON, in bytes; the default is "
+            "500000 (None: no limit). Above 500000, raise the server's proto-max-bulk-len "
+            "to at least twice it."
+        ),
+    ),
+    (
         "TASK_STOP_CHECK",
         lambda value: value is None or _seconds_at_least(0.1)(value),
         "None or a number of seconds of at least 0.1",
@@ -226,9 +285,9 @@ def _check_periodic(raw: object, *, look_up_tasks: bool = True) -> list[CheckMes
     imports every app's ``tasks`` module, whose ``@task`` builds keys: with an unusable
     KEY_PREFIX (``look_up_tasks`` False; rcoord.E006 says why) that is not tried."""
     hint = (
-        'Each entry: {"name": "digest", "task": "myapp.tasks.send_digest", "cron": '
-        '"0 7 * * *"} or "every": seconds (1 or more), optional "args", "kwargs", '
-        '"catch_up" ("skip" or "once").'
+        f"Keys: {', '.join(sorted(schedules.KEYS))}. For example "
+        '{"name": "digest", "task": "myapp.tasks.send_digest", "cron": "0 7 * * *"}, or '
+        '"every": seconds (1 or more) for "cron"; "catch_up" is "skip" or "once".'
     )
     errors: list[CheckMessage] = [
         Error(f"settings.RCOORD['PERIODIC_TASKS']{text}.", hint=hint, id=check_id)

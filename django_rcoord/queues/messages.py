@@ -12,7 +12,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from django_rcoord.conf import conf
-from django_rcoord.exceptions import MessageTooLarge
+from django_rcoord.exceptions import MessageTooLarge, ResultTooLarge
 from django_rcoord.queues.keys import QueueKeys, new_task_id
 
 #: One encoder for every message and result (it keeps no state between calls).
@@ -63,6 +63,19 @@ def encode_message(
             f"name, a database id) instead of the data, or raise the setting."
         )
     return task_id, body
+
+
+def check_result_size(task_name: str, value_json: str) -> None:
+    """ResultTooLarge when ``value_json``, a return value of task ``task_name`` as
+    ``to_json`` writes it (ASCII: as many bytes as characters), is longer than
+    ``RCOORD["MAX_RESULT_BYTES"]``."""
+    limit = conf.MAX_RESULT_BYTES
+    if limit is not None and len(value_json) > limit:
+        raise ResultTooLarge(
+            f"the return value of task {task_name!r} is {len(value_json):,} bytes as JSON, "
+            f"over RCOORD['MAX_RESULT_BYTES'] ({limit:,}): return a reference to the data "
+            f"(a file name, a database id) instead of the data, or raise the setting"
+        )
 
 
 @functools.lru_cache(maxsize=1024)

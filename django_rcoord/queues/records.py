@@ -114,13 +114,13 @@ def dead_letters(
     queue: str, *, limit: int = 100, offset: int = 0, client: Any = None
 ) -> list[dict[str, Any]]:
     """``limit`` dead letters from the ``offset``-th oldest: each message, with ``error`` (the
-    last error, a traceback) and ``failures`` added. A queue of a group with shards lists
-    its shards' dead letters one shard after another."""
+    last error, a traceback) and ``failures`` added. A queue of a group with shards, now or
+    in an earlier layout, lists its groups' dead letters one group after another."""
     check_batch(limit, "limit")
     client = resolve_client(client)
-    names = shard_queue_names(queue)
+    names = layout_queues(queue, client=client)
     if len(names) == 1:
-        return _dead_letters_of(QueueKeys.of(queue), limit, max(0, offset), client)
+        return _dead_letters_of(QueueKeys.of(names[0]), limit, max(0, offset), client)
     letters: list[dict[str, Any]] = []
     skip = max(0, offset)
     for name in names:
@@ -134,6 +134,15 @@ def dead_letters(
         if len(letters) >= limit:
             break
     return letters
+
+
+def layout_queues(queue: str, task_id: str | None = None, *, client: Any = None) -> list[str]:
+    """The queues that may hold queue ``queue``'s task ``task_id`` (or any of its tasks):
+    in the layout of shards now or any earlier one (``shards.queues_holding``; without a
+    task id the registry is read for the earlier layouts' groups)."""
+    if task_id is not None:
+        return queues_holding(queue, task_id)
+    return queues_holding(queue, known=known_groups(client=client))
 
 
 def _dead_letters_of(keys: QueueKeys, limit: int, offset: int, client: Any) -> list[dict[str, Any]]:
@@ -161,15 +170,16 @@ REQUEUE_BATCH = 100
 
 def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
     """Send the dead letters of ``queue`` back to it (only ``task_id``, when given), with
-    their retries reset. Returns how many. A queue of a group with shards: each shard's
-    (the one ``task_id`` names, when given), back to its shard.
+    their retries reset. Returns how many. A queue of a group with shards: each group's,
+    in the layout of shards now and in earlier ones (only the one ``task_id`` names, when
+    given), back to its own group.
 
     In script calls of ``REQUEUE_BATCH`` letters each, oldest first: each call is atomic
     and short, so Redis never pauses long however many letters there are.
     """
     return sum(
         _requeue_dead(QueueKeys.of(name), task_id, client)
-        for name in queues_holding(queue, task_id)
+        for name in layout_queues(queue, task_id, client=client)
     )
 
 
@@ -198,7 +208,8 @@ def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -
     result records stay until they expire. Returns how many. Bounded calls, as
     ``requeue_dead``."""
     return sum(
-        _delete_dead(QueueKeys.of(name), task_id, client) for name in queues_holding(queue, task_id)
+        _delete_dead(QueueKeys.of(name), task_id, client)
+        for name in layout_queues(queue, task_id, client=client)
     )
 
 
@@ -224,6 +235,37 @@ def _dead_in_batches(
         handled += count
         if one or count < REQUEUE_BATCH:
             return handled
+
+
+def forget_gone_groups(*, client: Any = None) -> list[str]:
+    """Drop from the registry the groups that are gone: no task in any state (their
+    messages HASH is empty) and none queued for ``GROUP_KEYS_MS`` (their list of queues
+    expired). Returns them. Workers stop serving such a group (an earlier shard layout's)
+    and pollers stop watching it. A group a producer uses again is recorded again: each is
+    looked at once more after the drop, and put back if a task came meanwhile."""
+    client = resolve_client(client)
+    groups = [group for group in known_groups(client=client) if group != DEFAULT_GROUP]
+    if not groups:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for group in groups:
+            pipe.exists(GroupKeys.of(group).queues)
+            pipe.exists(GroupKeys.of(group).messages)
+        found = pipe.execute()
+    gone = [group for n, group in enumerate(groups) if not (found[2 * n] or found[2 * n + 1])]
+    if not gone:
+        return []
+    registry = registry_keys()[0]
+    client.srem(registry, *gone)
+    # A producer records a group after its first task's keys exist: one whose list of
+    # queues exists now was recorded again between the read and the drop, or is about to be.
+    with client.pipeline(transaction=False) as pipe:
+        for group in gone:
+            pipe.exists(GroupKeys.of(group).queues)
+        back = [group for group, exists in zip(gone, pipe.execute(), strict=True) if exists]
+    if back:
+        client.sadd(registry, *back)
+    return [group for group in gone if group not in back]
 
 
 def known_queues(group: str = DEFAULT_GROUP, *, client: Any = None) -> list[str]:

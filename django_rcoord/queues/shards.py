@@ -2,15 +2,18 @@
 
 A queue group lives in one hash slot, so on Redis Cluster on one primary. A group given
 ``N`` shards (``RCOORD["QUEUE_SHARDS"] = {"reports": 3}``) is spread over ``N`` groups of
-its own, its shards, named ``"<group>~<j>"``: shard ``i`` is the smallest ``j`` whose slot
-lies in the ``i``-th ``N``-th of the slot range, so that on a cluster whose slots are split
-evenly over ``N`` primaries each holds one shard. Each shard is an ordinary queue group:
+its own, its shards, named ``"<group>~<j>"``. The shards of ``N`` are the first ``N`` of one
+sequence per group (so every layout's shards are among those of any larger one), placed so
+that on a cluster whose slots are split evenly over ``N`` primaries (up to 10) each holds
+one shard. Each shard is an ordinary queue group:
 its own ready, delayed and dead sets, task ids that name it (so ``get_result``, ``cancel``
 and the delayed-task poller find a task from its id alone), its own workers.
 
-- A producer spreads new tasks over the shards in turn; a unique task goes to the shard
-  its claim names (the same shard for the same claim), so uniqueness holds across them.
-  Priorities and FIFO hold within a shard, not across shards.
+- A producer spreads new tasks over the shards in turn. A unique task goes to the group's
+  own keys (those of the group without shards), whatever the number of shards: its claim
+  lives there in every layout, so uniqueness holds across the shards and across any
+  change of their number (producers of two layouts side by side included). Priorities
+  and FIFO hold within a shard, not across shards.
 - ``run_email_worker --queues reports/pdf`` runs a worker loop per shard, each waiting on
   its own shard (none polls the others).
 - Records and ``queue_stats`` speak of the logical queue (``"reports/pdf"``): a record's
@@ -68,15 +71,58 @@ def shards_of(group: str) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _shards(group: str, count: int) -> tuple[str, ...]:
-    names = []
-    for index in range(count):
-        low = index * REDIS_CLUSTER_HASH_SLOTS // count
-        high = (index + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+    return _sequence(group)[:count]
+
+
+#: Where the shards lie in the slot range, in order: the first ``n`` of these points lie
+#: one in each ``n``-th of the 16,384 slots for every ``n`` up to 10 (found by a search),
+#: so that a cluster whose slots are split evenly over up to 10 primaries holds one shard
+#: of an ``n``-shard group on each. Past them, each next shard halves the widest gap left.
+_SPREAD = (0, 8200, 12320, 4120, 14360, 6160, 10240, 2080, 14760, 6560)
+
+
+@functools.lru_cache(maxsize=64)
+def _sequence(group: str) -> tuple[str, ...]:
+    """``group``'s shards in every layout, ``MAX_SHARDS`` of them: the shards of ``N`` are
+    the first ``N``, so the shards of a layout are among those of every larger one (a
+    worker of a larger layout serves what a producer of a smaller one queues). Shard ``i``
+    is the first ``"<group>~<n>"`` not taken whose slot lies in ``i``'s window."""
+    names: list[str] = []
+    points = list(_SPREAD)
+    for index in range(MAX_SHARDS):
+        if index == len(points):
+            points.append(_widest_gap_middle(points))
+        low, high = _window(points, index)
         number = 0
-        while not low <= _slot(f"{group}{SHARD_MARK}{number}") < high:
+        while f"{group}{SHARD_MARK}{number}" in names or not (
+            low <= _slot(f"{group}{SHARD_MARK}{number}") < high
+        ):
             number += 1
         names.append(f"{group}{SHARD_MARK}{number}")
     return tuple(names)
+
+
+def _window(points: list[int], index: int) -> tuple[int, int]:
+    """The slots shard ``index`` may lie in: within ``_SPREAD``, those in the same ``n``-th
+    of the range as its point for every ``n`` from ``index + 1`` to ``len(_SPREAD)``; past
+    it, a slot range around its point, a quarter of the mean gap each side."""
+    point, slots = points[index], REDIS_CLUSTER_HASH_SLOTS
+    if index >= len(_SPREAD):
+        half = slots // (4 * (index + 1))
+        return max(0, point - half), min(slots, point + half + 1)
+    low, high = 0, slots
+    for parts in range(index + 1, len(_SPREAD) + 1):
+        cell = point * parts // slots
+        low = max(low, -(-cell * slots // parts))
+        high = min(high, -(-(cell + 1) * slots // parts))
+    return low, high
+
+
+def _widest_gap_middle(points: list[int]) -> int:
+    """The middle of the widest gap between ``points`` (and the range's end)."""
+    ends = sorted(points) + [REDIS_CLUSTER_HASH_SLOTS]
+    gap, start = max((after - before, before) for before, after in zip(ends, ends[1:]))
+    return start + gap // 2
 
 
 def _slot(group: str) -> int:
@@ -99,14 +145,23 @@ def shard_queue_names(name: str) -> list[str]:
     return [*(f"{shard}/{queue}" for shard in shards_of(group)), name]
 
 
-def queues_holding(name: str, task_id: str | None = None) -> list[str]:
-    """The queues of queue ``name`` that may hold task ``task_id`` (its shard's: a task id
-    names its group), or every one of them when no task is named."""
+def queues_holding(
+    name: str, task_id: str | None = None, known: Iterable[str] = ()
+) -> list[str]:
+    """The queues of queue ``name`` that may hold task ``task_id``: the one of the group its
+    id names (whatever the shard layout is now) when that is ``name``'s group or a shard of
+    it, else none. With no task named: its shards now and its group's own keys, then the
+    groups of earlier layouts that ``known`` (the registry's groups) lists."""
+    group, queue = split_queue_name(name)
+    if task_id is not None:
+        holder = group_of_task_id(task_id)
+        if holder is None or not is_layout_of(group, holder):
+            return []
+        return [name] if holder == group else [f"{holder}/{queue}"]
     names = shard_queue_names(name)
-    if task_id is None or len(names) == 1:
-        return names
-    group = group_of_task_id(task_id)
-    return [queue for queue in names if split_queue_name(queue)[0] == group]
+    now = {split_queue_name(each)[0] for each in names}
+    earlier = [other for other in sorted(known) if is_layout_of(group, other) and other not in now]
+    return [*names, *(f"{other}/{queue}" for other in earlier)]
 
 
 def one_shard(names: Sequence[str], *, as_named: bool = False) -> list[str]:
@@ -130,17 +185,16 @@ def route(
     name: str, claim: str | None = None, *, near: str | None = None, turn: str | None = None
 ) -> str:
     """The queue a new task of queue ``name`` goes to: ``name`` itself unless its group has
-    shards; then the one unique claim ``claim`` ('u:<sha256>') names, or shard ``near`` when
-    it is one (a follow-up queued by its task's finish script, in the same step), or the
-    next shard in the round-robin ``turn`` (default: the group's)."""
-    if not conf.QUEUE_SHARDS:
+    shards, or the task is unique (``claim``: its claim lives in the group's own keys in
+    every layout, so that no change of the number of shards moves it); else shard ``near``
+    when it is one (a follow-up queued by its task's finish script, in the same step), or
+    the next shard in the round-robin ``turn`` (default: the group's)."""
+    if not conf.QUEUE_SHARDS or claim:
         return name
     group, queue = split_queue_name(name)
     if not is_sharded(group):
         return name
     shards = shards_of(group)
-    if claim:
-        return f"{shards[int(claim[2:18], 16) % len(shards)]}/{queue}"
     if near in shards:
         return f"{near}/{queue}"
     return f"{shards[_next_turn(turn or group) % len(shards)]}/{queue}"
@@ -193,20 +247,27 @@ def per_shard(names: list[str]) -> list[list[str]]:
 
 
 def earlier_layouts(names: list[str], known: Iterable[str]) -> list[list[str]]:
-    """``names`` (queues of one group) in each group left from the group's earlier shard
-    layouts that ``known`` (the registry's groups) lists: the group itself while it has
-    shards now, and each ``"<group>~<n>"`` that is not one of its shards now. Workers serve
-    them too, so that tasks queued before resharding still run."""
+    """``names`` (queues of one group) in each group beside the group's shards now: the
+    group's own keys while it has shards (its unique tasks, and what was queued before it
+    had shards), and each ``"<group>~<n>"`` that ``known`` (the registry's groups) lists and
+    is not one of its shards now (an earlier layout's). Workers serve them too, so that
+    tasks queued before resharding still run."""
     found = _one_group(names)
     if found is None:
         return []
     group, queues = found
-    earlier = []
-    for other in sorted(set(known) - set(shards_of(group))):
-        base, mark, number = other.rpartition(SHARD_MARK)
-        if other == group or (mark and base == group and number.isdigit()):
-            earlier.append(names if other == group else _in_group(other, queues))
+    earlier = [names] if is_sharded(group) else []
+    for other in sorted(set(known) - {group, *shards_of(group)}):
+        if is_layout_of(group, other):
+            earlier.append(_in_group(other, queues))
     return earlier
+
+
+def is_layout_of(group: str, other: str) -> bool:
+    """True when group ``other`` is group ``group`` or a shard of it in some layout
+    (``"<group>~<n>"``): where a task of ``group``'s queues may have been queued."""
+    base, mark, number = other.rpartition(SHARD_MARK)
+    return other == group or (bool(mark) and base == group and number.isdigit())
 
 
 def _one_group(names: list[str]) -> tuple[str, list[str]] | None:

@@ -3,7 +3,7 @@
 
 Each rule is a dict: ``name``, ``path`` (a regex searched in ``request.path_info``) and/or
 ``url_names``, ``limit``, ``timeout``, ``wait`` (default 0), ``scope`` ("global", "user" or
-"ip") and ``fail_open`` (default True).
+"ip"), ``fail_open`` (default True) and ``max_hold`` (seconds; default None).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from django_rcoord.identity import client_ip, requester
 from django_rcoord.semaphores.semaphore import Semaphore
 from django_rcoord.validation import is_number, is_positive_int, named_dicts
 
-RULE_KEYS = {
+#: A rule's keys, in the order the docs give them: the one list (unknown keys, hints).
+RULE_KEYS = (
     "name",
     "path",
     "url_names",
@@ -30,7 +31,7 @@ RULE_KEYS = {
     "scope",
     "fail_open",
     "max_hold",
-}
+)
 SCOPES = ("global", "user", "ip")
 
 
@@ -64,7 +65,9 @@ class ConcurrencyRule:
 
 def rule_problems(raw: object) -> list[tuple[str, str]]:
     """(check id, message) for each problem of a CONCURRENCY_LIMITS value; [] when valid."""
-    entries, problems = named_dicts(raw, RULE_KEYS, "rcoord.E008", "CONCURRENCY_LIMITS")
+    entries, problems = named_dicts(
+        raw, frozenset(RULE_KEYS), "rcoord.E008", "CONCURRENCY_LIMITS"
+    )
     for where, rule, name in entries:
         if name is not None:
             try:

@@ -114,7 +114,7 @@ def finish_record(done: Done) -> dict[str, Any]:
         return record
     record["delay"] = outcome.delay_ms
     if outcome.kind != "later":  # held back by its limits: it did not run, nothing failed
-        record["error"] = outcome.error
+        record["error"] = outcome.stored_error
         record["entry"] = outcome.error_entry
     return record
 

@@ -23,6 +23,11 @@ from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.results import TaskRecord, record_from
 
+#: The most characters of an error's text (a traceback) a result record keeps. The call
+#: that records a task's end carries it twice, JSON in JSON, at most 20 bytes a character
+#: (an escaped control or astral character), under the 1 MiB a server accepts at least.
+MAX_ERROR_CHARS = 32_768
+
 
 @dataclass
 class Outcome:
@@ -48,10 +53,22 @@ class Outcome:
         return lines[-1] if lines else ""
 
     @property
+    def stored_error(self) -> str:
+        """The error text as the result record keeps it: its first and last characters when
+        it is over ``MAX_ERROR_CHARS``, so that no error (a task may raise one with any text)
+        makes the call that records it larger than a server accepts."""
+        error = self.error
+        if len(error) <= MAX_ERROR_CHARS:
+            return error
+        head = MAX_ERROR_CHARS // 4
+        cut = len(error) - MAX_ERROR_CHARS
+        return f"{error[:head]}\n[... {cut:,} characters left out ...]\n{error[head + cut :]}"
+
+    @property
     def error_entry(self) -> str:
         if not self.error:
             return ""
-        return json.dumps({"exception_class_path": self.error_class, "traceback": self.error})
+        return json.dumps({"exception_class_path": self.error_class, "traceback": self.stored_error})
 
 
 @dataclass

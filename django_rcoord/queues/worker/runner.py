@@ -24,10 +24,15 @@ from typing import Any
 
 from django_rcoord import __version__, tracing
 from django_rcoord.conf import conf
-from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable, TaskTimeLimitExceeded
+from django_rcoord.exceptions import (
+    ResultTooLarge,
+    TaskCancelled,
+    TaskNotRunnable,
+    TaskTimeLimitExceeded,
+)
 from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.cancel import running
-from django_rcoord.queues.messages import to_json
+from django_rcoord.queues.messages import check_result_size, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.registry import PermanentFailure, get_task
 from django_rcoord.queues.worker.jobs import (
@@ -181,16 +186,7 @@ class TaskRunner:
             if job.failures < options.max_retries:
                 outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
             return outcome
-        try:
-            return Outcome("ack", name, value_json=to_json(value))
-        except (TypeError, ValueError) as exc:
-            # Running it again would return the same: dead at once, and the worker goes on.
-            return Outcome(
-                "dead",
-                name,
-                f"the return value of task {name!r} cannot be stored as JSON: {exc}",
-                class_path(type(exc)),
-            )
+        return returned(name, value)
 
     def not_here(self, job: Job, name: str, reason: str) -> Outcome:
         """A task this worker cannot run (unknown here, its module fails to import, its
@@ -362,6 +358,22 @@ async def _within(awaitable: Any, left: float | None, limit: float | None) -> An
     except asyncio.TimeoutError:
         raise TaskTimeLimitExceeded(f"cancelled after its time limit of {limit:g} s") from None
 
+
+
+def returned(name: str, value: Any) -> Outcome:
+    """How a run of task ``name`` that returned ``value`` ended: acknowledged with the value
+    as JSON, or, when it cannot be stored (JSON cannot carry it, or it is over
+    ``RCOORD["MAX_RESULT_BYTES"]``), a dead letter saying why. Running it again would
+    return the same: dead at once, and the worker goes on."""
+    try:
+        value_json = to_json(value)
+        check_result_size(name, value_json)
+    except (TypeError, ValueError) as exc:
+        error = str(exc)
+        if not isinstance(exc, ResultTooLarge):
+            error = f"the return value of task {name!r} cannot be stored as JSON: {exc}"
+        return Outcome("dead", name, error, class_path(type(exc)))
+    return Outcome("ack", name, value_json=value_json)
 
 @contextlib.contextmanager
 def _alarm(limit: float | None) -> Iterator[None]:

@@ -1,0 +1,145 @@
+"""A sharded queue's promises through changes of its layout (``RCOORD["QUEUE_SHARDS"]``
+changing while tasks wait): unique tasks run once whatever the number of shards, and the
+queue-level calls find a task on a shard of any layout. With real worker processes, on
+one Redis and, with RCOORD_TEST_CLUSTER=1, on a 3-primary cluster."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+from redis.crc import key_slot
+
+from django_rcoord.queues import dead_letters, delete_dead, queue_stats, requeue_dead
+from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.shards import MAX_SHARDS, shards_of
+from django_rcoord.queues.worker import Worker
+from tests import tasks
+from tests.test_queues import output_of, ran, start_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NONE: dict[str, int] = {}
+THREE = {"main": 3}
+TWO = {"main": 2}
+
+
+@contextmanager
+def layout(shards: dict[str, int]) -> Iterator[None]:
+    """This process queues and reads with ``shards`` as its ``QUEUE_SHARDS``."""
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": shards}):
+        yield
+
+
+def drain(shards: dict[str, int]) -> str:
+    """Run a ``--burst`` worker process on layout ``shards``; its log."""
+    worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(shards)})
+    output = output_of(worker, 120)
+    assert worker.returncode == 0, output
+    return output
+
+
+def test_a_unique_task_runs_once_however_the_number_of_shards_changes() -> None:
+    """Producers of three layouts side by side (a rolling deploy, a forgotten settings
+    file): each finds the first run's claim; one run happens."""
+    ids = []
+    for shards in (NONE, THREE, TWO, THREE):
+        with layout(shards):
+            ids.append(tasks.unique_report.delay("same"))
+    assert ids == [ids[0]] * 4
+    with layout(TWO):
+        drain(TWO)
+        assert ran() == ["same"]
+        # Its claim ended with its run: the next one runs.
+        again = tasks.unique_report.delay("same")
+        assert again != ids[0]
+
+
+def test_a_unique_dead_letter_sent_back_under_another_layout_holds_its_claim() -> None:
+    with layout(THREE):
+        first = tasks.unique_failure.delay("once")
+    with layout(NONE):  # the group's own keys: where unique tasks live in every layout
+        Worker(["default"], burst=True).run()
+    with layout(TWO):
+        assert [letter["id"] for letter in dead_letters("default")] == [first]
+        assert requeue_dead("default", first) == 1
+        # Sent back, it holds its claim again: another run of the key queues nothing.
+        assert tasks.unique_failure.delay("once") == first
+        assert queue_stats("default")["ready"] == 1
+
+
+def test_queue_calls_find_dead_letters_on_an_earlier_layouts_shards() -> None:
+    """Three shards, then two: the dead letters left on the shards the new layout lacks are
+    listed, sent back one by one (by id) or all, and deleted."""
+    with layout(THREE):
+        failed = [tasks.always_fail.delay(f"d{n}") for n in range(6)]
+        for shard in shards_of("main"):
+            Worker([f"{shard}/default"], burst=True).run()
+    with layout(TWO):
+        gone = [task_id for task_id in failed if group_of_task_id(task_id) not in shards_of("main")]
+        assert gone, "some of the three shards are none of the two"
+        assert sorted(letter["id"] for letter in dead_letters("default")) == sorted(failed)
+        assert requeue_dead("default", gone[0]) == 1
+        assert requeue_dead("default") == len(failed) - 1
+        assert dead_letters("default") == []
+        drain(TWO)  # every one fails again (no retries): dead letters again
+        assert delete_dead("default", gone[0]) == 1
+        assert delete_dead("default") == len(failed) - 1
+        assert dead_letters("default") == []
+    assert sorted(ran()) == []
+
+
+def test_the_shards_of_a_layout_are_among_those_of_every_larger_one() -> None:
+    """A worker with more shards than a producer serves every shard the producer uses; and
+    each layout up to 10 shards holds one shard in each n-th of the slot range."""
+    for group in ("main", "reports", "mail"):
+        layouts = []
+        for count in range(1, MAX_SHARDS + 1):
+            with layout({group: count}):
+                layouts.append(shards_of(group) if count > 1 else ())
+        for smaller, larger in zip(layouts[1:], layouts[2:]):
+            assert set(smaller) < set(larger)
+        for shards in layouts[1:10]:
+            slots = [key_slot(QueueKeys.of(f"{shard}/q").ready.encode()) for shard in shards]
+            cells = sorted(slot * len(shards) // 16384 for slot in slots)
+            assert cells == list(range(len(shards)))
+        assert len(set(layouts[-1])) == MAX_SHARDS
+
+
+def test_groups_that_hold_nothing_leave_the_registry() -> None:
+    """A group of an earlier layout leaves the registry once it holds no task and none was
+    queued for 30 days (its list of queues expired); one with a dead letter, or whose
+    list of queues lives, stays."""
+    from django_rcoord.connection import get_client
+    from django_rcoord.queues.keys import GroupKeys
+    from django_rcoord.queues.records import forget_gone_groups, known_groups
+
+    with layout(THREE):
+        shards = shards_of("main")
+        failed = [tasks.always_fail.delay(f"d{n}") for n in range(6)]
+        for shard in shards:
+            Worker([f"{shard}/default"], burst=True).run()
+    assert set(shards) <= set(known_groups())
+    emptied, dead_kept, queued_kept = shards
+    for task_id in failed:
+        if group_of_task_id(task_id) == emptied:
+            assert delete_dead("default", task_id) == 1
+    client = get_client()
+    # 30 days pass with no task queued: the lists of queues expire (but one's, queued to).
+    client.delete(GroupKeys.of(emptied).queues, GroupKeys.of(dead_kept).queues)
+    with layout(NONE):
+        for task_id in failed:
+            if group_of_task_id(task_id) == queued_kept:
+                assert delete_dead("default", task_id) == 1
+    assert forget_gone_groups() == [emptied]
+    assert emptied not in known_groups()
+    assert {dead_kept, queued_kept} <= set(known_groups())
+    assert forget_gone_groups() == []  # nothing more to forget
+    with layout(THREE):  # used again (a task on each shard, in turn): recorded again
+        for n in range(3):
+            tasks.record.delay(f"back{n}")
+    assert emptied in known_groups()

@@ -20,6 +20,7 @@ from django_rcoord.management.base import (
 from django_rcoord.queues.records import known_groups
 from django_rcoord.queues.shards import earlier_layouts, per_shard
 from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
 from django_rcoord.queues.worker.loop import ISOLATIONS
 from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
 
@@ -41,8 +42,17 @@ class WorkerCommand(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         add_protocol_arguments(parser)
         parser.add_argument("--queues", nargs="+", help="Queues to watch, highest priority first.")
-        parser.add_argument("--burst", action="store_true", help="Exit when the queues are empty.")
-        parser.add_argument("--max-tasks", type=int, help="Exit after this many tasks.")
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit when the queues are empty: when no loop of the process (one per shard) "
+            "has work.",
+        )
+        parser.add_argument(
+            "--max-tasks",
+            type=int,
+            help="Exit after this many tasks, run by the whole process (all its loops).",
+        )
         parser.add_argument(
             "--concurrency",
             type=int,
@@ -70,6 +80,8 @@ class WorkerCommand(BaseCommand):
         concurrency = options["concurrency"]
         if concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
+        if options["max_tasks"] is not None and options["max_tasks"] < 1:
+            raise CommandError("--max-tasks must be at least 1")
         max_outage = _max_outage(options["max_outage"], burst=options["burst"])
         configure_logging(options["verbosity"])
         announce_protocols(upgrade=options["upgrade_protocols"])
@@ -79,23 +91,7 @@ class WorkerCommand(BaseCommand):
         loops = [(shard, concurrency, False) for queues in named for shard in per_shard(queues)]
         loops += [(queues, 1, True) for queues in _earlier_layouts(named)]
         stop = threading.Event()
-        try:
-            workers = [
-                Worker(
-                    queues,
-                    lease=options["lease"],
-                    burst=options["burst"],
-                    max_tasks=options["max_tasks"],
-                    stop_event=stop,
-                    max_outage=max_outage,
-                    isolation=options["isolation"],
-                    as_named=as_named,
-                )
-                for queues, count, as_named in loops
-                for _ in range(count)
-            ]
-        except ValueError as exc:
-            raise CommandError(str(exc)) from exc
+        workers = _workers(loops, options, stop, max_outage)
         watched = [name for queues, _, _ in loops for name in queues]
         self._report_unwatched(watched)
         failed: list[RcoordError] = []
@@ -138,6 +134,36 @@ class WorkerCommand(BaseCommand):
                 "--queues, or run a worker for them)",
                 ", ".join(f"{name} ({count})" for name, count in sorted(waiting.items())),
             )
+
+
+def _workers(
+    loops: list[tuple[list[str], int, bool]],
+    options: dict[str, Any],
+    stop: threading.Event,
+    max_outage: float | None,
+) -> list[Worker]:
+    """A ``Worker`` for each of ``loops`` (queues, how many, as_named). --max-tasks and
+    --burst are the process's: every loop draws on one budget (spent, it sets ``stop`` for
+    them all), and a burst ends when no loop has work."""
+    budget = TaskBudget(options["max_tasks"], stop=stop)
+    quorum = BurstQuorum(sum(count for _, count, _ in loops)) if options["burst"] else None
+    try:
+        return [
+            Worker(
+                queues,
+                lease=options["lease"],
+                burst=quorum or False,
+                max_tasks=budget,
+                stop_event=stop,
+                max_outage=max_outage,
+                isolation=options["isolation"],
+                as_named=as_named,
+            )
+            for queues, count, as_named in loops
+            for _ in range(count)
+        ]
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def _max_outage(given: float | None, *, burst: bool) -> float | None:

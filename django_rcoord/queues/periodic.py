@@ -239,7 +239,9 @@ def _pending_tick(schedule: Schedule, target: Target, tick: int) -> PendingTick:
         # As delay() writes it: the scripts that end the run release the claim.
         claim = target.unique.claim(target.task_name, schedule.args, schedule.kwargs)
         extra[UNIQUE_FIELD], extra[UNIQUE_MS_FIELD] = claim, target.unique.ms
-    queue, fields = placed(target.queue, extra, claim)  # a shard's, when it has shards
+    # A shard's, when it has shards: in turns per schedule, so each schedule's ticks spread
+    # over the shards (in turns per group, schedules fired one after another would not).
+    queue, fields = placed(target.queue, extra, claim, turn=f"periodic:{schedule.name}")
     task_id, body = encode_message(target.task_name, queue, schedule.args, schedule.kwargs, fields)
     return PendingTick(tick, queue, target.priority, task_id, body)
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
@@ -45,9 +46,21 @@ SHARD_MARK = "~"
 #: ("reports/pdf"): what its record says, whatever the shard layout is when it is read.
 QUEUED_AS = "queued_as"
 
-#: Each process starts its turns at a random shard: processes that queue one task each (a
-#: cron job's) spread too.
-_turns = itertools.count(int.from_bytes(os.urandom(2), "big"))
+#: The round-robin of each group (or other turn key, as ``route`` is given): one per group,
+#: so a group's tasks spread evenly over its shards whatever else the process queues. Each
+#: starts at a random shard: processes that queue one task each (a cron job's) spread too.
+_turns: dict[str, Iterator[int]] = {}
+_turns_lock = threading.Lock()
+
+
+def _next_turn(key: str) -> int:
+    """The next turn of round-robin ``key`` (``next()`` on a count is atomic; the lock only
+    keeps two threads' first use from starting two counts)."""
+    turns = _turns.get(key)
+    if turns is None:
+        with _turns_lock:
+            turns = _turns.setdefault(key, itertools.count(int.from_bytes(os.urandom(2), "big")))
+    return next(turns)
 
 
 def shards_of(group: str) -> tuple[str, ...]:
@@ -168,12 +181,14 @@ def one_shard(names: Sequence[str], *, as_named: bool = False) -> list[str]:
     return list(names)
 
 
-def route(name: str, claim: str | None = None, *, near: str | None = None) -> str:
+def route(
+    name: str, claim: str | None = None, *, near: str | None = None, turn: str | None = None
+) -> str:
     """The queue a new task of queue ``name`` goes to: ``name`` itself unless its group has
     shards, or the task is unique (``claim``: its claim lives in the group's own keys in
     every layout, so that no change of the number of shards moves it); else shard ``near``
     when it is one (a follow-up queued by its task's finish script, in the same step), or
-    the next shard in turn."""
+    the next shard in the round-robin ``turn`` (default: the group's)."""
     if not conf.QUEUE_SHARDS or claim:
         return name
     group, queue = split_queue_name(name)
@@ -182,15 +197,20 @@ def route(name: str, claim: str | None = None, *, near: str | None = None) -> st
     shards = shards_of(group)
     if near in shards:
         return f"{near}/{queue}"
-    return f"{shards[next(_turns) % len(shards)]}/{queue}"
+    return f"{shards[_next_turn(turn or group) % len(shards)]}/{queue}"
 
 
 def placed(
-    name: str, extra: dict[str, Any] | None, claim: str | None = None, *, near: str | None = None
+    name: str,
+    extra: dict[str, Any] | None,
+    claim: str | None = None,
+    *,
+    near: str | None = None,
+    turn: str | None = None,
 ) -> tuple[str, dict[str, Any] | None]:
     """(the queue a new task of queue ``name`` goes to, as ``route`` says, and its message's
     extra fields ``extra``, with ``QUEUED_AS`` naming ``name`` when that is a shard's)."""
-    shard = route(name, claim, near=near)
+    shard = route(name, claim, near=near, turn=turn)
     if shard == name:
         return name, extra
     return shard, {**(extra or {}), QUEUED_AS: name}

@@ -35,6 +35,7 @@ from django_rcoord.exceptions import RedisUnavailable, WorkerGaveUp
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.shards import one_shard
+from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
 from django_rcoord.queues.worker.gates import TaskGates, Wait
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job, later
@@ -101,6 +102,10 @@ class Worker:
     loop per shard); ``as_named=True`` serves the queues named even so (the group's own
     keys, left from before it had shards).
 
+    ``max_tasks`` may be a ``TaskBudget`` and ``burst`` a ``BurstQuorum``, shared by the
+    loops of one process (``run_email_worker``): the limits then hold for them all together
+    (see ``budget``); else for this loop.
+
     ``isolation="inline"`` (the default) runs tasks in this process; ``"process"`` runs
     them in a child process, which is killed at a task's time limit (see ``isolation``).
 
@@ -115,8 +120,8 @@ class Worker:
         queues: Sequence[str],
         *,
         lease: float | None = None,
-        burst: bool = False,
-        max_tasks: int | None = None,
+        burst: bool | BurstQuorum = False,
+        max_tasks: int | TaskBudget | None = None,
         prefetch: int | None = None,
         client: Any = None,
         stop_event: threading.Event | None = None,
@@ -128,8 +133,9 @@ class Worker:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATIONS)}, not {isolation!r}")
         self.queues = same_group(one_shard(queues, as_named=as_named))
         self.lease = float(conf.TASK_LEASE if lease is None else lease)
-        self.burst = burst
-        self.max_tasks = max_tasks
+        self.burst = bool(burst)
+        self.quorum = burst if isinstance(burst, BurstQuorum) else None
+        self.budget = max_tasks if isinstance(max_tasks, TaskBudget) else TaskBudget(max_tasks)
         self.max_outage = max_outage
         self.prefetch = PrefetchPolicy(
             check_batch(conf.TASK_PREFETCH if prefetch is None else prefetch, "prefetch")
@@ -137,7 +143,7 @@ class Worker:
         self.stopping = stop_event or threading.Event()
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.session = QueueSession(
-            self.id, self.queues, lease=self.lease, burst=burst, client=client
+            self.id, self.queues, lease=self.lease, burst=self.burst, client=client
         )
         self.isolation = isolation
         self.gates = TaskGates(self.lease, client=client)
@@ -202,9 +208,10 @@ class Worker:
             while not self.stopping.is_set():
                 try:
                     self.session.heartbeat(self.processed, self._started_at)
+                    seen = self.quorum.seen() if self.quorum is not None else 0
                     job = self._next_job()
                     if job is None:
-                        if self.burst and time.monotonic() >= self._held_back_until:
+                        if self.burst and self._out_of_work(seen):
                             break
                         self.idle_warning.idle()
                         self.session.wait_for_work()
@@ -234,6 +241,15 @@ class Worker:
                 self.runner.close()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
+
+    def _out_of_work(self, seen: int) -> bool:
+        """A burst worker's take (begun at its quorum's change ``seen``) found nothing: is
+        it done? Not while a run it held back for a limit is still to come due; then alone,
+        yes; with loops sharing its quorum, once none of them has work (until then it waits
+        for work as any worker does, and looks again)."""
+        if time.monotonic() < self._held_back_until:
+            return False
+        return self.quorum is None or self.quorum.found_nothing(self.id, seen)
 
     def _wait_out(self, exc: Exception, failures: int, failing_since: float) -> None:
         """A loop turn failed with ``exc`` (``failures`` turns before it failed too, the
@@ -292,6 +308,9 @@ class Worker:
             self._wake_keeper()
             if finished.outcome.kind != "later":
                 self.processed += 1
+                self.budget.ran_one()
+            else:
+                self.budget.release(1)  # it goes back: another loop may run it
             if not self._batch or finished.outcome.kind != "ack":
                 close_old_connections()
 
@@ -299,8 +318,7 @@ class Worker:
         """How many tasks the next take asks for (none once stopping)."""
         if self.stopping.is_set():
             return 0
-        left = None if self.max_tasks is None else self.max_tasks - self.processed
-        return self.prefetch.take_count(left)
+        return self.prefetch.take_count(self.budget.left())
 
     def _exchange_held(self, take: int, *, patience: float | None = None) -> None:
         """Finish the tasks run and not yet acknowledged, take up to ``take`` more into the
@@ -310,10 +328,14 @@ class Worker:
         with self._holding:
             self._finish_stopped()
             if self._pending is None:
-                self._pending = (list(self._done), take)
+                # What it takes is reserved first: loops sharing a budget never take more.
+                self._pending = (list(self._done), self.budget.reserve(take))
             done, wanted = self._pending
             jobs = self.session.exchange(done, wanted, patience=patience)
             self._pending = None
+            self.budget.release(wanted - len(jobs))
+            if self.quorum is not None and (done or jobs):
+                self.quorum.changed()
             finished = {id(item) for item in done}
             self._done = [item for item in self._done if id(item) not in finished]
             self._batch.extend(jobs)
@@ -350,6 +372,7 @@ class Worker:
                         len(self._batch),
                         exc,
                     )
+            self.budget.release(len(self._batch))
             self._batch.clear()
             self._done = []
             self._running = None
@@ -357,7 +380,7 @@ class Worker:
     def _should_stop(self) -> bool:
         if self.stopping.is_set():
             return True
-        return self.max_tasks is not None and self.processed >= self.max_tasks
+        return self.budget.spent
 
     # -- the keeper's side (under ``_holding``) --------------------------------------
     def _wake_keeper(self) -> None:
@@ -466,4 +489,5 @@ class Worker:
         """Give back the batch not started; when that raises, it stays held (the next try,
         or its lease, brings it back)."""
         self.session.give_back(list(self._batch))
+        self.budget.release(len(self._batch))
         self._batch.clear()

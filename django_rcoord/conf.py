@@ -71,6 +71,10 @@ class Settings:
     #: worker watches says so (a warning naming them and the flag to serve them), at most
     #: once each this many seconds (None: never).
     WORKER_IDLE_WARNING: float | None = 60.0
+    #: How often a worker process looks in the registry for queue groups beside its shard
+    #: layout (other layouts' shards: producers with another QUEUE_SHARDS) to serve, and
+    #: ends the loops of groups that left it (None: only at start).
+    WORKER_DISCOVERY: float | None = 60.0
     #: Largest task message (its JSON: arguments and all) accepted at enqueue, in bytes;
     #: a bigger one raises MessageTooLarge there (None: no limit). Big payloads belong in
     #: storage the task reads, not in Redis.

@@ -90,6 +90,8 @@ RCOORD = {
     "QUEUE_SHARDS": json.loads(os.environ.get("RCOORD_TEST_QUEUE_SHARDS", "{}")),
     # How soon the worker processes the tests start say they serve nothing.
     "WORKER_IDLE_WARNING": float(os.environ.get("RCOORD_TEST_IDLE_WARNING", "60")),
+    # How often the worker processes the tests start look for other layouts' groups.
+    "WORKER_DISCOVERY": float(os.environ.get("RCOORD_TEST_DISCOVERY", "60")),
 }
 if os.environ.get("RCOORD_TEST_CLUSTER", "") not in ("", "0"):
     # The same suite against a 3-master Redis Cluster (conftest.py starts it).

@@ -14,12 +14,15 @@ from django.conf import settings
 from django.test import override_settings
 from redis.crc import key_slot
 
+from django_rcoord.connection import get_client
 from django_rcoord.queues import dead_letters, delete_dead, queue_stats, requeue_dead
-from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.keys import GroupKeys, QueueKeys, group_of_task_id
+from django_rcoord.queues.records import forget_gone_groups, known_groups
 from django_rcoord.queues.shards import MAX_SHARDS, shards_of
 from django_rcoord.queues.worker import Worker
 from tests import tasks
-from tests.test_queues import output_of, ran, start_worker
+from tests.procs import wait_until
+from tests.test_queues import log_of, output_of, ran, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,10 +117,6 @@ def test_groups_that_hold_nothing_leave_the_registry() -> None:
     """A group of an earlier layout leaves the registry once it holds no task and none was
     queued for 30 days (its list of queues expired); one with a dead letter, or whose
     list of queues lives, stays."""
-    from django_rcoord.connection import get_client
-    from django_rcoord.queues.keys import GroupKeys
-    from django_rcoord.queues.records import forget_gone_groups, known_groups
-
     with layout(THREE):
         shards = shards_of("main")
         failed = [tasks.always_fail.delay(f"d{n}") for n in range(6)]
@@ -143,3 +142,42 @@ def test_groups_that_hold_nothing_leave_the_registry() -> None:
         for n in range(3):
             tasks.record.delay(f"back{n}")
     assert emptied in known_groups()
+
+
+@pytest.mark.parametrize("worker_layout", [NONE, TWO], ids=["unsharded", "two shards"])
+def test_a_running_worker_serves_the_shards_another_layout_starts_using(
+    worker_layout: dict[str, int],
+) -> None:
+    """Producers on three shards, a worker on none or two (a rolling deploy, a forgotten
+    settings file): the worker finds the shards it lacks while it runs, says so, serves
+    them, and ends their loops once they hold nothing (none queued for 30 days); then they
+    leave the registry."""
+
+    env = {"RCOORD_TEST_QUEUE_SHARDS": json.dumps(worker_layout), "RCOORD_TEST_DISCOVERY": "0.3"}
+    worker = start_worker(env=env)
+    try:
+        wait_until(lambda: "watching" in log_of(worker), timeout=60)
+        with layout(THREE):
+            ids = [tasks.record.delay(f"t{n}") for n in range(9)]
+        with layout(worker_layout):
+            lacking = sorted({group_of_task_id(t) for t in ids} - set(shards_of("main")))
+        assert lacking  # some shards of three are none of the worker's
+        wait_until(lambda: len(ran()) == 9, timeout=60, why=lambda: (ran(), log_of(worker)))
+        for group in lacking:
+            assert f"queue group {group} holds tasks of group main" in log_of(worker)
+        # Thirty days on, with nothing queued: their lists of queues expire, and their loops end.
+        client = get_client()
+        for group in lacking:
+            client.delete(GroupKeys.of(group).queues)
+        wait_until(
+            lambda: all(f"queue group {g} holds no task any more" in log_of(worker) for g in lacking),
+            timeout=60,
+            why=lambda: log_of(worker),
+        )
+    finally:
+        worker.terminate()
+        output = output_of(worker, 60)
+    assert worker.returncode == 0, output
+    assert sorted(ran()) == sorted(f"t{n}" for n in range(9))
+    forget_gone_groups()  # the worker has signed off from them
+    assert not set(lacking) & set(known_groups())

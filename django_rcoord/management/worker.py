@@ -17,10 +17,10 @@ from django_rcoord.management.base import (
     configure_logging,
     stop_on_signals,
 )
-from django_rcoord.queues.records import known_groups
-from django_rcoord.queues.shards import earlier_layouts, per_shard
+from django_rcoord.queues.shards import per_shard
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
+from django_rcoord.queues.worker.layouts import LayoutLoops
 from django_rcoord.queues.worker.loop import ISOLATIONS
 from django_rcoord.queues.worker.watch import default_queues, waiting_elsewhere
 
@@ -87,37 +87,22 @@ class WorkerCommand(BaseCommand):
         announce_protocols(upgrade=options["upgrade_protocols"])
         named = [options["queues"]] if options["queues"] else default_queues()
         # A group with shards is served by a loop per shard, each waiting on its own; the
-        # groups of its earlier layouts (resharding) by one loop each, as named.
-        loops = [(shard, concurrency, False) for queues in named for shard in per_shard(queues)]
-        loops += [(queues, 1, True) for queues in _earlier_layouts(named)]
-        stop = threading.Event()
-        workers = _workers(loops, options, stop, max_outage)
-        watched = [name for queues, _, _ in loops for name in queues]
+        # groups beside the layout (the group's own keys, other layouts' shards) by one
+        # loop each, as named, kept in step with the registry while the process runs.
+        own = [(shard, concurrency) for queues in named for shard in per_shard(queues)]
+        process = _Process(options, max_outage)
+        layouts = LayoutLoops(named, process.start)
+        beside = _beside(layouts)
+        process.plan(sum(count for _, count in own) + len(beside))
+        workers = [process.make(queues, False) for queues, count in own for _ in range(count)]
+        watched = [name for queues, _ in own for name in queues]
+        watched += [name for queues in beside.values() for name in queues]
         self._report_unwatched(watched)
-        failed: list[RcoordError] = []
-
-        def run(worker: Worker) -> None:
-            try:
-                worker.run()
-            except (RedisUnavailable, WorkerGaveUp) as exc:  # its max_outage ran out
-                failed.append(exc)
-                stop.set()
-
-        with stop_on_signals(stop):
-            if len(workers) == 1:
-                run(workers[0])
-            else:
-                threads = [
-                    threading.Thread(target=run, args=(worker,), name=f"worker-{i}")
-                    for i, worker in enumerate(workers)
-                ]
-                for thread in threads:
-                    thread.start()
-                while any(thread.is_alive() for thread in threads):
-                    for thread in threads:
-                        thread.join(0.2)
-        if failed:
-            raise CommandError(str(failed[0]))
+        with stop_on_signals(process.stop):
+            layouts.refresh(beside)  # their loops start now, each with a stop of its own
+            process.serve(workers, layouts, discover=not options["burst"])
+        if process.failed:
+            raise CommandError(str(process.failed[0]))
         if options["burst"]:
             self._report_unwatched(watched)
 
@@ -136,34 +121,83 @@ class WorkerCommand(BaseCommand):
             )
 
 
-def _workers(
-    loops: list[tuple[list[str], int, bool]],
-    options: dict[str, Any],
-    stop: threading.Event,
-    max_outage: float | None,
-) -> list[Worker]:
-    """A ``Worker`` for each of ``loops`` (queues, how many, as_named). --max-tasks and
-    --burst are the process's: every loop draws on one budget (spent, it sets ``stop`` for
-    them all), and a burst ends when no loop has work."""
-    budget = TaskBudget(options["max_tasks"], stop=stop)
-    quorum = BurstQuorum(sum(count for _, count, _ in loops)) if options["burst"] else None
-    try:
-        return [
-            Worker(
+class _Process:
+    """The loops of one worker process: their shared stop, task budget (--max-tasks) and
+    burst quorum, the threads they run in, and the errors that ended them."""
+
+    def __init__(self, options: dict[str, Any], max_outage: float | None) -> None:
+        self.options = options
+        self.max_outage = max_outage
+        self.stop = threading.Event()
+        # --max-tasks and --burst are the process's: every loop draws on one budget (spent,
+        # it sets ``stop`` for them all), and a burst ends when no loop has work.
+        self.budget = TaskBudget(options["max_tasks"], stop=self.stop)
+        self.quorum: BurstQuorum | None = None
+        self.failed: list[RcoordError] = []
+        self.threads: list[threading.Thread] = []
+
+    def plan(self, loops: int) -> None:
+        """``loops`` loops start with the process (a burst ends when none has work)."""
+        if self.options["burst"]:
+            self.quorum = BurstQuorum(loops)
+
+    def make(self, queues: list[str], as_named: bool, stop: threading.Event | None = None) -> Worker:
+        try:
+            return Worker(
                 queues,
-                lease=options["lease"],
-                burst=quorum or False,
-                max_tasks=budget,
-                stop_event=stop,
-                max_outage=max_outage,
-                isolation=options["isolation"],
+                lease=self.options["lease"],
+                burst=self.quorum or False,
+                max_tasks=self.budget,
+                stop_event=stop or self.stop,
+                max_outage=self.max_outage,
+                isolation=self.options["isolation"],
                 as_named=as_named,
             )
-            for queues, count, as_named in loops
-            for _ in range(count)
-        ]
-    except ValueError as exc:
-        raise CommandError(str(exc)) from exc
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def start(self, queues: list[str], stop: threading.Event) -> Worker:
+        """A loop for ``queues`` (as named), stopped by ``stop``, started in a thread."""
+        worker = self.make(queues, True, stop)
+        thread = threading.Thread(target=self.run, args=(worker,), name=f"worker-{queues[0]}")
+        self.threads.append(thread)
+        thread.start()
+        return worker
+
+    def run(self, worker: Worker) -> None:
+        try:
+            worker.run()
+        except (RedisUnavailable, WorkerGaveUp) as exc:  # its max_outage ran out
+            self.failed.append(exc)
+            self.stop.set()
+
+    def serve(self, workers: list[Worker], layouts: LayoutLoops, *, discover: bool) -> None:
+        """Run ``workers`` (one in this thread, for its time limits' signals; more in a
+        thread each) until they end, the loops of ``layouts`` beside them, kept in step
+        with the registry when ``discover``; then stop everything and wait for it."""
+        watcher = threading.Thread(
+            target=layouts.watch, args=(self.stop,), kwargs={"refresh": discover},
+            name="rcoord-layouts",
+        )
+        watcher.start()
+        try:
+            if len(workers) == 1:
+                self.run(workers[0])
+            else:
+                own = [
+                    threading.Thread(target=self.run, args=(worker,), name=f"worker-{i}")
+                    for i, worker in enumerate(workers)
+                ]
+                for thread in own:
+                    thread.start()
+                while any(thread.is_alive() for thread in own):
+                    for thread in own:
+                        thread.join(0.2)
+        finally:
+            self.stop.set()
+            watcher.join()
+            for thread in self.threads:
+                thread.join()
 
 
 def _max_outage(given: float | None, *, burst: bool) -> float | None:
@@ -175,11 +209,10 @@ def _max_outage(given: float | None, *, burst: bool) -> float | None:
     return given
 
 
-def _earlier_layouts(named: list[list[str]]) -> list[list[str]]:
-    """The queues of the groups left from earlier shard layouts of the groups of ``named``
-    (see ``earlier_layouts``): found in the registry, none when Redis cannot say now."""
+def _beside(layouts: LayoutLoops) -> dict[str, list[str]]:
+    """The groups beside the process's layout, by name, with their queues (see
+    ``LayoutLoops.wanted``); none when Redis cannot say now (the loops report it)."""
     try:
-        known = known_groups()
+        return layouts.wanted()
     except REDIS_ERRORS:
-        return []  # the workers report an unusable Redis
-    return [queues for names in named for queues in earlier_layouts(names, known)]
+        return {}

@@ -232,6 +232,15 @@ _TASK_SETTINGS: tuple[tuple[str, Callable[[Any], bool], str, str], ...] = (
         ),
     ),
     (
+        "WORKER_DISCOVERY",
+        lambda value: value is None or _seconds_at_least(0.1)(value),
+        "None or a number of seconds of at least 0.1",
+        (
+            "How often a worker process looks for queue groups of other shard layouts to "
+            "serve; the default is 60.0 (None: only at start)."
+        ),
+    ),
+    (
         "WORKER_IDLE_WARNING",
         lambda value: value is None or _seconds_at_least(0.1)(value),
         "None or a number of seconds of at least 0.1",

@@ -237,23 +237,31 @@ def _dead_in_batches(
             return handled
 
 
-def forget_gone_groups(*, client: Any = None) -> list[str]:
-    """Drop from the registry the groups that are gone: no task in any state (their
-    messages HASH is empty), none queued for ``GROUP_KEYS_MS`` (their list of queues
-    expired) and no worker signed on. Returns them. Workers stop serving such a group (an earlier shard layout's)
-    and pollers stop watching it. A group a producer uses again is recorded again: each is
-    looked at once more after the drop, and put back if a task came meanwhile."""
+def holding_nothing(groups: list[str], *, client: Any = None) -> list[str]:
+    """Of ``groups``, those that hold no task in any state (their messages HASH is empty)
+    and had none queued for ``GROUP_KEYS_MS`` (their list of queues expired)."""
     client = resolve_client(client)
-    groups = [group for group in known_groups(client=client) if group != DEFAULT_GROUP]
-    if not groups:
-        return []
     with client.pipeline(transaction=False) as pipe:
         for group in groups:
-            keys = GroupKeys.of(group)
-            for key in (keys.queues, keys.messages, keys.workers):  # any of them: it stays
-                pipe.exists(key)
+            pipe.exists(GroupKeys.of(group).queues)
+            pipe.exists(GroupKeys.of(group).messages)
         found = pipe.execute()
-    gone = [group for n, group in enumerate(groups) if not any(found[3 * n : 3 * n + 3])]
+    return [group for n, group in enumerate(groups) if not (found[2 * n] or found[2 * n + 1])]
+
+
+def forget_gone_groups(*, client: Any = None) -> list[str]:
+    """Drop from the registry the groups that are gone: they hold nothing (see
+    ``holding_nothing``) and no worker is signed on to them. Returns them. Workers stop
+    serving such a group (an earlier shard layout's) and pollers stop watching it. A group
+    a producer uses again is recorded again: each is looked at once more after the drop,
+    and put back if a task came meanwhile."""
+    client = resolve_client(client)
+    groups = [group for group in known_groups(client=client) if group != DEFAULT_GROUP]
+    empty = holding_nothing(groups, client=client) if groups else []
+    with client.pipeline(transaction=False) as pipe:
+        for group in empty:
+            pipe.exists(GroupKeys.of(group).workers)
+        gone = [group for group, served in zip(empty, pipe.execute(), strict=True) if not served]
     if not gone:
         return []
     registry = registry_keys()[0]

@@ -5,16 +5,21 @@ one Redis and, with RCOORD_TEST_CLUSTER=1, on a 3-primary cluster."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.test import override_settings
+from django.urls import reverse
 from redis.crc import key_slot
 
 from django_rcoord.connection import get_client
+from django_rcoord.ops.status import overview
 from django_rcoord.queues import dead_letters, delete_dead, queue_stats, requeue_dead
 from django_rcoord.queues.keys import GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.records import forget_gone_groups, known_groups
@@ -181,3 +186,28 @@ def test_a_running_worker_serves_the_shards_another_layout_starts_using(
     assert sorted(ran()) == sorted(f"t{n}" for n in range(9))
     forget_gone_groups()  # the worker has signed off from them
     assert not set(lacking) & set(known_groups())
+
+
+def test_status_and_the_dashboard_show_shards_of_another_layout(
+    client: Any, django_user_model: Any
+) -> None:
+    """Producers on three shards, this process on two: the shard the two lack keeps a row
+    of its own, marked as another layout's, in rcoord_status and on the dashboard."""
+    with layout(THREE):
+        ids = [tasks.record.delay(f"t{n}") for n in range(6)]
+    with layout(TWO):
+        lacking = sorted({group_of_task_id(t) for t in ids} - set(shards_of("main")))
+        assert lacking
+        rows = {row["name"]: row for row in overview()["queues"]}
+        for group in lacking:
+            assert rows[f"{group}/default"]["other_layout"] == "main"
+        assert rows["default"]["other_layout"] is None
+        assert rows["default"]["shards"] == 2
+        printed = io.StringIO()
+        call_command("rcoord_status", stdout=printed)
+        assert "not in this process's QUEUE_SHARDS layout" in printed.getvalue()
+        assert f"{lacking[0]}/default (a shard of main)" in printed.getvalue()
+        staff = django_user_model.objects.create_user("olga", password="pw", is_staff=True)
+        client.force_login(staff)
+        page = client.get(reverse("rcoord:dashboard")).content.decode()
+        assert "(a shard of main, not in this layout)" in page

@@ -17,7 +17,7 @@ from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
 from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups
 from django_rcoord.queues.registry import autodiscover_tasks, registered_tasks
-from django_rcoord.queues.shards import logical_group, logical_queue_name
+from django_rcoord.queues.shards import logical_group, logical_queue_name, other_layout_of
 from django_rcoord.semaphores import Semaphore
 
 __all__ = ["overview"]
@@ -210,7 +210,9 @@ def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of a queue whose group has shards (``RCOORD["QUEUE_SHARDS"]``) added up into
     one row, named as its tasks were queued, with ``shards``: how many shards it adds up
     (with the group's own row, left from before it had shards, when there is one). The
-    oldest ready task's age is the oldest row's, the next due time the soonest."""
+    oldest ready task's age is the oldest row's, the next due time the soonest. A row of a
+    shard of another layout than this process's keeps its own, with ``other_layout``
+    naming its group (None on every other row)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
     for row in queues:
         by_name.setdefault(logical_queue_name(row["name"]), []).append(row)
@@ -218,7 +220,7 @@ def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for name, parts in by_name.items():
         shards = sum(part["name"] != name for part in parts)
         if not shards:
-            rows.extend(parts)
+            rows.extend({**part, "other_layout": other_layout_of(part["group"])} for part in parts)
             continue
         total = {**parts[0], "name": name, "group": logical_group(parts[0]["group"])}
         for row in parts[1:]:
@@ -230,7 +232,7 @@ def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 max, total["oldest_ready_age"], row["oldest_ready_age"]
             )
             total["next_due_in"] = _most(min, total["next_due_in"], row["next_due_in"])
-        total["shards"] = shards
+        total["shards"], total["other_layout"] = shards, None
         rows.append(total)
     return rows
 

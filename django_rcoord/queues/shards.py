@@ -225,6 +225,17 @@ def logical_group(group: str) -> str:
     return base
 
 
+def other_layout_of(group: str) -> str | None:
+    """The group that ``group`` is a shard of in another layout than this process's
+    ("main" for "main~16" while "main" has 3 shards here, or none), or None: what a
+    status page marks as a layout mismatch (producers with another ``QUEUE_SHARDS``, or
+    what an earlier layout left)."""
+    base, mark, number = group.rpartition(SHARD_MARK)
+    if not (base and mark and number.isdigit()) or logical_group(group) != group:
+        return None
+    return base
+
+
 def logical_queue_name(name: str) -> str:
     """The queue name a user gave for queue ``name`` of a shard ("reports/pdf" for
     "reports~7/pdf"); ``name`` itself when it is no shard's."""

@@ -57,15 +57,24 @@ class Command(BaseCommand):
                 f"{'cancelled':>9} {'oldest ready':>13} {'next due in':>12}"
             )
         ]
+        stray: list[str] = []
         for queue in state["queues"]:
             age, due = queue["oldest_ready_age"], queue["next_due_in"]
             shards = queue.get("shards")
             name = f"{queue['name']} ({shards} shards)" if shards else queue["name"]
+            if queue.get("other_layout"):
+                stray.append(f"{queue['name']} (a shard of {queue['other_layout']})")
             lines.append(
                 f"{name:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
                 f"{queue['delayed']:>8} {queue['dead']:>6} {queue['cancelled']:>9} "
                 f"{'-' if age is None else f'{age:.1f} s':>13} "
                 f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"
+            )
+        if stray:
+            lines.append(
+                "not in this process's QUEUE_SHARDS layout (producers with another layout, "
+                "or left from an earlier one; workers serve them until they drain): "
+                + ", ".join(stray)
             )
         for group, late in state["promotion_lateness"].items():
             lines.append(

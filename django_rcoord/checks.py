@@ -15,7 +15,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
 from django_rcoord.autocomplete.checks import check_autocomplete_settings
-from django_rcoord.conf import DEFAULTS
+from django_rcoord.conf import DEFAULTS, conf
 from django_rcoord.keys import validate_prefix
 from django_rcoord.locks.checks import check_lock_settings
 from django_rcoord.ops.checks import check_operations_settings
@@ -268,7 +268,46 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
     messages: list[CheckMessage] = []
     for node, info in _server_infos(reply):
         messages.extend(server_problems(info, f"The Redis server at {node or where}"))
-    return messages
+    return messages + result_bound_problems(client, where)
+
+
+#: Room in the call recording a task's end for its record's other fields (its id, queue,
+#: metric labels, a follow-up's message), bytes; the value takes up to twice its length.
+FINISH_RECORD_OVERHEAD = 16 * 1024
+
+
+def result_bound_problems(client: Any, where: str) -> list[CheckMessage]:
+    """``RCOORD["MAX_RESULT_BYTES"]`` against the server's ``proto-max-bulk-len``: a task's
+    end is recorded in one call whose record carries the return value as JSON text inside
+    JSON (up to twice its length); a server that refuses that call refuses it every time.
+    Nothing to say where the server keeps CONFIG to itself (a managed service)."""
+    from redis.exceptions import RedisError
+
+    limit = conf.MAX_RESULT_BYTES
+    try:
+        found = client.config_get("proto-max-bulk-len")
+    except RedisError:
+        return []
+    values = [found] if "proto-max-bulk-len" in found else list(found.values())  # a cluster's
+    accepted = min((int(each["proto-max-bulk-len"]) for each in values), default=None)
+    if accepted is None:
+        return []
+    needed = None if limit is None else 2 * limit + FINISH_RECORD_OVERHEAD
+    if needed is not None and needed <= accepted:
+        return []
+    what = "no limit" if limit is None else f"{limit:,} bytes"
+    return [
+        Error(
+            f"The Redis server at {where} accepts arguments of at most {accepted:,} bytes "
+            f"(proto-max-bulk-len), and RCOORD['MAX_RESULT_BYTES'] is {what}: a task whose "
+            "return value is near it ends in a call the server refuses, every time it is "
+            "sent, and its worker takes nothing new.",
+            hint="Lower RCOORD['MAX_RESULT_BYTES'] to at most "
+            f"{(accepted - FINISH_RECORD_OVERHEAD) // 2:,}, or raise the server's "
+            "proto-max-bulk-len to at least twice it plus 16 KiB.",
+            id="rcoord.E037",
+        )
+    ]
 
 
 def server_problems(info: Mapping[str, Any], server: str) -> list[CheckMessage]:

@@ -514,3 +514,24 @@ def test_embedded_cache_without_a_server_binary_is_one_clear_error(tmp_path, mon
         (message,) = check_embedded_server()
     assert message.id == "rcoord.E034"
     assert "no redis-server to start" in message.msg
+
+
+@pytest.mark.parametrize(
+    ("bulk", "max_result", "expected"),
+    [
+        ("1mb", 500_000, []),  # the default fits the least a server can be set to
+        ("1mb", 600_000, ["rcoord.E037"]),
+        ("1mb", None, ["rcoord.E037"]),
+        ("8mb", 4_000_000, []),
+    ],
+)
+def test_deploy_check_reports_results_the_server_would_refuse(
+    redis_to_stop, bulk, max_result, expected
+) -> None:
+    client = redis.Redis.from_url(redis_to_stop.url)
+    client.config_set("proto-max-bulk-len", bulk)
+    client.close()
+    with override_settings(RCOORD={**settings.RCOORD, "MAX_RESULT_BYTES": max_result}):
+        messages = [m for m in check_redis_server() if m.id == "rcoord.E037"]
+    assert [message.id for message in messages] == expected
+    assert all("proto-max-bulk-len" in message.msg and message.hint for message in messages)

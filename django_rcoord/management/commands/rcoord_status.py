@@ -51,31 +51,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def render(state: dict[str, Any]) -> str:
-        lines = [
-            (
-                f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
-                f"{'cancelled':>9} {'oldest ready':>13} {'next due in':>12}"
-            )
-        ]
-        stray: list[str] = []
-        for queue in state["queues"]:
-            age, due = queue["oldest_ready_age"], queue["next_due_in"]
-            shards = queue.get("shards")
-            name = f"{queue['name']} ({shards} shards)" if shards else queue["name"]
-            if queue.get("other_layout"):
-                stray.append(f"{queue['name']} (a shard of {queue['other_layout']})")
-            lines.append(
-                f"{name:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
-                f"{queue['delayed']:>8} {queue['dead']:>6} {queue['cancelled']:>9} "
-                f"{'-' if age is None else f'{age:.1f} s':>13} "
-                f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"
-            )
-        if stray:
-            lines.append(
-                "not in this process's QUEUE_SHARDS layout (producers with another layout, "
-                "or left from an earlier one; workers serve them until they drain): "
-                + ", ".join(stray)
-            )
+        lines = _queue_lines(state["queues"])
         for group, late in state["promotion_lateness"].items():
             lines.append(
                 f"promotion lateness ({group}, last {late['samples']}): "
@@ -84,38 +60,75 @@ class Command(BaseCommand):
         if not state["queues"]:
             lines.append("(no queue has had a task yet)")
         if state.get("periodic"):
-            lines.append("")
-            lines.append(
-                f"{'periodic task':<24} {'last tick':<26} {'late':>9} "
-                f"{'catch-up':>8} {'p50/p99/max late (of n fires)':>32}  next tick"
-            )
-            for row in state["periodic"]:
-                if "error" in row:
-                    lines.append(f"{row['name']:<24} {row['error']} ({row['task']})")
-                    continue
-                late = row["lateness_ms"]
-                samples = row["lateness_samples"]
-                recent = (
-                    f"{row['lateness_p50_ms']}/{row['lateness_p99_ms']}/"
-                    f"{row['lateness_max_ms']} ms (of {samples})"
-                    if samples
-                    else "- (of 0)"
-                )
-                # A catch-up or skipped tick's delay is no lateness: its kind is shown.
-                last = f"{late} ms" if late is not None else row["last_fire"] or "-"
-                lines.append(
-                    f"{row['name']:<24} {row['last_tick'] or '-':<26} {last:>9} "
-                    f"{row['catch_up_fires']:>8} {recent:>32}  {row['next_tick']}"
-                )
-        lines.append("")
-        by_group = ", ".join(f"{group} {n}" for group, n in sorted(state["worker_counts"].items()))
-        lines.append(f"workers: {len(state['workers'])} (by group: {by_group})")
-        for worker in state["workers"]:
-            running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
-            done = "" if worker.get("done") is None else f"  {worker['done']} done"
-            lines.append(
-                f"  {worker['id']}  queues {','.join(worker['queues'])}  "
-                f"{'running ' + running if running else 'idle'}{done}  "
-                f"heartbeat {worker['last_heartbeat_age']:.0f} s ago"
-            )
-        return "\n".join(lines)
+            lines += ["", *_periodic_lines(state["periodic"])]
+        return "\n".join([*lines, "", *_worker_lines(state)])
+
+
+def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
+    """The table of queues, then the rows of shards of another layout than this process's."""
+    lines = [
+        (
+            f"{'queue':<24} {'ready':>7} {'in flight':>9} {'delayed':>8} {'dead':>6} "
+            f"{'cancelled':>9} {'oldest ready':>13} {'next due in':>12}"
+        )
+    ]
+    stray: list[str] = []
+    for queue in queues:
+        age, due = queue["oldest_ready_age"], queue["next_due_in"]
+        shards = queue.get("shards")
+        name = f"{queue['name']} ({shards} shards)" if shards else queue["name"]
+        if queue.get("other_layout"):
+            stray.append(f"{queue['name']} (a shard of {queue['other_layout']})")
+        lines.append(
+            f"{name:<24} {queue['ready']:>7} {queue['in_flight']:>9} "
+            f"{queue['delayed']:>8} {queue['dead']:>6} {queue['cancelled']:>9} "
+            f"{'-' if age is None else f'{age:.1f} s':>13} "
+            f"{'-' if due is None else f'{max(due, 0):.1f} s':>12}"
+        )
+    if stray:
+        lines.append(
+            "not in this process's QUEUE_SHARDS layout (producers with another layout, "
+            "or left from an earlier one; workers serve them until they drain): "
+            + ", ".join(stray)
+        )
+    return lines
+
+
+def _periodic_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        f"{'periodic task':<24} {'last tick':<26} {'late':>9} "
+        f"{'catch-up':>8} {'p50/p99/max late (of n fires)':>32}  next tick"
+    ]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['name']:<24} {row['error']} ({row['task']})")
+            continue
+        late = row["lateness_ms"]
+        samples = row["lateness_samples"]
+        recent = (
+            f"{row['lateness_p50_ms']}/{row['lateness_p99_ms']}/"
+            f"{row['lateness_max_ms']} ms (of {samples})"
+            if samples
+            else "- (of 0)"
+        )
+        # A catch-up or skipped tick's delay is no lateness: its kind is shown.
+        last = f"{late} ms" if late is not None else row["last_fire"] or "-"
+        lines.append(
+            f"{row['name']:<24} {row['last_tick'] or '-':<26} {last:>9} "
+            f"{row['catch_up_fires']:>8} {recent:>32}  {row['next_tick']}"
+        )
+    return lines
+
+
+def _worker_lines(state: dict[str, Any]) -> list[str]:
+    by_group = ", ".join(f"{group} {n}" for group, n in sorted(state["worker_counts"].items()))
+    lines = [f"workers: {len(state['workers'])} (by group: {by_group})"]
+    for worker in state["workers"]:
+        running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
+        done = "" if worker.get("done") is None else f"  {worker['done']} done"
+        lines.append(
+            f"  {worker['id']}  queues {','.join(worker['queues'])}  "
+            f"{'running ' + running if running else 'idle'}{done}  "
+            f"heartbeat {worker['last_heartbeat_age']:.0f} s ago"
+        )
+    return lines

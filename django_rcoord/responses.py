@@ -70,6 +70,14 @@ def unavailable(
     if fail_open:
         logger.error("%s not applied: Redis unavailable: %s", what, exc)
         return None
+    return refused_unavailable(request, exc, what=what, always_json=always_json)
+
+
+def refused_unavailable(
+    request: HttpRequest, exc: BaseException, *, what: str, always_json: bool = False
+) -> HttpResponse:
+    """The 503 ``unavailable`` (with ``Retry-After``) of a surface that cannot serve the
+    request without Redis (``what``: the surface, for the ERROR line logged)."""
     logger.error("%s refused a request: Redis unavailable: %s", what, exc)
     return error_response(
         request,

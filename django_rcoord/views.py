@@ -17,7 +17,7 @@ from django_rcoord.conf import conf
 from django_rcoord.connection.errors import NO_REDIS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import encode_name
-from django_rcoord.responses import unavailable
+from django_rcoord.responses import refused_unavailable
 from django_rcoord.validation import parse_int_in
 
 #: The view's parameters. Others are let through beside ``q`` (a client's cache buster);
@@ -58,10 +58,7 @@ def guild_members(request: HttpRequest, guild: str) -> HttpResponse:
     try:
         return _private(_search(request, guild))
     except NO_REDIS as exc:
-        response = unavailable(
-            request, exc, fail_open=False, what="Guild member search", always_json=True
-        )
-        assert response is not None  # fail_open=False: always a 503
+        response = refused_unavailable(request, exc, what="Guild member search", always_json=True)
         return _private(response)
 
 

@@ -13,11 +13,13 @@ from django.shortcuts import render
 
 from django_rcoord.ratelimit import hit
 from example_project.guild_views import member_address
+from example_project.views import needs_redis
 
 CODE_INTERVAL = 60  # seconds between verification codes, per user
 
 
 @login_required
+@needs_redis
 def verification_code(request: HttpRequest) -> HttpResponse:
     """Send a one-time code by e-mail, at most once a minute per user."""
     status = 200

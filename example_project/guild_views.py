@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 
 from django import forms
 from django.contrib import messages
@@ -13,9 +14,15 @@ from django.shortcuts import redirect, render
 from django.utils.text import slugify
 
 from django_rcoord.autocomplete import add_update_contact, fetch_autocomplete_list
+from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.forms import GuildMemberField
+from django_rcoord.responses import UNAVAILABLE_RETRY_AFTER
+from example_project.views import needs_redis
+
+logger = logging.getLogger(__name__)
 
 GUILD = "adventurers"
+TEMPLATE = "example/guild_mail.html"
 
 
 def member_address(name: str) -> str:
@@ -34,6 +41,7 @@ class GuildMailForm(forms.Form):
 
 
 @login_required
+@needs_redis  # a GET with Redis out of reach: the 503 page (the form could not be sent)
 def guild_mail(request: HttpRequest) -> HttpResponse:
     sender = request.user.get_username()
     form = GuildMailForm(request.POST or None)
@@ -45,12 +53,18 @@ def guild_mail(request: HttpRequest) -> HttpResponse:
             None,
             [member_address(recipient)],
         )
-        add_update_contact(sender, recipient)
+        try:
+            add_update_contact(sender, recipient)
+        except REDIS_UNAVAILABLE as exc:  # the mail went out: a 503 would have it sent twice
+            logger.warning("contact of %s not recorded: Redis unavailable: %s", sender, exc)
         messages.success(request, f"Your message to {recipient} is on its way.")
         return redirect("guild-mail")
-    context = {
-        "form": form,
-        "guild": GUILD,
-        "recent": fetch_autocomplete_list(sender, ""),
-    }
-    return render(request, "example/guild_mail.html", context)
+    if form.has_error("recipient", "unavailable"):
+        # Redis went out of reach: the form again, what was typed kept, with the field's
+        # error; a 503 (with Retry-After, as the library's) says the fault is not the user's.
+        context = {"form": form, "guild": GUILD, "recent": []}  # the recent ones live in Redis
+        response = render(request, TEMPLATE, context, status=503)
+        response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+        return response
+    context = {"form": form, "guild": GUILD, "recent": fetch_autocomplete_list(sender, "")}
+    return render(request, TEMPLATE, context)

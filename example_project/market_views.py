@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from django_rcoord.decorators import LockedRequest, locked
 from django_rcoord.queues import execute_later
 from example_project.market import Market
+from example_project.views import needs_redis
 
 STARTING_FUNDS = 1000
 STARTER_ITEMS = ("teapot", "lantern", "compass")
@@ -27,6 +28,7 @@ def _ensure_trader(username: str) -> None:
 
 
 @login_required
+@needs_redis
 def market_home(request: HttpRequest) -> HttpResponse:
     username = request.user.get_username()
     _ensure_trader(username)
@@ -40,6 +42,7 @@ def market_home(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
+@needs_redis
 def list_item(request: HttpRequest) -> HttpResponse:
     username = request.user.get_username()
     item_id = request.POST.get("item", "")
@@ -58,6 +61,7 @@ def list_item(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
+@needs_redis
 def list_later(request: HttpRequest) -> HttpResponse:
     """List an item in N seconds: a delayed task, promoted by `manage.py poll_delayed`."""
     username = request.user.get_username()
@@ -83,6 +87,7 @@ def _busy(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
+@needs_redis  # @locked answers for its lock; this for the market's own reads and writes
 @locked("market:main:item:{member}", timeout=10, wait=2, on_busy=_busy)
 def buy_item(request: LockedRequest, member: str) -> HttpResponse:
     item_id, _, seller = member.partition(".")

@@ -100,16 +100,18 @@ RCOORD = {
     "METRICS_TOKEN": os.environ.get("RCOORD_METRICS_TOKEN") or None,
 }
 
-SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+# Sessions in the database (Django's default), not in Redis: with Redis out of reach a
+# signed-in user's every page would be a 500 (reading the session), where the pages that
+# need Redis answer a 503 and the others work.
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
 
 if REDIS_CLUSTER_URL:
     # Redis Cluster: django-rcoord gets a RedisCluster from its client factory.
-    # django-redis has no cluster client, so Django's own cache and the
-    # sessions live elsewhere (a local cache and the database here).
+    # django-redis has no cluster client, so Django's own cache lives elsewhere (a local
+    # cache here).
     RCOORD["CLIENT_FACTORY"] = "example_project.redis_cluster.client"
     RCOORD["ASYNC_CLIENT_FACTORY"] = "example_project.redis_cluster.async_client"
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    SESSION_ENGINE = "django.contrib.sessions.backends.db"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import logging
 import signal
 import time
@@ -15,13 +16,15 @@ from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.keys import KeySpace
-from django_rcoord.locks import Lock
+from django_rcoord.locks import Lock, new_identifier, protocol
 from django_rcoord.ops.status import MAX_MESSAGE_READ, overview
 from django_rcoord.queues import dead_letters, execute_later, queue_stats
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.scripts import run_script
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Outcome
+from django_rcoord.responses import UNAVAILABLE_RETRY_AFTER
 from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
 from tests.procs import run_in_processes, wait_until
@@ -276,6 +279,47 @@ def test_look_up_a_task_a_lock_and_a_semaphore_by_name(client, staff) -> None:
     assert released["task"]["record"] is None
 
 
+def test_the_lock_look_up_shows_its_state_and_its_waiters(client, staff) -> None:
+    """Held with a waiter in line, handed over to it and not confirmed yet ("granted"), held
+    by it, then free: the page says which, and how many wait (the scripts are run as a
+    waiter runs them, so no waiter has to block meanwhile)."""
+    client.force_login(staff)
+    name = "invoice:8"
+    keys = [KeySpace("lock", name).key(part) for part in protocol.KEY_PARTS]
+    holder, waiter = new_identifier(), new_identifier()
+    redis_client = get_client()
+
+    def ask(identifier: str, block_ms: int) -> int:
+        args = protocol.acquire_args(identifier, 30_000, block_ms, False)
+        return int(run_script("lock_acquire", redis_client, keys=keys, args=args))
+
+    assert ask(holder, 0) > 0
+    assert ask(waiter, 5000) < 0  # in line
+
+    def shown() -> tuple[str, str]:
+        page = client.get(reverse("rcoord:dashboard-lookup"), {"lock": name}).content.decode()
+        state = re.search(r'<td class="state">([^<]*)</td>', page)
+        waiting = re.search(r'<td class="waiting">([^<]*)</td>', page)
+        assert state is not None and waiting is not None
+        return state[1], waiting[1]
+
+    assert shown() == ("held", "1")
+    release = protocol.release_args(holder, 30_000, 0)  # fair: handed over to the waiter
+    assert run_script("lock_release", redis_client, keys=keys, args=release) == 1
+    state, waiting = shown()
+    # The waiter served leaves the line when it confirms the hand-over.
+    assert state.startswith("granted (handed over") and waiting == "1"
+    popped = redis_client.blpop([keys[protocol.KEY_PARTS.index("signal")]], timeout=5)
+    assert popped is not None  # as the waiter takes its grant
+    grant = protocol.handover(popped[1])
+    assert grant is not None
+    args = protocol.confirm_args(grant[0], 30_000, waiter)
+    assert run_script("lock_acquire", redis_client, keys=keys, args=args) == grant[1]
+    assert shown() == ("held", "0")
+    redis_client.delete(*keys)
+    assert shown() == ("free", "0")
+
+
 @pytest.mark.parametrize("rcoord_first", [True, False])
 def test_the_admin_index_links_the_dashboard(client, staff, rcoord_first: bool) -> None:
     # The Quick start appends django_rcoord to INSTALLED_APPS, after the admin.
@@ -475,16 +519,23 @@ def test_a_retry_is_counted_as_retried(client) -> None:
 
 
 def test_metrics_and_stats_answer_503_when_redis_is_down(client, redis_down) -> None:
+    """The 503 of every other surface (``@locked``'s, the autocomplete endpoint's): code
+    ``unavailable``, ``Retry-After``."""
     with with_rcoord(METRICS_TOKEN=TOKEN):
         for name in ("rcoord:metrics", "rcoord:stats"):
             response = client.get(reverse(name), HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
             assert response.status_code == 503
-            assert response.json()["error"] == "redis_unavailable"
+            assert response.json()["error"] == "unavailable"
+            assert response["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER)
 
 
 def test_the_dashboard_answers_503_when_redis_is_down(client, staff, redis_down) -> None:
     client.force_login(staff)
-    assert client.get(reverse("rcoord:dashboard")).status_code == 503
+    page = client.get(reverse("rcoord:dashboard"))
+    assert page.status_code == 503
+    assert page["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER)
+    as_json = client.get(reverse("rcoord:dashboard"), HTTP_ACCEPT="application/json")
+    assert (as_json.status_code, as_json.json()["error"]) == (503, "unavailable")
 
 
 def test_metrics_without_prometheus_client_is_a_501_not_a_500(client, monkeypatch) -> None:

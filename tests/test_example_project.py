@@ -201,6 +201,74 @@ def test_the_home_page_links_the_dashboard_for_the_demo_operator(client) -> None
     assert client.get("/example/rcoord/dashboard/").status_code == 200
 
 
+# -- with Redis down: the library's 503, never a 500 ---------------------------------------
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("method", "path", "data"),
+    [
+        ("get", "/example/guild-mail/", {}),
+        ("get", "/example/market/", {}),
+        ("post", "/example/market/list/", {"item": "teapot", "price": "5"}),
+        ("post", "/example/market/list-later/", {"item": "teapot", "price": "5", "seconds": "9"}),
+        ("post", "/example/market/buy/teapot.bob/", {}),  # @locked's own answer
+        ("post", "/example/verification-code/", {}),
+    ],
+)
+def test_a_page_that_needs_redis_answers_the_librarys_503_when_redis_is_down(
+    client, django_user_model, redis_down: str, method: str, path: str, data: dict[str, str]
+) -> None:
+    """Each page that reads or writes Redis answers as ``@locked`` does: the 503 page with
+    Retry-After, or the 503 JSON for a JSON client (they were 500s: the test client raises
+    a view's exception)."""
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    page = getattr(client, method)(path, data)
+    assert page.status_code == 503
+    assert page["Retry-After"] == "5"
+    assert "temporarily unavailable" in page.content.decode()
+    as_json = getattr(client, method)(path, data, HTTP_ACCEPT="application/json")
+    assert (as_json.status_code, as_json.json()["error"]) == (503, "unavailable")
+
+
+@pytest.mark.django_db
+def test_a_guild_mail_sent_while_redis_is_down_is_shown_again_with_what_was_typed(
+    client, django_user_model, mailoutbox, redis_down: str
+) -> None:
+    """The field's "unavailable" error (docs/reference/errors.md): the form again, with the
+    error and what was typed, as a 503; nothing sent."""
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    page = client.post("/example/guild-mail/", {"recipient": "Emma", "message": "At noon"})
+    assert page.status_code == 503
+    assert page["Retry-After"] == "5"
+    assert page.context["form"].has_error("recipient", "unavailable")
+    html = page.content.decode()
+    assert "Members of adventurers cannot be checked right now" in html
+    assert 'value="Emma"' in html and "\nAt noon</textarea>" in html
+    assert mailoutbox == []
+
+
+def test_a_signed_in_users_pages_with_redis_down_answer_503_not_500(tmp_path: Path) -> None:
+    """The example project's own settings, Redis at a closed port: its sessions are not in
+    Redis (they were: signing in, and every page of a signed-in user, was a 500), so the
+    pages that need Redis answer 503 and the others work."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = example_env(tmp_path, REDIS_URL=f"redis://127.0.0.1:{port}/0", DJANGO_DEBUG="0")
+    migrated = manage("migrate", "--verbosity", "0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    script = (
+        "from django.contrib.auth.models import User\n"
+        "from django.test import Client\n"
+        "client = Client(HTTP_HOST='localhost', raise_request_exception=False)\n"
+        "client.force_login(User.objects.create_user('ada', password='pw'))\n"
+        "paths = ('/', '/market/', '/guild-mail/', '/verification-code/')\n"
+        "print([client.get(path).status_code for path in paths])\n"
+    )
+    shown = manage("shell", "-c", script, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip().splitlines()[-1] == "[503, 503, 503, 200]", shown.stderr
+
+
 def test_rundemo_leaves_running_a_redis_it_did_not_start(tmp_path: Path) -> None:
     env = example_env(tmp_path)
     started = manage("rcoord_redis", "start", env=env)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 import signal
 import time
 
 import pytest
+import redis
 from django.core.management import call_command
 
+from django_rcoord.connection.errors import log_waited_out
 from django_rcoord.queues import queue_stats
 from tests import framework_tasks, tasks
 from tests.procs import wait_until
@@ -54,6 +57,51 @@ def test_a_loop_that_keeps_failing_ends_after_max_outage_whatever_the_error(burs
     assert waited < MAX_OUTAGE + 5, waited
     # What it held was given back on the way out, for a worker whose database answers.
     assert queue_stats("default")["in_flight"] == 0
+
+
+def test_a_lasting_error_has_its_traceback_logged_once_then_a_line_a_retry() -> None:
+    """The database refuses every connection, turn after turn: the first failure is logged
+    with its traceback, each retry of the same error after it in one line naming it (a
+    traceback a retry buried the log: one every 0.5-10 s for as long as it lasted)."""
+    tasks.read_database.delay()
+    # --max-outage 6: the loop retries at least three times first (its first three waits
+    # add up to 3.5 s at most), which leaves 2.5 s for its turns on a busy machine.
+    worker = start_worker("--max-outage", "6", env={"RCOORD_TEST_REFUSING_DATABASE": "1"})
+    output = output_of(worker, 60)
+    assert worker.returncode == 1, output  # it gave up, as max_outage says
+    retries = [line for line in output.splitlines() if "; retrying in " in line]
+    assert len(retries) >= 3, output
+    assert "unexpected error" in retries[0]
+    error = "OperationalError: connection to server at \"db.internal\""
+    assert all(f"same error again: {error}" in line for line in retries[1:]), output
+    assert output.count("Traceback (most recent call last)") == 1, output
+
+
+def test_an_error_that_changes_or_comes_back_after_a_success_has_its_traceback_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker's and the poller's log of the errors they wait out: a traceback for each
+    new error (another class or message, or the first after a try that went through),
+    "same error again" for a repeat, and Redis's in one line whatever came before."""
+    log = logging.getLogger("tests.outage")
+    refused, full = OSError("refused"), OSError("disk full")
+    tries: list[tuple[Exception, Exception | None]] = [
+        (refused, None),
+        (OSError("refused"), refused),  # another instance, the same error
+        (full, refused),  # it changed
+        (refused, None),  # after a try that went through
+        (redis.ConnectionError("gone"), refused),
+    ]
+    for exc, previous in tries:
+        log_waited_out(log, "worker w", exc, 0.5, previous)
+    logged = [(record.getMessage(), record.exc_info is not None) for record in caplog.records]
+    assert logged == [
+        ("worker w: unexpected error; retrying in 0.5s", True),
+        ("worker w: same error again: OSError: refused; retrying in 0.5s", False),
+        ("worker w: unexpected error; retrying in 0.5s", True),
+        ("worker w: unexpected error; retrying in 0.5s", True),
+        ("worker w: Redis error (ConnectionError: gone); retrying in 0.5s", False),
+    ]
 
 
 def status_text() -> str:

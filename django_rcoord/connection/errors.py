@@ -30,13 +30,30 @@ REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
 REDIS_ERRORS: tuple[type[Exception], ...] = (redis.RedisError, *REDIS_UNAVAILABLE)
 
 
-def log_waited_out(log: logging.Logger, who: str, exc: Exception, wait: float) -> None:
-    """The one line a long-running loop (a worker, a poller) logs for an error it waits out
-    for ``wait`` seconds: a Redis error in brief, anything else with its traceback."""
+def log_waited_out(
+    log: logging.Logger,
+    who: str,
+    exc: Exception,
+    wait: float,
+    previous: BaseException | None = None,
+) -> None:
+    """What a long-running loop (a worker, a poller) logs for an error it waits out for
+    ``wait`` seconds: a Redis error in one line; anything else with its traceback, unless
+    it is ``previous`` again (the error the loop's last try failed with, None after a try
+    that went through): then one line, so that a lasting error (a database that refuses
+    every connection) shows its traceback once, not once a retry."""
+    name = type(exc).__name__
     if isinstance(exc, REDIS_ERRORS):
-        log.error("%s: Redis error (%s: %s); retrying in %.1fs", who, type(exc).__name__, exc, wait)
+        log.error("%s: Redis error (%s: %s); retrying in %.1fs", who, name, exc, wait)
+    elif previous is not None and _same_error(previous, exc):
+        log.error("%s: same error again: %s: %s; retrying in %.1fs", who, name, exc, wait)
     else:
         log.error("%s: unexpected error; retrying in %.1fs", who, wait, exc_info=exc)
+
+
+def _same_error(previous: BaseException, exc: BaseException) -> bool:
+    """The same error as far as a reader of the log can tell: its class and its message."""
+    return type(previous) is type(exc) and str(previous) == str(exc)
 
 
 def log_answering_again(log: logging.Logger, who: str, failures: int) -> None:

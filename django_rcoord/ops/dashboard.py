@@ -41,7 +41,7 @@ from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.records import dead_letters, delete_dead, queue_stats, requeue_dead
 from django_rcoord.queues.results import READY, get_result
 from django_rcoord.queues.shards import logical_group
-from django_rcoord.responses import error_response
+from django_rcoord.responses import error_response, refused_unavailable
 from django_rcoord.semaphores import semaphore_status
 from django_rcoord.validation import parse_int_in
 
@@ -81,7 +81,7 @@ def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
         try:
             return view(request, *args, **kwargs)
         except REDIS_UNAVAILABLE as exc:
-            return error_response(request, 503, "redis_unavailable", f"Redis is unreachable: {exc}")
+            return refused_unavailable(request, exc, what="The rcoord dashboard")
 
     return never_cache(wrapped)
 

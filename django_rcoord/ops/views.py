@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from django_rcoord.conf import conf
 from django_rcoord.connection.errors import REDIS_UNAVAILABLE
+from django_rcoord.responses import refused_unavailable
 
 
 def _private(response: HttpResponse) -> HttpResponse:
@@ -35,12 +36,9 @@ def _refused(request: HttpRequest) -> HttpResponse | None:
     )
 
 
-def _unavailable(exc: Exception) -> HttpResponse:
-    return _private(
-        JsonResponse(
-            {"error": "redis_unavailable", "detail": f"Redis is unreachable: {exc}"}, status=503
-        )
-    )
+def _unavailable(request: HttpRequest, exc: Exception, what: str) -> HttpResponse:
+    """The 503 every surface answers with Redis out of reach (JSON, as all of these)."""
+    return _private(refused_unavailable(request, exc, what=what, always_json=True))
 
 
 @require_GET
@@ -65,7 +63,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     try:
         body, content_type = prometheus_exposition(request.headers.get("Accept", ""))
     except REDIS_UNAVAILABLE as exc:
-        return _unavailable(exc)
+        return _unavailable(request, exc, "rcoord metrics")
     return _private(HttpResponse(body, content_type=content_type))
 
 
@@ -80,4 +78,4 @@ def stats(request: HttpRequest) -> HttpResponse:
     try:
         return _private(JsonResponse(overview()))
     except REDIS_UNAVAILABLE as exc:
-        return _unavailable(exc)
+        return _unavailable(request, exc, "rcoord stats")

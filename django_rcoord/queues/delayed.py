@@ -169,6 +169,7 @@ class DueTaskPromoter:
         """Promote until stopped; returns how many tasks were promoted."""
         logger.info("poller started (interval %ss, batch %d)", self.interval, self.batch)
         failures = 0  # tries in a row that found Redis out of reach
+        last_error: Exception | None = None  # the last of them's (its log: "same error again")
         while not self.stopping.is_set():
             try:
                 started = time.monotonic()
@@ -195,8 +196,8 @@ class DueTaskPromoter:
             # logged and waited out.
             except Exception as exc:  # noqa: BLE001 - logged by log_waited_out
                 wait = RECONNECT_BACKOFF.compute(failures)
-                failures += 1
-                log_waited_out(logger, "poller", exc, wait)
+                log_waited_out(logger, "poller", exc, wait, last_error if failures else None)
+                failures, last_error = failures + 1, exc
                 self.stopping.wait(wait)
         for thread in self._watched.values():
             thread.join(WATCH_BLOCK + 1)

@@ -115,6 +115,9 @@ class Worker:
     cannot be interrupted: its code sees ``stop_requested()``.
     """
 
+    #: The error the loop's last failed turn raised (its log says "same error again").
+    _last_error: Exception | None = None
+
     def __init__(
         self,
         queues: Sequence[str],
@@ -259,7 +262,8 @@ class Worker:
         outage = time.monotonic() - failing_since
         if self.max_outage is not None and outage + wait > self.max_outage:
             raise gave_up(f"worker {self.id}", exc, outage, self.max_outage) from exc
-        log_waited_out(logger, f"worker {self.id}", exc, wait)
+        previous, self._last_error = (self._last_error if failures else None), exc
+        log_waited_out(logger, f"worker {self.id}", exc, wait, previous)
         self.stopping.wait(wait)
 
     def _next_job(self) -> Job | None:

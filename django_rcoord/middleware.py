@@ -81,9 +81,7 @@ class ConcurrencyLimitMiddleware:
         return [rule for rule in rules if rule.covers(request, view_names)]
 
     # -- permits ---------------------------------------------------------------
-    def _acquire(
-        self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> _Permit | HttpResponse:
+    def _acquire(self, rule: ConcurrencyRule, request: HttpRequest) -> _Permit | HttpResponse:
         """A held permit, or a 503 (raises what NO_REDIS names when Redis is down)."""
         user = get_user(request) if rule.scope == "user" else None
         semaphore = rule.semaphore_for(request, user)

@@ -494,8 +494,8 @@ def test_a_misspelt_task_backend_option_is_reported_though_nothing_imported_the_
 
 
 def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None:
-    from django_rcoord.embedded.checks import check_embedded_in_deploy
     from django_rcoord.embedded import embedded_cache
+    from django_rcoord.embedded.checks import check_embedded_in_deploy
 
     assert check_embedded_in_deploy() == []  # the suite's own Redis
     with override_settings(CACHES={"default": embedded_cache(tmp_path / "redis")}):
@@ -505,8 +505,8 @@ def test_deploy_check_warns_on_the_embedded_development_server(tmp_path) -> None
 
 
 def test_embedded_cache_without_a_server_binary_is_one_clear_error(tmp_path, monkeypatch) -> None:
-    from django_rcoord.embedded.checks import check_embedded_server
     from django_rcoord.embedded import embedded_cache
+    from django_rcoord.embedded.checks import check_embedded_server
 
     with override_settings(CACHES={"default": embedded_cache(tmp_path / "redis")}):
         assert check_embedded_server() == []  # this machine has one

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 import signal
 import time
 
@@ -21,10 +21,10 @@ from django_rcoord.ops.status import MAX_MESSAGE_READ, overview
 from django_rcoord.queues import dead_letters, execute_later, queue_stats
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.scripts import run_script
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Outcome
 from django_rcoord.responses import UNAVAILABLE_RETRY_AFTER
+from django_rcoord.scripts import run_script
 from django_rcoord.semaphores import Semaphore
 from tests import cluster, tasks
 from tests.procs import run_in_processes, wait_until
@@ -300,7 +300,8 @@ def test_the_lock_look_up_shows_its_state_and_its_waiters(client, staff) -> None
         page = client.get(reverse("rcoord:dashboard-lookup"), {"lock": name}).content.decode()
         state = re.search(r'<td class="state">([^<]*)</td>', page)
         waiting = re.search(r'<td class="waiting">([^<]*)</td>', page)
-        assert state is not None and waiting is not None
+        assert state is not None
+        assert waiting is not None
         return state[1], waiting[1]
 
     assert shown() == ("held", "1")
@@ -308,7 +309,8 @@ def test_the_lock_look_up_shows_its_state_and_its_waiters(client, staff) -> None
     assert run_script("lock_release", redis_client, keys=keys, args=release) == 1
     state, waiting = shown()
     # The waiter served leaves the line when it confirms the hand-over.
-    assert state.startswith("granted (handed over") and waiting == "1"
+    assert state.startswith("granted (handed over")
+    assert waiting == "1"
     popped = redis_client.blpop([keys[protocol.KEY_PARTS.index("signal")]], timeout=5)
     assert popped is not None  # as the waiter takes its grant
     grant = protocol.handover(popped[1])

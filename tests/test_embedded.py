@@ -292,4 +292,5 @@ def test_the_suite_without_a_usable_redis_server_stops_with_one_line(tmp_path, h
     expected = "not an executable file" if how.startswith("RCOORD") else "No redis-server found"
     assert expected in line
     assert "Traceback" not in output
-    assert " passed" not in output and " error" not in output
+    assert " passed" not in output
+    assert " error" not in output

@@ -242,7 +242,8 @@ def test_a_guild_mail_sent_while_redis_is_down_is_shown_again_with_what_was_type
     assert page.context["form"].has_error("recipient", "unavailable")
     html = page.content.decode()
     assert "Members of adventurers cannot be checked right now" in html
-    assert 'value="Emma"' in html and "\nAt noon</textarea>" in html
+    assert 'value="Emma"' in html
+    assert "\nAt noon</textarea>" in html
     assert mailoutbox == []
 
 

@@ -64,8 +64,10 @@ def test_a_refusal_is_remembered_per_server_and_said_once_per_process(
     (record,) = [r for r in caplog.records if r.name == "django_rcoord.connection.features"]
     assert record.levelno == logging.DEBUG
     message = record.getMessage()
-    assert "SET ... IFEQ" in message and "Redis 8.4+" in message
-    assert "refused" not in message and "error" not in message.lower()
+    assert "SET ... IFEQ" in message
+    assert "Redis 8.4+" in message
+    assert "refused" not in message
+    assert "error" not in message.lower()
 
 
 def test_any_other_error_is_the_callers(two_servers_without_ifeq, caplog) -> None:

@@ -179,7 +179,8 @@ def test_a_rolling_deploy_through_every_layout_loses_nothing_and_runs_nothing_tw
         assert ran_times[key] == len(ids), (key, ids)
     for task_id in claims:
         record = get_result(task_id)
-        assert record is not None and record.status == SUCCESSFUL, (task_id, record)
+        assert record is not None, task_id
+        assert record.status == SUCCESSFUL, (task_id, record)
         assert record.attempts == 1, record
     assert len(unique) > len(claims)  # some delay() met a held claim
     with layout(LAYOUTS[-1]):

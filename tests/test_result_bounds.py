@@ -61,7 +61,7 @@ def test_a_return_value_over_the_bound_is_a_dead_letter_and_the_worker_goes_on(
     too_big = tasks.returns_quotes.delay(300_000)
     # Just under the default bound: 499,982 bytes, about 1,000,000 in the record.
     largest = tasks.returns_quotes.delay(249_990)
-    after = tasks.record.delay("after")
+    tasks.record.delay("after")
     drained()
     record = result_of(too_big)
     assert record.status == "FAILED"

@@ -6,6 +6,7 @@ one Redis and, with RCOORD_TEST_CLUSTER=1, on a 3-primary cluster."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -109,7 +110,7 @@ def test_the_shards_of_a_layout_are_among_those_of_every_larger_one() -> None:
         for count in range(1, MAX_SHARDS + 1):
             with layout({group: count}):
                 layouts.append(shards_of(group) if count > 1 else ())
-        for smaller, larger in zip(layouts[1:], layouts[2:]):
+        for smaller, larger in itertools.pairwise(layouts[1:]):
             assert set(smaller) < set(larger)
         for shards in layouts[1:10]:
             slots = [key_slot(QueueKeys.of(f"{shard}/q").ready.encode()) for shard in shards]
@@ -175,7 +176,9 @@ def test_a_running_worker_serves_the_shards_another_layout_starts_using(
         for group in lacking:
             client.delete(GroupKeys.of(group).queues)
         wait_until(
-            lambda: all(f"queue group {g} holds no task any more" in log_of(worker) for g in lacking),
+            lambda: all(
+                f"queue group {g} holds no task any more" in log_of(worker) for g in lacking
+            ),
             timeout=60,
             why=lambda: log_of(worker),
         )

@@ -72,7 +72,7 @@ def test_a_lasting_error_has_its_traceback_logged_once_then_a_line_a_retry() -> 
     retries = [line for line in output.splitlines() if "; retrying in " in line]
     assert len(retries) >= 3, output
     assert "unexpected error" in retries[0]
-    error = "OperationalError: connection to server at \"db.internal\""
+    error = 'OperationalError: connection to server at "db.internal"'
     assert all(f"same error again: {error}" in line for line in retries[1:]), output
     assert output.count("Traceback (most recent call last)") == 1, output
 

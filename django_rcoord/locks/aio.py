@@ -20,7 +20,7 @@ from django_rcoord.locks.core import Acquisition, LockCore
 from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import akeep_alive
 from django_rcoord.scripts import arun_script
-from django_rcoord.steps import Attempt, Wait
+from django_rcoord.steps import Attempt
 
 _Held = TypeVar("_Held", bound="AsyncLock")
 

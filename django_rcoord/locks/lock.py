@@ -12,9 +12,9 @@ Redis in Action 6.2 done right:
   lock over on that list (a new fencing token and identifier for whoever Redis
   gives it to: the waiter blocked longest), so the lock is never free for a
   newcomer to barge in while others wait, and the waiter holds it once it has
-  confirmed the grant (which takes it out of the line). A release nobody waits for only deletes the owner key. A waiter never
-  blocks longer than the holder's remaining TTL, so a holder that died is
-  replaced as soon as its lock expires;
+  confirmed the grant (which takes it out of the line). A release nobody waits
+  for only deletes the owner key. A waiter never blocks longer than the holder's
+  remaining TTL, so a holder that died is replaced as soon as its lock expires;
 - ``fair=False`` trades that order for throughput: a release frees the lock and
   wakes one waiter with a plain wake-up, the waiter asks again, and whoever asks
   first wins (often the releaser coming straight back). Until the woken waiter has

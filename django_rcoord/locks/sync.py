@@ -19,7 +19,7 @@ from django_rcoord.locks.core import LockCore
 from django_rcoord.locks.holds import Hold
 from django_rcoord.renewal import keep_alive
 from django_rcoord.scripts import run_script
-from django_rcoord.steps import Attempt, Wait
+from django_rcoord.steps import Attempt
 from django_rcoord.waiting import pop_signal
 
 _Held = TypeVar("_Held", bound="SyncLock")

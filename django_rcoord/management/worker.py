@@ -141,7 +141,9 @@ class _Process:
         if self.options["burst"]:
             self.quorum = BurstQuorum(loops)
 
-    def make(self, queues: list[str], as_named: bool, stop: threading.Event | None = None) -> Worker:
+    def make(
+        self, queues: list[str], as_named: bool, stop: threading.Event | None = None
+    ) -> Worker:
         try:
             return Worker(
                 queues,
@@ -176,7 +178,9 @@ class _Process:
         thread each) until they end, the loops of ``layouts`` beside them, kept in step
         with the registry when ``discover``; then stop everything and wait for it."""
         watcher = threading.Thread(
-            target=layouts.watch, args=(self.stop,), kwargs={"refresh": discover},
+            target=layouts.watch,
+            args=(self.stop,),
+            kwargs={"refresh": discover},
             name="rcoord-layouts",
         )
         watcher.start()

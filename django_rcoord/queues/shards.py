@@ -120,8 +120,8 @@ def _window(points: list[int], index: int) -> tuple[int, int]:
 
 def _widest_gap_middle(points: list[int]) -> int:
     """The middle of the widest gap between ``points`` (and the range's end)."""
-    ends = sorted(points) + [REDIS_CLUSTER_HASH_SLOTS]
-    gap, start = max((after - before, before) for before, after in zip(ends, ends[1:]))
+    ends = [*sorted(points), REDIS_CLUSTER_HASH_SLOTS]
+    gap, start = max((after - before, before) for before, after in itertools.pairwise(ends))
     return start + gap // 2
 
 
@@ -145,9 +145,7 @@ def shard_queue_names(name: str) -> list[str]:
     return [*(f"{shard}/{queue}" for shard in shards_of(group)), name]
 
 
-def queues_holding(
-    name: str, task_id: str | None = None, known: Iterable[str] = ()
-) -> list[str]:
+def queues_holding(name: str, task_id: str | None = None, known: Iterable[str] = ()) -> list[str]:
     """The queues of queue ``name`` that may hold task ``task_id``: the one of the group its
     id names (whatever the shard layout is now) when that is ``name``'s group or a shard of
     it, else none. With no task named: its shards now and its group's own keys, then the

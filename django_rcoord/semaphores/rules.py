@@ -65,9 +65,7 @@ class ConcurrencyRule:
 
 def rule_problems(raw: object) -> list[tuple[str, str]]:
     """(check id, message) for each problem of a CONCURRENCY_LIMITS value; [] when valid."""
-    entries, problems = named_dicts(
-        raw, frozenset(RULE_KEYS), "rcoord.E008", "CONCURRENCY_LIMITS"
-    )
+    entries, problems = named_dicts(raw, frozenset(RULE_KEYS), "rcoord.E008", "CONCURRENCY_LIMITS")
     for where, rule, name in entries:
         if name is not None:
             try:

@@ -17,8 +17,7 @@ from django.db.backends.sqlite3 import base
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         raise OperationalError(
-            'connection to server at "db.internal" (10.0.0.5), port 5432 failed: '
-            "Connection refused"
+            'connection to server at "db.internal" (10.0.0.5), port 5432 failed: Connection refused'
         )
 
     def close_if_unusable_or_obsolete(self) -> None:

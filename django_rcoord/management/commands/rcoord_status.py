@@ -88,16 +88,17 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
     if stray:
         lines.append(
             "not in this process's QUEUE_SHARDS layout (producers with another layout, "
-            "or left from an earlier one; workers serve them until they drain): "
-            + ", ".join(stray)
+            "or left from an earlier one; workers serve them until they drain): " + ", ".join(stray)
         )
     return lines
 
 
 def _periodic_lines(rows: list[dict[str, Any]]) -> list[str]:
     lines = [
-        f"{'periodic task':<24} {'last tick':<26} {'late':>9} "
-        f"{'catch-up':>8} {'p50/p99/max late (of n fires)':>32}  next tick"
+        (
+            f"{'periodic task':<24} {'last tick':<26} {'late':>9} "
+            f"{'catch-up':>8} {'p50/p99/max late (of n fires)':>32}  next tick"
+        )
     ]
     for row in rows:
         if "error" in row:

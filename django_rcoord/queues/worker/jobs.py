@@ -69,7 +69,9 @@ class Outcome:
     def error_entry(self) -> str:
         if not self.error:
             return ""
-        return json.dumps({"exception_class_path": self.error_class, "traceback": self.stored_error})
+        return json.dumps(
+            {"exception_class_path": self.error_class, "traceback": self.stored_error}
+        )
 
 
 @dataclass

@@ -359,7 +359,6 @@ async def _within(awaitable: Any, left: float | None, limit: float | None) -> An
         raise TaskTimeLimitExceeded(f"cancelled after its time limit of {limit:g} s") from None
 
 
-
 def returned(name: str, value: Any) -> Outcome:
     """How a run of task ``name`` that returned ``value`` ended: acknowledged with the value
     as JSON, or, when it cannot be stored (JSON cannot carry it, or it is over
@@ -374,6 +373,7 @@ def returned(name: str, value: Any) -> Outcome:
             error = f"the return value of task {name!r} cannot be stored as JSON: {exc}"
         return Outcome("dead", name, error, class_path(type(exc)))
     return Outcome("ack", name, value_json=value_json)
+
 
 @contextlib.contextmanager
 def _alarm(limit: float | None) -> Iterator[None]:

@@ -116,6 +116,7 @@ class ConcurrencyLimitMiddleware:
     ) -> list[_Permit] | HttpResponse:
         permits: list[_Permit] = []
         down: Exception | None = None
+        outcome: _Permit | HttpResponse | None
         try:
             for rule in rules:
                 if down is None:
@@ -142,6 +143,7 @@ class ConcurrencyLimitMiddleware:
     ) -> list[_Permit] | HttpResponse:
         permits: list[_Permit] = []
         down: Exception | None = None
+        outcome: _Permit | HttpResponse | None
         try:
             for rule in rules:
                 if down is None:

@@ -16,6 +16,7 @@ import socket
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -55,7 +56,7 @@ def closed_port() -> int:
         return probe.getsockname()[1]  # closed on leaving: connecting is refused
 
 
-def client_kwargs() -> dict[str, object]:
+def client_kwargs() -> dict[str, Any]:
     return {
         "socket_connect_timeout": 1,
         "socket_timeout": 1,

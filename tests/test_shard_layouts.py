@@ -44,6 +44,13 @@ def layout(shards: dict[str, int]) -> Iterator[None]:
         yield
 
 
+def shard_of(task_id: str) -> str:
+    """The group a task id names."""
+    group = group_of_task_id(task_id)
+    assert group is not None
+    return group
+
+
 def drain(shards: dict[str, int]) -> str:
     """Run a ``--burst`` worker process on layout ``shards``; its log."""
     worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(shards)})
@@ -166,7 +173,7 @@ def test_a_running_worker_serves_the_shards_another_layout_starts_using(
         with layout(THREE):
             ids = [tasks.record.delay(f"t{n}") for n in range(9)]
         with layout(worker_layout):
-            lacking = sorted({group_of_task_id(t) for t in ids} - set(shards_of("main")))
+            lacking = sorted({shard_of(t) for t in ids} - set(shards_of("main")))
         assert lacking  # some shards of three are none of the worker's
         wait_until(lambda: len(ran()) == 9, timeout=60, why=lambda: (ran(), log_of(worker)))
         for group in lacking:
@@ -199,7 +206,7 @@ def test_status_and_the_dashboard_show_shards_of_another_layout(
     with layout(THREE):
         ids = [tasks.record.delay(f"t{n}") for n in range(6)]
     with layout(TWO):
-        lacking = sorted({group_of_task_id(t) for t in ids} - set(shards_of("main")))
+        lacking = sorted({shard_of(t) for t in ids} - set(shards_of("main")))
         assert lacking
         rows = {row["name"]: row for row in overview()["queues"]}
         for group in lacking:

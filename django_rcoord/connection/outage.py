@@ -46,8 +46,8 @@ async def aconnect(client: Any) -> None:
 
 def _pool(client: Any, kind: type) -> Any:
     # A single-connection client (or one pinned to a connection) has no pool to ask.
-    if isinstance(client, kind) and client.connection is None:
-        return client.connection_pool
+    if isinstance(client, kind) and getattr(client, "connection", None) is None:
+        return getattr(client, "connection_pool", None)
     return None
 
 

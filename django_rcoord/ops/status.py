@@ -216,7 +216,7 @@ def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by_name: dict[str, list[dict[str, Any]]] = {}
     for row in queues:
         by_name.setdefault(logical_queue_name(row["name"]), []).append(row)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, parts in by_name.items():
         shards = sum(part["name"] != name for part in parts)
         if not shards:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 import redis.asyncio
@@ -58,10 +58,17 @@ def unavailable_as_one_error(what: str) -> Iterator[None]:
     message, and redis-py's own frames are left out)."""
     try:
         yield
-    except RedisUnavailable:
-        raise
     except REDIS_UNAVAILABLE as exc:
-        raise unavailable(what, exc) from _without_internals(exc)
+        raise_unavailable(what, exc)
+
+
+def raise_unavailable(what: str, exc: BaseException) -> NoReturn:
+    """Raise ``exc`` as ``unavailable_as_one_error`` does, for a hot path that catches
+    ``REDIS_UNAVAILABLE`` itself (a ``with`` costs a generator per call): a
+    ``RedisUnavailable`` as it is, else one saying ``what`` could not be done."""
+    if isinstance(exc, RedisUnavailable):
+        raise exc
+    raise unavailable(what, exc) from _without_internals(exc)
 
 
 def unavailable(what: str, exc: BaseException) -> RedisUnavailable:

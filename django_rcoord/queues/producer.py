@@ -13,6 +13,7 @@ from django_rcoord import tracing
 from django_rcoord.conf import conf
 from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
@@ -217,11 +218,13 @@ def send_message(client: Any, run: Enqueue) -> Enqueued:
     framework backend) ends here: a traced one (``django_rcoord.tracing``) in a PRODUCER
     span."""
     task_id, queue_keys, keys, argv = enqueue_call(run)
-    with outage.unavailable_as_one_error(f"queueing task {run.task_name!r}"):
+    try:
         register_group(client, queue_keys.group)
         reply = run_script("task_enqueue", client, keys=keys, args=argv)
         if reply == GROUP_CREATED:
             register_group(client, queue_keys.group, force=True)
+    except REDIS_UNAVAILABLE as exc:
+        outage.raise_unavailable(f"queueing task {run.task_name!r}", exc)
     return _enqueued(task_id, reply)
 
 
@@ -230,11 +233,13 @@ async def asend_message(client: Any, run: Enqueue) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
     task_id, queue_keys, keys, argv = enqueue_call(run)
     client = await aresolve_client(client)
-    with outage.unavailable_as_one_error(f"queueing task {run.task_name!r}"):
+    try:
         await aregister_group(client, queue_keys.group)
         reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
         if reply == GROUP_CREATED:
             await aregister_group(client, queue_keys.group, force=True)
+    except REDIS_UNAVAILABLE as exc:
+        outage.raise_unavailable(f"queueing task {run.task_name!r}", exc)
     return _enqueued(task_id, reply)
 
 

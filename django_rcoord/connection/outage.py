@@ -34,14 +34,22 @@ def connect(client: Any) -> None:
     """
     pool = _pool(client, redis.Redis)
     if pool is not None:
-        pool.release(pool.get_connection())
+        try:
+            connection = pool.get_connection()
+        except TypeError:  # redis-py before 5.3 asks which command the connection is for
+            connection = pool.get_connection("PING")
+        pool.release(connection)
 
 
 async def aconnect(client: Any) -> None:
     """``connect`` for a redis.asyncio client."""
     pool = _pool(client, redis.asyncio.Redis)
     if pool is not None:
-        await pool.release(await pool.get_connection())
+        try:
+            connection = await pool.get_connection()
+        except TypeError:  # as in connect()
+            connection = await pool.get_connection("PING")
+        await pool.release(connection)
 
 
 def _pool(client: Any, kind: type) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from redis.cluster import RedisCluster
 
 from tests.faultproxy import FaultProxy
 from tests.procs import wait_until
@@ -17,6 +18,11 @@ from tests.procs import wait_until
 
 @pytest.fixture
 def address(redis_client: Any) -> tuple[str, int] | str:
+    """A server to proxy: the suite's, or one node of its cluster (the tests send keyless
+    commands, which any node answers)."""
+    if isinstance(redis_client, RedisCluster):
+        node = redis_client.get_default_node()
+        return (node.host, node.port)
     kwargs = redis_client.connection_pool.connection_kwargs
     return kwargs["path"] if "path" in kwargs else (kwargs["host"], kwargs["port"])
 

@@ -19,14 +19,27 @@ from django_rcoord.protocols import ProtocolMismatch, announce
 VERBOSITY_LEVELS = {0: logging.ERROR, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
+#: The loggers of the Tasks framework (Django's own, the backport's): their task_finished
+#: receiver logs a failed task with its traceback, which the worker's line then leaves out.
+FRAMEWORK_LOGGERS = ("django.tasks", "django_tasks")
+
+
 def configure_logging(verbosity: int) -> None:
-    """Map --verbosity to django_rcoord's log level; log to stderr if nothing else does."""
+    """Map --verbosity to django_rcoord's log level; log to stderr if nothing else does,
+    the Tasks framework's errors too (Django's default logging shows them only with DEBUG
+    on: a failed framework task's traceback would be in no output of the worker)."""
     logger = logging.getLogger("django_rcoord")
     logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.INFO))
     if not logger.handlers and not logging.getLogger().handlers:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        handler.setFormatter(formatter)
         logger.addHandler(handler)
+        errors = logging.StreamHandler()
+        errors.setFormatter(formatter)
+        errors.setLevel(logging.ERROR)
+        for name in FRAMEWORK_LOGGERS:
+            logging.getLogger(name).addHandler(errors)
 
 
 @contextmanager

@@ -249,15 +249,17 @@ def holding_nothing(groups: list[str], *, client: Any = None) -> list[str]:
     return [group for n, group in enumerate(groups) if not (found[2 * n] or found[2 * n + 1])]
 
 
-def forget_gone_groups(*, client: Any = None) -> list[str]:
+def forget_gone_groups(empty: list[str] | None = None, *, client: Any = None) -> list[str]:
     """Drop from the registry the groups that are gone: they hold nothing (see
     ``holding_nothing``) and no worker is signed on to them. Returns them. Workers stop
     serving such a group (an earlier shard layout's) and pollers stop watching it. A group
     a producer uses again is recorded again: each is looked at once more after the drop,
-    and put back if a task came meanwhile."""
+    and put back if a task came meanwhile. ``empty``: the registry's groups already found
+    holding nothing (read here when not given)."""
     client = resolve_client(client)
-    groups = [group for group in known_groups(client=client) if group != DEFAULT_GROUP]
-    empty = holding_nothing(groups, client=client) if groups else []
+    if empty is None:
+        empty = holding_nothing(known_groups(client=client), client=client)
+    empty = [group for group in empty if group != DEFAULT_GROUP]
     with client.pipeline(transaction=False) as pipe:
         for group in empty:
             pipe.exists(GroupKeys.of(group).workers)

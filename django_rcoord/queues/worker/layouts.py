@@ -41,9 +41,9 @@ class LayoutLoops:
         lists that hold something (the group's own keys always, while it has shards).
         Groups gone (nothing held, no worker) leave the registry first. Redis errors
         propagate."""
-        forget_gone_groups()
         known = known_groups()
-        empty = set(holding_nothing(known))
+        empty = holding_nothing(known)
+        forget_gone_groups(empty)  # one read of the registry and the groups for both
         known = [group for group in known if group not in empty]
         return {
             split_queue_name(queues[0])[0]: queues

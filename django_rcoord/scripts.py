@@ -26,16 +26,24 @@ from redis.exceptions import NoScriptError
 _INCLUDE = re.compile(rb"^--! include (?:([\w.]+):)?(\w+)$", re.MULTILINE)
 
 
-def _source(name: str, package: str) -> bytes:
+def _source(name: str, package: str, spliced: set[tuple[str, str]] | None = None) -> bytes:
     """The script's text, each ``--! include <name>`` line replaced by ``lua/<name>.lua``
     (helpers several scripts share, defined once); ``--! include <package>:<name>``
     includes another package's helper (a project's script including
-    ``django_rcoord:_enqueue`` queues a task in the same step as its own writes)."""
+    ``django_rcoord:_enqueue`` queues a task in the same step as its own writes).
+
+    Each helper includes what it uses, so a script names only the helpers it calls, in
+    any order: a helper is spliced where it is first included, after what it includes,
+    and once (``spliced``: the helpers already in the text)."""
+    spliced = set() if spliced is None else spliced
+    spliced.add((package, name))
     source = (resources.files(package) / "lua" / f"{name}.lua").read_bytes()
 
     def included(match: re.Match[bytes]) -> bytes:
-        helper_package = match[1].decode() if match[1] else package
-        return _source(match[2].decode(), helper_package).rstrip(b"\n")
+        helper = (match[1].decode() if match[1] else package, match[2].decode())
+        if helper in spliced:
+            return b"-- (" + helper[1].encode() + b": above)"
+        return _source(helper[1], helper[0], spliced).rstrip(b"\n")
 
     return _INCLUDE.sub(included, source)
 

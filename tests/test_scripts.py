@@ -109,10 +109,10 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
             if f"--! include {qualifier}{helper}\n" not in source(package_, name):
                 continue
             script = script_text(name, package_)
-            # The helper's text, with the helpers it includes itself, is in the script.
-            expanded = script_text(helper, package)
+            # The helper's own text is in the script (with what it includes, above it).
             assert "--! include" not in script
-            assert expanded.strip() in script
+            for part in INCLUDE_LINE.split(source(package, helper)):
+                assert part.strip() in script, f"{name}: {helper}"
             # Every key a helper is given is one of the script's KEYS, or a table of them.
             caller = without_comments(source(package_, name))
             allowed = {"KEYS", *key_tables(caller)}
@@ -122,6 +122,53 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
                 for call in re.finditer(rf"\b{function}\(([^)]*)\)", caller):
                     passed = [argument.strip() for argument in call[1].split(",")]
                     assert all(base(passed[i]) in allowed for i in positions), call[0]
+
+
+INCLUDE_LINE = re.compile(r"^--! include .*$", re.MULTILINE)
+INCLUDE = re.compile(r"^--! include (?:([\w.]+):)?(\w+)$", re.MULTILINE)
+#: A top-level definition of a file: ``local function name(`` or ``local NAME =``.
+DEFINITION = re.compile(r"^local (?:function )?(\w+)\b", re.MULTILINE)
+
+
+def definitions(package: str, name: str) -> set[str]:
+    return set(DEFINITION.findall(without_comments(source(package, name))))
+
+
+def included(package: str, name: str) -> set[tuple[str, str]]:
+    """The helpers a file includes, itself and through them (what precedes its text)."""
+    found: set[tuple[str, str]] = set()
+    todo = [(package, name)]
+    while todo:
+        including = todo.pop()
+        for helper_package, helper in INCLUDE.findall(source(*including)):
+            helper_of = (helper_package or including[0], helper)
+            if helper_of not in found:
+                found.add(helper_of)
+                todo.append(helper_of)
+    return found
+
+
+@pytest.mark.parametrize(("package", "name"), LUA_FILES)
+def test_each_file_includes_the_helpers_whose_names_it_uses(package: str, name: str) -> None:
+    """A helper says what it needs by including it, not in prose: no caller has to know
+    what to include before it, or in which order."""
+    code = without_comments(source(package, name))
+    mine = definitions(package, name)
+    reachable = set().union(*(definitions(*helper) for helper in included(package, name)))
+    for helper_package, helper in HELPERS:
+        if (helper_package, helper) == (package, name):
+            continue
+        for defined in definitions(helper_package, helper) - mine:
+            if re.search(rf"(?<![\w.]){defined}\b", code):
+                assert defined in reachable, f"{name} uses {helper}'s {defined}, not included"
+
+
+def test_a_helper_included_twice_is_spliced_once() -> None:
+    """task_finish includes _records, and so do _finish, _metrics and _take: one copy."""
+    text = script_text("task_finish", "django_rcoord")
+    assert text.count("local function parse_state(") == 1
+    assert text.count("local function take_tasks(") == 1
+    assert text.index("local function parse_state(") < text.index("local function take_tasks(")
 
 
 def test_one_script_object_per_name_and_reload_after_flush(redis_client) -> None:

@@ -1,4 +1,6 @@
--- Cancelled tasks (included, after _records and _unique, by task_cancel and task_stopped).
+-- Cancelled tasks (included by task_cancel and task_stopped).
+--! include _records
+--! include _unique
 
 -- Keep `key` at least `ms` longer.
 local function keep_at_least(key, ms)

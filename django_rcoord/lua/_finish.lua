@@ -1,6 +1,8 @@
 -- Finishing the tasks a worker ran: task_finish.lua's first step. `group` holds the group's
 -- keys by name and `queues[index]` a queue's (ready, in_flight, delayed, dead); each of
--- `tasks` is one finished task's record (see task_finish.lua). Needs _records and _unique.
+-- `tasks` is one finished task's record (see task_finish.lua).
+--! include _records
+--! include _unique
 
 -- Which of `tasks` `worker` still holds (owned by it and in its queue's in-flight set):
 -- held[position] is true for each, and each leaves both. One that is not held (its lease

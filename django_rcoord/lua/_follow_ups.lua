@@ -1,10 +1,12 @@
 -- Follow-up tasks (on_success / on_failure), queued with the end of the run they follow:
--- task_finish.lua's second step. Needs _ready (enqueue_now) and _unique.
+-- task_finish.lua's second step.
 -- A finished task's record may carry one, `follow_up`: keys, the position in KEYS of the
 -- first of its five keys (task_enqueue's short-form KEYS, of a queue of this group); id,
 -- message, queue (the queue's name in its group), priority, wake_ms (its wake-up tokens'
 -- lifetime), keep_ms (the group keys' lifetime), claim (its unique claim's field, '' for
 -- none) and claim_ms (how long the claim lasts).
+--! include _ready
+--! include _unique
 
 -- Queue the follow-ups of the held ones among `tasks` that were acknowledged or made dead
 -- letters (one retried runs again: its follow-up waits for its last run). Only a task this

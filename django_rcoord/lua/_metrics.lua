@@ -1,6 +1,7 @@
 -- The group's task metrics: task_finish.lua's third step. The metrics HASH (its fields:
 -- see task_finish.lua) counts each finished run under its record's labels
--- ('queue<US>task', '' for none), by outcome and duration bucket. Needs _records.
+-- ('queue<US>task', '' for none), by outcome and duration bucket.
+--! include _records
 
 local US = '\31'
 

@@ -1,6 +1,7 @@
--- Taking tasks: task_finish.lua's last step. Needs _records and _in_flight. `group` holds
--- the group's keys by name and `queues[index]` a queue's (ready, in_flight, delayed, dead),
--- in priority order.
+-- Taking tasks: task_finish.lua's last step. `group` holds the group's keys by name and
+-- `queues[index]` a queue's (ready, in_flight, delayed, dead), in priority order.
+--! include _records
+--! include _in_flight
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig, apps
+from django.conf import settings
 from django.core import checks
 
 
@@ -28,7 +29,6 @@ class RcoordConfig(AppConfig):
         ours among them: rcoord.E018, E019, W003) only once its package is imported. A
         project whose ``TASKS`` names our backend gets it under ``manage.py check`` even if
         nothing imported the framework yet (a misspelt option would otherwise pass)."""
-        from django.conf import settings
 
         tasks = getattr(settings, "TASKS", None)
         if not isinstance(tasks, dict):

@@ -9,13 +9,19 @@ import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
+from django_redis.cache import RedisCache
+from django_redis.client import ShardClient
+from redis.exceptions import NoPermissionError, RedisError
 
 from django_rcoord.autocomplete.checks import check_autocomplete_settings
 from django_rcoord.conf import DEFAULTS, conf
+from django_rcoord.connection import get_client
+from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.keys import validate_prefix
 from django_rcoord.locks.checks import check_lock_settings
 from django_rcoord.ops.checks import check_operations_settings
@@ -142,8 +148,6 @@ def _check_connection(alias: object) -> list[CheckMessage]:
                 id="rcoord.E003",
             )
         ]
-    from django_redis.cache import RedisCache
-    from django_redis.client import ShardClient
 
     cache = caches[alias]
     backend_path = cache.get("BACKEND", "")
@@ -241,10 +245,6 @@ def check_redis_server(**kwargs: Any) -> list[CheckMessage]:
     (one ``INFO``) and report a server out of reach, older than 6.2, or one that may evict
     the keys django-rcoord needs. Settings that give no client are check_settings' to
     report."""
-    from redis.exceptions import NoPermissionError
-
-    from django_rcoord.connection import get_client
-    from django_rcoord.connection.errors import REDIS_ERRORS
 
     where = _where_redis_is()
     try:
@@ -281,7 +281,6 @@ def result_bound_problems(client: Any, where: str) -> list[CheckMessage]:
     end is recorded in one call whose record carries the return value as JSON text inside
     JSON (up to twice its length); a server that refuses that call refuses it every time.
     Nothing to say where the server keeps CONFIG to itself (a managed service)."""
-    from redis.exceptions import RedisError
 
     limit = conf.MAX_RESULT_BYTES
     try:
@@ -379,7 +378,6 @@ def _where_redis_is() -> str:
 
 def _without_password(url: str) -> str:
     """``url`` with any password replaced by ``***`` (check output ends up in CI logs)."""
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     if not parts.password:

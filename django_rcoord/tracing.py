@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from django_rcoord import __version__
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
@@ -64,7 +66,6 @@ def tracer() -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _tracer_of(provider: Any) -> Any:
-    from django_rcoord import __version__
 
     return provider.get_tracer("django_rcoord", __version__)
 

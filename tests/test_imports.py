@@ -265,3 +265,90 @@ def test_each_capability_owns_its_checks() -> None:
         for room in rooms
         for target in graph["django_rcoord.checks"]
     )
+
+
+#: Every import inside a function of the package, by (module, function, what it imports),
+#: each with its reason. None of them is there to dodge an import cycle (a module-level
+#: import would work, and the graph above would still show a cycle): a new one fails the
+#: test until it is hoisted or given a reason of its own.
+OPTIONAL = "an optional dependency, imported only on the path that uses it"
+APPS_READY = "needs Django's apps loaded: imported once they are (AppConfig.ready or later)"
+FRAMEWORK = "imports the Tasks framework, which a project may not have"
+DEFERRED_IMPORTS = {
+    ("apps.py", "ready", "django_rcoord"): APPS_READY + " (opens the connection module)",
+    ("apps.py", "ready", "django_rcoord.checks"): APPS_READY + " (registers the checks)",
+    ("apps.py", "ready", "django_rcoord.embedded.checks"): APPS_READY,
+    ("apps.py", "_register_the_task_backends_checks", "django_rcoord.queues.framework"): (
+        FRAMEWORK
+    ),
+    ("apps.py", "_link_the_admin_index", "django.contrib"): "django.contrib.admin is optional",
+    ("connection/convert.py", "_driver_info", "redis.driver_info"): "redis-py 7 and later",
+    ("connection/convert.py", "_driver_info", "redis.utils"): "redis-py 7 and later",
+    ("embedded/server.py", "_start_lock", "fcntl"): "POSIX only: the module imports anywhere",
+    ("ops/dashboard.py", "_context", "django.contrib"): "django.contrib.admin is optional",
+    ("ops/dashboard.py", "_message", "django.contrib"): "django.contrib.messages is optional",
+    ("ops/prometheus.py", "prometheus_exposition", "prometheus_client"): OPTIONAL,
+    ("ops/prometheus.py", "prometheus_exposition", "prometheus_client.exposition"): OPTIONAL,
+    ("ops/prometheus.py", "_queues_and_workers", "prometheus_client.core"): OPTIONAL,
+    ("ops/prometheus.py", "_task_runs", "prometheus_client.core"): OPTIONAL,
+    ("ops/prometheus.py", "_lateness", "prometheus_client.core"): OPTIONAL,
+    ("ops/prometheus.py", "_task_controls", "prometheus_client.core"): OPTIONAL,
+    ("ops/views.py", "metrics", "django_rcoord.ops.prometheus"): OPTIONAL,
+    ("queues/__init__.py", "send_sold_email_via_queue", "django_rcoord.tasks"): APPS_READY
+    + " (the app's tasks module reads django.contrib.auth when imported)",
+    ("queues/checks.py", "_check_options_set_twice", "django_rcoord.queues.task_class"): (
+        FRAMEWORK
+    ),
+    ("queues/framework.py", "register_checks", "django.tasks.checks"): FRAMEWORK,
+    ("queues/framework.py", "register_checks", "django_tasks.checks"): FRAMEWORK,
+    ("queues/schedules.py", "resolve_target", "django_rcoord.queues.backend"): FRAMEWORK,
+    ("queues/worker/isolation.py", "serve_tasks", "django"): "a task process sets Django up",
+    ("queues/worker/isolation.py", "serve_tasks", "django_rcoord.queues.registry"): APPS_READY
+    + " (a task process, once it has set Django up)",
+    ("queues/worker/runner.py", "prepare", "django_rcoord.queues.framework_runs"): FRAMEWORK,
+    ("queues/worker/runner.py", "run_options_of", "django_rcoord.queues.framework_runs"): (
+        FRAMEWORK
+    ),
+    ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues"): FRAMEWORK,
+    ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues.backend"): FRAMEWORK,
+}
+
+
+def deferred_imports(root: Path) -> set[tuple[str, str, str]]:
+    """(module, function, imported module) for each import inside a function of the package
+    (``from . import x`` named as its absolute module)."""
+    found = set()
+    for path in sorted((root / "django_rcoord").rglob("*.py")):
+        name = path.relative_to(root / "django_rcoord").as_posix()
+        package = ".".join(path.relative_to(root).parent.parts)
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in _imports(function):
+                if isinstance(node, ast.Import):
+                    found.update((name, function.name, alias.name) for alias in node.names)
+                else:
+                    base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+                    module = ".".join(part for part in (base, node.module or "") if part)
+                    found.add((name, function.name, module))
+    return found
+
+
+def test_every_import_inside_a_function_has_its_reason() -> None:
+    found = deferred_imports(ROOT)
+    assert found - DEFERRED_IMPORTS.keys() == set(), "new: hoist it, or give it its reason"
+    assert DEFERRED_IMPORTS.keys() - found == set(), "gone: take it off DEFERRED_IMPORTS"
+
+
+def test_deferred_imports_are_found_at_any_depth(tmp_path: Path) -> None:
+    package = tmp_path / "django_rcoord" / "inner"
+    package.mkdir(parents=True)
+    (package / "mod.py").write_text(
+        "import os\n\ndef f():\n    if True:\n        from . import sibling\n"
+        "    import json\n\nclass C:\n    async def g(self):\n        from x.y import z\n"
+    )
+    assert deferred_imports(tmp_path) == {
+        ("inner/mod.py", "f", "django_rcoord.inner"),
+        ("inner/mod.py", "f", "json"),
+        ("inner/mod.py", "g", "x.y"),
+    }

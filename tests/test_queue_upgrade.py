@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from django_rcoord.connection import get_client
-from django_rcoord.ops.metrics import duration_bucket, metric_labels, read_metrics
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_metrics
 from django_rcoord.queues.records import queue_stats, result_ttl_ms
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script

@@ -7,9 +7,9 @@ from django.urls import reverse
 
 from benchmarks.task_controls import shortest_span
 from django_rcoord.connection import get_client
-from django_rcoord.ops.metrics import read_metrics
 from django_rcoord.queues import enqueue_many, get_result, queue_stats, recover_and_promote, task
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.metrics import read_metrics
 from django_rcoord.queues.options import parse_rate
 from django_rcoord.queues.worker.jobs import Outcome
 from tests import tasks

@@ -17,7 +17,6 @@ from django_rcoord.checks import check_settings
 from django_rcoord.conf import conf
 from django_rcoord.connection import get_client
 from django_rcoord.exceptions import TaskCancelled
-from django_rcoord.ops.metrics import read_metrics
 from django_rcoord.queues import (
     acancel,
     aexecute_later,
@@ -35,6 +34,7 @@ from django_rcoord.queues import (
 )
 from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.metrics import read_metrics
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Outcome
 from tests import framework_tasks, tasks

@@ -6,9 +6,11 @@ import logging
 import threading
 from typing import Any
 
+from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
+from django_redis import get_redis_connection
 
 from django_rcoord.conf import conf
 from django_rcoord.connection.kinds import is_async_client, is_cluster
@@ -83,8 +85,6 @@ def slot_pipeline(client: Any, key: str | bytes, *, transaction: bool = True) ->
 
 
 def client_from_cache(alias: str) -> Any:
-    from django.conf import settings
-    from django_redis import get_redis_connection
 
     if alias not in getattr(settings, "CACHES", {}):
         raise ConnectionNotConfigured(

@@ -10,6 +10,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.backoff
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.sentinel import SentinelConnectionPool
 
 from django_rcoord.exceptions import ConnectionNotConfigured
 
@@ -21,13 +24,10 @@ def async_client_like(client: Any, *, max_connections: int | None = None) -> Any
     the same connection settings (django-redis has parsed LOCATION and OPTIONS into its
     connection pool: host or unix socket, db, credentials, TLS, timeouts, retries, pool size,
     Sentinel). ``max_connections`` replaces the pool size."""
-    from redis.sentinel import SentinelConnectionPool
 
     pool = client.connection_pool
     kwargs = portable_kwargs(pool.connection_kwargs)
     if isinstance(pool, SentinelConnectionPool):
-        from redis.asyncio.sentinel import Sentinel
-
         manager = pool.sentinel_manager
         sentinels = [
             (
@@ -146,7 +146,5 @@ def portable_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
         portable["driver_info"] = _driver_info()
     retry = (kwargs or {}).get("retry")
     if retry is not None:
-        from redis.asyncio.retry import Retry
-
         portable["retry"] = Retry(retry._backoff, retry._retries, retry._supported_errors)
     return portable

@@ -6,11 +6,11 @@ from typing import Any
 
 import redis.asyncio
 import redis.asyncio.cluster
+from redis.cluster import RedisCluster
 
 
 def is_cluster(client: Any) -> bool:
     """True for a ``redis.cluster.RedisCluster`` (or one of its pipelines)."""
-    from redis.cluster import RedisCluster
 
     return isinstance(client, RedisCluster)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 
 from django_rcoord.embedded.server import EmbeddedRedis, free_port
 from django_rcoord.exceptions import EmbeddedRedisError
@@ -98,7 +99,6 @@ class EmbeddedCluster:
 
     def client(self, **kwargs: Any) -> Any:
         """A new ``redis.cluster.RedisCluster`` for this cluster."""
-        from redis.cluster import ClusterNode, RedisCluster
 
         kwargs.setdefault("socket_timeout", 5)
         startup = [ClusterNode("127.0.0.1", port) for port in self.ports]

@@ -1,5 +1,5 @@
 """The Prometheus endpoint's exposition: queue sizes, workers, task outcomes and run times
-(from ``django_rcoord.ops.metrics``), lateness, rendered by ``prometheus-client`` (the
+(from ``django_rcoord.queues.metrics``), lateness, rendered by ``prometheus-client`` (the
 ``metrics`` extra, imported only here)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.ops.metrics import DURATION_BUCKETS, read_all_metrics
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.metrics import DURATION_BUCKETS, read_all_metrics
 
 __all__ = ["prometheus_exposition"]
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.ops.metrics import cancelled_in, finished_per_minute, metrics_from_hash
 from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, GroupKeys, QueueKeys
 from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.metrics import cancelled_in, finished_per_minute, metrics_from_hash
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
 from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups

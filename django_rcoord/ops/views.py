@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from django_rcoord.conf import conf
 from django_rcoord.connection.errors import REDIS_UNAVAILABLE
+from django_rcoord.ops.status import overview
 from django_rcoord.responses import refused_unavailable
 
 
@@ -73,7 +74,6 @@ def stats(request: HttpRequest) -> HttpResponse:
     refused = _refused(request)
     if refused is not None:
         return refused
-    from django_rcoord.ops.status import overview
 
     try:
         return _private(JsonResponse(overview()))

@@ -10,9 +10,9 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
-from django_rcoord.ops.metrics import metric_labels
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.metrics import metric_labels
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
 

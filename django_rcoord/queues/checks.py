@@ -14,6 +14,7 @@ from django_rcoord.conf import DEFAULTS
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues import schedules, task_options
 from django_rcoord.queues.keys import check_queue_name, one_group
+from django_rcoord.queues.registry import tasks_modules
 from django_rcoord.queues.shards import MAX_SHARDS
 from django_rcoord.validation import MAX_BATCH, is_number, is_positive_int
 
@@ -71,7 +72,6 @@ def check_tasks_modules() -> list[CheckMessage]:
     """rcoord.E036: an installed app's ``tasks`` module that raises when imported (a misspelt
     option on a task's decorator, a bad import). A worker imports every one at start and
     would stop there; the check says so in one line, where the error is."""
-    from django_rcoord.queues.registry import tasks_modules
 
     errors: list[CheckMessage] = []
     try:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import apps
+from django.db import transaction
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.queues.arguments import argument_problem
@@ -151,7 +152,6 @@ class Task:
 
     def delay_on_commit(self, *args: Any, using: str | None = None, **kwargs: Any) -> None:
         """Queue the run when the current database transaction commits (at once outside one)."""
-        from django.db import transaction
 
         self.check_arguments(args, kwargs)
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now

@@ -20,6 +20,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from django_rcoord.conf import conf
+from django_rcoord.queues.registry import autodiscover_tasks, get_task
+from django_rcoord.queues.task_class import options_of
+from django_rcoord.queues.task_options import uniqueness_of
 from django_rcoord.queues.unique import Uniqueness
 from django_rcoord.validation import named_dicts
 
@@ -155,7 +158,6 @@ class Target:
 def resolve_target(task: str) -> Target | None:
     """The project ``@task`` registered as ``task``, else the Tasks framework task at that
     dotted path on a ``RedisTaskBackend``; None when it is neither."""
-    from django_rcoord.queues.registry import autodiscover_tasks, get_task
 
     autodiscover_tasks()
     registered = get_task(task)
@@ -165,8 +167,6 @@ def resolve_target(task: str) -> Target | None:
         from django_rcoord.queues.backend import RedisTaskBackend, framework_task
     except ImportError:  # the Tasks framework is not installed
         return None
-    from django_rcoord.queues.task_class import options_of
-    from django_rcoord.queues.task_options import uniqueness_of
 
     found = framework_task(task)
     if found is None or not isinstance(found.get_backend(), RedisTaskBackend):

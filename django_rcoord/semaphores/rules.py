@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
 from django_rcoord.exceptions import InvalidName
@@ -104,7 +105,6 @@ def rule_problems(raw: object) -> list[tuple[str, str]]:
 
 def load_rules(raw: Any) -> tuple[ConcurrencyRule, ...]:
     """Compile CONCURRENCY_LIMITS (already validated by the system checks)."""
-    from django.core.exceptions import ImproperlyConfigured
 
     problems = rule_problems(raw)
     if problems:

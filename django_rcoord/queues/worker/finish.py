@@ -12,8 +12,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django_rcoord.ops.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.queues.worker.jobs import Done, Job

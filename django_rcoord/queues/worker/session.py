@@ -18,8 +18,8 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.ops.metrics import metric_labels
 from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.metrics import metric_labels
 from django_rcoord.queues.producer import register_group
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.worker.finish import FinishProtocol

@@ -1,5 +1,6 @@
 """Task metrics: what workers count inside the script that finishes a task, read back for
-the dashboard, the JSON stats and the Prometheus endpoint.
+the dashboard, the JSON stats and the Prometheus endpoint (``django_rcoord.ops`` reads
+them here; the queue writes and reads its metrics in this one module).
 
 Each queue group keeps one HASH (``QueueKeys.metrics``) that ``task_finish.lua`` updates
 in the same call that acknowledges, retries or dead-letters a task (no extra round trip,
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.queues.keys import GroupKeys
+from django_rcoord.queues.shards import logical_queue_name
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -100,18 +103,12 @@ class QueueMetrics:
 def read_metrics(group: str, *, client: Any = None) -> QueueMetrics:
     """One HGETALL of the group's metrics HASH (its size is set by the number of queues and
     task names, not by the number of tasks run)."""
-    # The queues import this module's labels: their keys are imported once they are.
-    from django_rcoord.queues.keys import GroupKeys
-
     return metrics_from_hash(resolve_client(client).hgetall(GroupKeys.of(group).metrics))
 
 
 def read_all_metrics(groups: Iterable[str], *, client: Any = None) -> QueueMetrics:
     """The metrics of ``groups`` together (one pipelined HGETALL each), a queue of a group's
     shards (``RCOORD["QUEUE_SHARDS"]``) counted under the queue its tasks were queued to."""
-    from django_rcoord.queues.keys import GroupKeys
-    from django_rcoord.queues.shards import logical_queue_name
-
     with resolve_client(client).pipeline(transaction=False) as pipe:
         for group in groups:
             pipe.hgetall(GroupKeys.of(group).metrics)

@@ -288,6 +288,9 @@ def run_options_of(job: Job) -> RunOptions:
     return DEFAULT_OPTIONS
 
 
+#: How a failure's line starts (then: what comes next).
+_FAILED = "task %(id)s %(name)s failed on attempt %(attempt)d (ran %(took_ms).1f ms): %(summary)s; "
+
 #: The worker's line for each way a task ends, as its level and its message, filled from
 #: the run's fields (``log_outcome``). "lost": it ran, but its lease had run out first.
 OUTCOME_LINES: dict[str, tuple[int, str]] = {
@@ -314,20 +317,8 @@ OUTCOME_LINES: dict[str, tuple[int, str]] = {
             "cancel() asked it to stop"
         ),
     ),
-    "retry": (
-        logging.WARNING,
-        (
-            "task %(id)s %(name)s failed on attempt %(attempt)d (ran %(took_ms).1f ms): "
-            "%(summary)s; next attempt in %(delay_s).3g s"
-        ),
-    ),
-    "dead": (
-        logging.ERROR,
-        (
-            "task %(id)s %(name)s failed on attempt %(attempt)d (ran %(took_ms).1f ms): "
-            "%(summary)s; it is a dead letter now"
-        ),
-    ),
+    "retry": (logging.WARNING, _FAILED + "next attempt in %(delay_s).3g s"),
+    "dead": (logging.ERROR, _FAILED + "it is a dead letter now"),
 }
 
 

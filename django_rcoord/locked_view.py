@@ -65,7 +65,7 @@ class NonAtomicRequests(set[str]):
 def opted_out_of(view: Any) -> set[str]:
     """The databases ``view`` opted out of ATOMIC_REQUESTS on with
     ``transaction.non_atomic_requests`` (for a ``@locked`` view, its own marks)."""
-    marked = getattr(view, "_non_atomic_requests", set())
+    marked: Iterable[str] = getattr(view, "_non_atomic_requests", set())
     return set(getattr(marked, "opted_out", marked))
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest, HttpResponse
 
 from django_rcoord.connection.errors import NO_REDIS
@@ -28,31 +29,44 @@ ACQUIRE_ERRORS: tuple[type[Exception], ...] = (LockNotReplicated, *NO_REDIS)
 RELEASE_ERRORS: tuple[type[Exception], ...] = (LockLost, *NO_REDIS)
 
 
-class AtomicRequestsInsideLock(set[str]):
-    """The ``_non_atomic_requests`` of a sync ``@locked`` view.
+class NonAtomicRequests(set[str]):
+    """The ``_non_atomic_requests`` of a sync ``@locked`` view: the databases on which
+    Django's handler opens no ATOMIC_REQUESTS transaction around it.
 
-    Django's handler wraps a view in ``transaction.atomic`` for each database with
-    ``ATOMIC_REQUESTS`` whose alias is not in this attribute. Every alias is in this
-    set, so the handler opens no transaction around the view: ``@locked`` opens them
-    itself, inside the lock, so that they commit or roll back before it is released.
-    The set's items are the aliases the view opted out of with
-    ``transaction.non_atomic_requests`` (applied below or above ``@locked``).
+    It holds every configured database, as ``transaction.non_atomic_requests(using=...)``
+    on each would, so the handler opens none: ``@locked`` opens them itself, inside the
+    lock, so that they commit or roll back before it is released. Which databases the
+    view itself opted out of is ``opted_out``: those marked below ``@locked`` (read when
+    it decorated the view) and those marked above it, which
+    ``transaction.non_atomic_requests`` adds here.
     """
 
-    def __contains__(self, alias: object) -> bool:
-        return True
+    def __init__(self, opted_out: Iterable[str]) -> None:
+        super().__init__(connections)  # every alias of settings.DATABASES
+        self.opted_out = set(opted_out)
+
+    def add(self, alias: str) -> None:
+        self.opted_out.add(alias)
+        super().add(alias)
 
     def atomic_aliases(self, request: HttpRequest) -> list[str]:
         """The databases whose transaction the decorator opens, in Django's order: those
         with ATOMIC_REQUESTS that neither the view nor the view Django resolved opted
         out of (a class-based view's ``as_view()``, from its ``dispatch``)."""
         resolved = getattr(getattr(request, "resolver_match", None), "func", None)
-        opted_out = {*self, *getattr(resolved, "_non_atomic_requests", ())}
+        opted_out = self.opted_out | opted_out_of(resolved)
         return [
             alias
             for alias, config in connections.settings.items()
             if config["ATOMIC_REQUESTS"] and alias not in opted_out
         ]
+
+
+def opted_out_of(view: Any) -> set[str]:
+    """The databases ``view`` opted out of ATOMIC_REQUESTS on with
+    ``transaction.non_atomic_requests`` (for a ``@locked`` view, its own marks)."""
+    marked: Iterable[str] = getattr(view, "_non_atomic_requests", set())
+    return set(getattr(marked, "opted_out", marked))
 
 
 @contextlib.contextmanager
@@ -64,17 +78,30 @@ def request_transactions(aliases: list[str]) -> Iterator[None]:
         yield
 
 
+def commits_later(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the view runs inside a transaction opened around it that commits after it
+    returns: ATOMIC_REQUESTS around a class-based view whose method (not ``dispatch``)
+    is decorated, a transaction middleware, a caller's ``atomic``.
+
+    A test case's transaction never commits, so it does not count. Django offers no
+    public way to tell it: ``in_atomic_block`` and ``get_autocommit()`` read the same in
+    any atomic block, and ``atomic(durable=True)``, the one public face of the test
+    case's mark, looks only at the innermost block, which here may be the request's own
+    transaction opened inside the test case's. So this reads the mark Django's TestCase
+    sets on the atomic blocks it opens, outermost first.
+    """
+    blocks = connection.atomic_blocks
+    return connection.in_atomic_block and not (
+        blocks and getattr(blocks[0], "_from_testcase", False)
+    )
+
+
 def enclosing_transactions() -> list[str]:
-    """The databases on which the view runs inside a transaction opened around it, which
-    commits after the view returns: ATOMIC_REQUESTS around a class-based view whose
-    method (not ``dispatch``) is decorated, a transaction middleware, a caller's
-    ``atomic``. A test case's transaction never commits, so it does not count."""
+    """The databases on which the view runs inside a transaction that commits after it."""
     return [
         connection.alias
         for connection in connections.all(initialized_only=True)
-        if connection.in_atomic_block
-        and connection.atomic_blocks
-        and not getattr(connection.atomic_blocks[0], "_from_testcase", False)
+        if commits_later(connection)
     ]
 
 
@@ -101,7 +128,7 @@ class LockedView:
         self.view = view
         self.view_name = view.__qualname__
         #: The wrapper's ``_non_atomic_requests`` (sync views only: see the class).
-        self.atomic_requests = AtomicRequestsInsideLock(getattr(view, "_non_atomic_requests", ()))
+        self.atomic_requests = NonAtomicRequests(opted_out_of(view))
         self.name_for = KeyFunction(key, view, "@locked")
         self.what = f"@locked on view {self.name_for.view_name}"
         self.timeout = timeout

@@ -571,6 +571,19 @@ def test_non_atomic_requests_above_or_below_locked_is_kept(
     assert view(rf.get("/")).content == in_transaction
 
 
+def test_a_locked_views_non_atomic_requests_names_its_databases_and_nothing_else() -> None:
+    # Django's handler reads it to know on which databases to open no ATOMIC_REQUESTS
+    # transaction around the view: every one (@locked opens them inside the lock), and it
+    # is an ordinary set of them, as transaction.non_atomic_requests leaves one.
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse()
+
+    marks = locked("x")(view)._non_atomic_requests  # type: ignore[attr-defined]
+    assert set(marks) == set(connections)
+    assert "no-such-database" not in marks
+    assert not hasattr(view, "_non_atomic_requests")  # the view's own are left alone
+
+
 @pytest.mark.parametrize(("holder_timeout", "most"), [(6, 6), (30, 30)])
 def test_busy_retry_after_is_the_holders_remaining_ttl(client, holder_timeout, most) -> None:
     # The view's own lock timeout is 10 s: the answer is the holder's, an upper bound. The

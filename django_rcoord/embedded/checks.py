@@ -1,18 +1,37 @@
-"""System checks of the embedded server in a project's ``CACHES`` (``embedded_cache()``):
-a machine with no ``redis-server`` to start (rcoord.E034), and, with ``--deploy``, the
-development server still configured (rcoord.W031). Neither connects to anything."""
+"""System checks of the embedded server: ``RCOORD["EMBEDDED_REDIS_DIR"]`` not a path
+(rcoord.E007, for ``check_settings``), and for a cache of ``CACHES`` made by
+``embedded_cache()``, a machine with no ``redis-server`` to start (rcoord.E034) and, with
+``--deploy``, the development server still configured (rcoord.W031). None connects to
+anything."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 
+from django_rcoord.conf import DEFAULTS
 from django_rcoord.embedded.caches import is_embedded_cache
 from django_rcoord.embedded.finder import find_executable
 from django_rcoord.exceptions import EmbeddedRedisError
+
+
+def embedded_dir_problems(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """``RCOORD["EMBEDDED_REDIS_DIR"]``, where the embedded server keeps its files."""
+    embedded_dir = user.get("EMBEDDED_REDIS_DIR", DEFAULTS["EMBEDDED_REDIS_DIR"])
+    if embedded_dir is None or isinstance(embedded_dir, (str, os.PathLike)):
+        return []
+    return [
+        Error(
+            "settings.RCOORD['EMBEDDED_REDIS_DIR'] must be a path (str or Path) or None, "
+            f"not {type(embedded_dir).__name__}.",
+            hint='For example BASE_DIR / ".rcoord" / "redis".',
+            id="rcoord.E007",
+        )
+    ]
 
 
 def _embedded_caches() -> list[str]:

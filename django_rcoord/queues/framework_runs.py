@@ -48,8 +48,30 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
     its task and backend found, its context made, ``task_started`` sent before the call and
     ``task_finished`` with its final result once its end is final. What this release of the
     project cannot run (a rolling deploy's newer task or settings) is refused here only."""
-    # The project's code and settings (the task's module, TASKS) may differ between the
-    # releases of a rolling deploy: what fails here may run on a newer worker.
+    found = _task_and_backend(name, message.get("backend"))
+    if isinstance(found, Refusal):
+        return found
+    task, backend = found
+    arguments = _arguments(job, message, task)
+    if isinstance(arguments, Refusal):
+        return arguments
+    args, kwargs, result = arguments
+    sender = type(backend)
+    return Call(
+        task.func,
+        args,
+        kwargs,
+        backend.run_options(task),
+        functools.partial(follow_up_of, name),
+        functools.partial(_send_robust, task_started, "task_started", sender, result),
+        functools.partial(_send_finished, sender, result),
+    )
+
+
+def _task_and_backend(name: Any, alias: Any) -> tuple[Task, RedisTaskBackend] | Refusal:
+    """The framework task at dotted path ``name`` and the ``RedisTaskBackend`` that enqueued
+    it. The project's code and settings (the task's module, TASKS) may differ between the
+    releases of a rolling deploy: what is refused here may run on a newer worker."""
     try:
         task = framework_task(name)
     except Exception as exc:  # noqa: BLE001
@@ -57,12 +79,20 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
     if task is None:
         return Refusal(f"{name!r} is not a Tasks framework task here")
     try:
-        backend = task_backends[message["backend"]]
+        backend = task_backends[alias]
     # An unknown alias, or a backend whose construction fails for any reason.
     except Exception as exc:  # noqa: BLE001
-        return Refusal(f"no Tasks backend {message['backend']!r}: {exc}")
+        return Refusal(f"no Tasks backend {alias!r}: {exc}")
     if not isinstance(backend, RedisTaskBackend):
         return Refusal(f"backend {backend.alias!r} is not RedisTaskBackend")
+    return task, backend
+
+
+def _arguments(
+    job: Job, message: dict[str, Any], task: Task
+) -> tuple[list[Any], dict[str, Any], TaskResult] | Refusal:
+    """The arguments ``task`` is called with (its context first, when it takes one), checked
+    against its signature, and its result as enqueued, which its signals carry."""
     args, kwargs = message.get("args", []), message.get("kwargs", {})
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return Refusal("args must be a JSON list and kwargs a JSON object", anywhere=True)
@@ -77,18 +107,7 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
     problem = argument_problem(_signature(task.func), args, kwargs)
     if problem is not None:
         return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
-    sender = type(backend)
-    started = functools.partial(_send_robust, task_started, "task_started", sender, result)
-    ended = functools.partial(_send_finished, sender, result)
-    return Call(
-        task.func,
-        args,
-        kwargs,
-        backend.run_options(task),
-        functools.partial(follow_up_of, name),
-        started,
-        ended,
-    )
+    return args, kwargs, result
 
 
 class FrameworkFollowUp:
@@ -131,13 +150,10 @@ def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
 def framework_run_options(message: dict[str, Any]) -> RunOptions:
     """The run options of the framework task a message names, from its backend; the
     settings' defaults when this release cannot find the task or its backend."""
-    try:
-        task = framework_task(message.get("task"))
-        backend = task_backends[message["backend"]]
-    except Exception:  # noqa: BLE001 - framework_call says why it cannot run
+    found = _task_and_backend(message.get("task"), message.get("backend"))
+    if isinstance(found, Refusal):  # framework_call says why it cannot run
         return RunOptions(max_retries=0)
-    if task is None or not isinstance(backend, RedisTaskBackend):
-        return RunOptions(max_retries=0)
+    task, backend = found
     return backend.run_options(task)
 
 

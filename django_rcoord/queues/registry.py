@@ -42,7 +42,7 @@ class Task:
     def __init__(
         self,
         function: Callable[..., Any],
-        name: str,
+        name: str | None,
         queue: str,
         max_retries: int,
         priority: int = 0,
@@ -52,7 +52,8 @@ class Task:
         unique: Uniqueness | None = None,
     ) -> None:
         self.function = function
-        self.name = name
+        #: By default, the function's dotted path.
+        self.name = name or f"{function.__module__}.{function.__qualname__}"
         self.queue = queue
         self.priority = priority
         #: How the worker runs it: retries, their waits, its time limit.
@@ -186,23 +187,20 @@ def task(
     unique_for: float | None = None,
     unique_key: Callable[..., str] | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
-    """Register a function as a task. ``max_retries`` counts retries after the first attempt;
-    ``priority`` (-100..100) orders the tasks of one queue: higher runs first, equal ones in
-    the order they were queued. ``timeout`` (seconds; 0: none) limits a run, and
-    ``retry_backoff``, ``retry_backoff_max`` and ``retry_jitter`` shape the waits between
-    retries; left None, each takes its ``RCOORD`` setting (``TASK_TIMEOUT``,
-    ``TASK_RETRY_BACKOFF``, ...) when the task runs. ``rate`` (``"100/m"``) and
-    ``concurrency`` (runs at once) hold across every worker; tasks giving the same
-    ``limit_key`` share them. ``on_success`` and ``on_failure`` (a task, or a task's name)
-    are queued with the task's id when it succeeds, or fails for good (no retries left).
-
-    ``unique_for`` (seconds): while a run with the same arguments is ready, delayed or
-    running (retries included), and for at most that long, queueing the task again
-    returns that run's id and queues nothing. ``unique_key``: a function of the task's
-    arguments returning a str, for "the same" by key rather than by all arguments."""
+    """Register a function as a task: call it to run it here, ``delay()`` to queue it on
+    ``queue``, where a higher ``priority`` (-100..100) runs first (equal ones in the order
+    they were queued). ``max_retries``, ``timeout``, ``retry_backoff``,
+    ``retry_backoff_max``, ``retry_jitter``, ``rate``, ``concurrency`` and ``limit_key``
+    say how workers run it (``RunOptions`` tells each; None: its ``RCOORD`` setting).
+    ``on_success`` and ``on_failure`` (a task, or a task's name) are queued with the
+    task's id when it succeeds, or fails for good (no retries left). ``unique_for``
+    (seconds): while a run with the same arguments (or the same ``unique_key(*args,
+    **kwargs)``, a str) is ready, delayed or running, for at most that long, queueing the
+    task again returns that run's id and queues nothing."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
-    options = RunOptions(  # ValueError now, at import time, for a bad value
+    # Each value is checked now, at import time: a ValueError or TypeError for a bad one.
+    options = RunOptions(
         max_retries=max_retries,
         timeout=timeout,
         retry_backoff=retry_backoff,
@@ -212,35 +210,49 @@ def task(
         concurrency=concurrency,
         limit_key=limit_key,
     )
-    follow_ups = (on_success, on_failure)
+    unique = make_uniqueness(unique_for, unique_key)
+    return _registering(name, queue, priority, options, (on_success, on_failure), unique)
+
+
+def _registering(
+    name: str | None,
+    queue: str,
+    priority: int,
+    options: RunOptions,
+    follow_ups: tuple[Task | str | None, Task | str | None],
+    unique: Uniqueness | None,
+) -> Callable[[Callable[..., Any]], Task]:
+    """The decorator ``@task`` returns, once it checked where the task is queued and what
+    follows it (a follow-up named is looked up when it is queued: it may be registered
+    later). It registers each function it decorates as a ``Task``."""
+    check_queue_name(queue)
+    check_priority(priority)
     if any(each is not None and not isinstance(each, (Task, str)) for each in follow_ups):
         raise TypeError("on_success and on_failure take a task or a task's name")
-    check_queue_name(queue)  # an unusable queue name fails at import time
-    check_priority(priority)
-    unique = make_uniqueness(unique_for, unique_key)
 
     def register(function: Callable[..., Any]) -> Task:
-        task_name = name or f"{function.__module__}.{function.__qualname__}"
-        _check_name_is_free(task_name, function)
-        made = Task(function, task_name, queue, max_retries, priority, options, *follow_ups, unique)
-        _registry[task_name] = made
-        remember(task_name, unique)
-        return made
+        retries = options.max_retries
+        made = Task(function, name, queue, retries, priority, options, *follow_ups, unique)
+        return _register(made)
 
     return register
 
 
-def _check_name_is_free(task_name: str, function: Callable[..., Any]) -> None:
-    """ValueError when another function already has the task name ``task_name`` (a module
-    imported twice registers the same function again: that is no clash)."""
-    existing = _registry.get(task_name)
-    if existing is None or existing.function is function:
-        return
-    if (existing.function.__module__, existing.function.__qualname__) != (
-        function.__module__,
-        function.__qualname__,
-    ):
-        raise ValueError(f"two tasks are named {task_name!r}")
+def _register(made: Task) -> Task:
+    """Add ``made`` to the registry under its name. ValueError when another function
+    already has the name (a module imported twice registers the same function again:
+    that is no clash)."""
+    existing = _registry.get(made.name)
+    if existing is not None and existing.function is not made.function:
+        function = made.function
+        if (existing.function.__module__, existing.function.__qualname__) != (
+            function.__module__,
+            function.__qualname__,
+        ):
+            raise ValueError(f"two tasks are named {made.name!r}")
+    _registry[made.name] = made
+    remember(made.name, made.unique)
+    return made
 
 
 def registered_tasks() -> list[Task]:

@@ -288,66 +288,58 @@ def run_options_of(job: Job) -> RunOptions:
     return DEFAULT_OPTIONS
 
 
+#: How a failure's line starts (then: what comes next).
+_FAILED = "task %(id)s %(name)s failed on attempt %(attempt)d (ran %(took_ms).1f ms): %(summary)s; "
+
+#: The worker's line for each way a task ends, as its level and its message, filled from
+#: the run's fields (``log_outcome``). "lost": it ran, but its lease had run out first.
+OUTCOME_LINES: dict[str, tuple[int, str]] = {
+    "lost": (
+        logging.WARNING,
+        (
+            "task %(id)s %(name)s: ran %(took_ms).1f ms, but its lease had run out: "
+            "it runs again elsewhere"
+        ),
+    ),
+    "ack": (logging.INFO, "task %(id)s %(name)s succeeded (ran %(took_ms).1f ms)"),
+    "later": (
+        logging.INFO,
+        "task %(id)s %(name)s is %(error)s: back in the delayed set for %(delay_s).3g s",
+    ),
+    "defer": (
+        logging.WARNING,
+        "task %(id)s %(name)s cannot run here: %(error)s; back in its queue in %(delay_s).3g s",
+    ),
+    "stopped": (
+        logging.WARNING,
+        (
+            "task %(id)s %(name)s was stopped on attempt %(attempt)d (ran %(took_ms).1f ms): "
+            "cancel() asked it to stop"
+        ),
+    ),
+    "retry": (logging.WARNING, _FAILED + "next attempt in %(delay_s).3g s"),
+    "dead": (logging.ERROR, _FAILED + "it is a dead letter now"),
+}
+
+
 def log_outcome(done: Done, held: bool) -> None:
     """One line per task: how it ended, why it failed, how long it ran (a failure's line
-    carries the task's exception, with its traceback). ``held``: its worker still held it
-    when it was finished."""
-    job, outcome, took_ms = done.job, done.outcome, done.took_ms
-    name, attempt = outcome.task_name, job.failures + 1
-    if not held:
-        logger.warning(
-            "task %s %s: ran %.1f ms, but its lease had run out: it runs again elsewhere",
-            job.id,
-            name,
-            took_ms,
-        )
-    elif outcome.kind == "ack":
-        logger.info("task %s %s succeeded (ran %.1f ms)", job.id, name, took_ms)
-    elif outcome.kind == "later":
-        logger.info(
-            "task %s %s is %s: back in the delayed set for %.3g s",
-            job.id,
-            name,
-            outcome.error,
-            outcome.delay_ms / 1000,
-        )
-    elif outcome.kind == "defer":
-        logger.warning(
-            "task %s %s cannot run here: %s; back in its queue in %.3g s",
-            job.id,
-            name,
-            outcome.error,
-            outcome.delay_ms / 1000,
-        )
-    elif outcome.kind == "stopped":
-        logger.warning(
-            "task %s %s was stopped on attempt %d (ran %.1f ms): cancel() asked it to stop",
-            job.id,
-            name,
-            attempt,
-            took_ms,
-        )
-    elif outcome.kind == "retry":
-        logger.warning(
-            "task %s %s failed on attempt %d (ran %.1f ms): %s; next attempt in %.3g s",
-            job.id,
-            name,
-            attempt,
-            took_ms,
-            outcome.summary,
-            outcome.delay_ms / 1000,
-            exc_info=outcome.exception,
-        )
-    else:
-        logger.error(
-            "task %s %s failed on attempt %d (ran %.1f ms): %s; it is a dead letter now",
-            job.id,
-            name,
-            attempt,
-            took_ms,
-            outcome.summary,
-            exc_info=None if outcome.traceback_logged else outcome.exception,
-        )
+    carries the task's exception, with its traceback, unless the Tasks framework logged
+    it already). ``held``: its worker still held it when it was finished."""
+    job, outcome = done.job, done.outcome
+    kind = outcome.kind if held else "lost"
+    level, message = OUTCOME_LINES[kind]
+    fields = {
+        "id": job.id,
+        "name": outcome.task_name,
+        "attempt": job.failures + 1,
+        "took_ms": done.took_ms,
+        "error": outcome.error,
+        "summary": outcome.summary,
+        "delay_s": outcome.delay_ms / 1000,
+    }
+    failed = kind in ("retry", "dead") and not outcome.traceback_logged
+    logger.log(level, message, fields, exc_info=outcome.exception if failed else None)
 
 
 async def _within(awaitable: Any, left: float | None, limit: float | None) -> Any:

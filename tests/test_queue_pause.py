@@ -26,7 +26,6 @@ from django_rcoord.queues import (
     apause_queue,
     aresume_queue,
     enqueue_many,
-    get_result,
     pause_queue,
     queue_stats,
     resume_queue,
@@ -35,7 +34,7 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.shards import shards_of
 from tests import tasks
 from tests.procs import server_ms, wait_until
-from tests.test_queues import output_of, ran, start_worker
+from tests.test_queues import output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)  # workers close connections per task
 
@@ -79,7 +78,7 @@ def test_a_paused_queue_takes_nothing_while_the_other_drains_and_resume_drains_i
         sent += 1
         time.sleep(0.2)
     assert ran_with("low") == []
-    assert {get_result(task_id).status for task_id in low_ids} == {"READY"}
+    assert {result_of(task_id).status for task_id in low_ids} == {"READY"}
     assert resume_queue("low") is True
     assert resume_queue("low") is False
     wait_until(lambda: len(ran_with("low")) == 5, timeout=60)
@@ -98,12 +97,12 @@ def test_no_task_is_taken_after_the_pause_and_the_running_ones_finish() -> None:
     wait_until(lambda: queue_stats("low")["in_flight"] == 0, timeout=60)
     count = len(ran_with("low"))
     drains_high_while_low_waits("proof", 1500 - count)
-    records = [get_result(task_id) for task_id in low_ids]
+    records = [result_of(task_id) for task_id in low_ids]
     taken = [record for record in records if record.started_at is not None]
     assert len(taken) == count < 1500
     # Taken (started_at: the server's clock at the take) before the pause, every one.
-    latest = max(record.started_at for record in taken)
-    assert latest <= datetime.datetime.fromtimestamp(paused_at / 1000, datetime.UTC)
+    latest = max(record.started_at for record in taken if record.started_at is not None)
+    assert latest <= datetime.datetime.fromtimestamp(paused_at / 1000, datetime.timezone.utc)
     assert {record.status for record in taken} == {"SUCCESSFUL"}
     resume_queue("low")
     wait_until(lambda: len(ran_with("low")) == 1500, timeout=120)
@@ -155,7 +154,7 @@ def test_a_pause_holds_on_every_shard_in_every_layout() -> None:
         env = {"RCOORD_TEST_QUEUE_SHARDS": json.dumps(SHARDED)}
         worker = start_worker(queues=BOTH, env=env)
         drains_high_while_low_waits("sharded", 9)
-        assert len({get_result(task_id).id.partition("/")[0] for task_id in low_ids}) == 3
+        assert len({result_of(task_id).id.partition("/")[0] for task_id in low_ids}) == 3
         (row,) = [queue for queue in overview()["queues"] if queue["name"] == "low"]
         assert row["paused"] is True
         assert row["shards"]

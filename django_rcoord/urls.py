@@ -20,6 +20,11 @@ urlpatterns = [
         "dashboard/dead/<path:queue>/action/", dashboard.dead_action, name="dashboard-dead-action"
     ),
     path("dashboard/dead/<path:queue>/", dashboard.dead, name="dashboard-dead"),
+    path(
+        "dashboard/queue/<path:queue>/action/",
+        dashboard.queue_action,
+        name="dashboard-queue-action",
+    ),
     path("metrics/", ops_views.metrics, name="metrics"),
     path("stats/", ops_views.stats, name="stats"),
 ]

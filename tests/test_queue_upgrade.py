@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from django_rcoord.connection import get_client
+from django_rcoord.queues import pause_queue, resume_queue
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_metrics
 from django_rcoord.queues.records import queue_stats, result_ttl_ms
@@ -91,3 +92,15 @@ def test_a_previous_releases_retried_call_is_answered_as_it_ran() -> None:
     assert Worker(["default"], burst=True).run() == 1
     left = set(ids) - {entry[0].decode() for entry in first}
     assert all(result_of(task_id).status == "SUCCESSFUL" for task_id in left)
+
+
+def test_a_previous_release_worker_does_not_honour_a_pause() -> None:
+    """Its take script predates the paused SET: it takes from a paused queue, which this
+    release's worker leaves alone (what the upgrade page says to plan for)."""
+    ids = [tasks.record.delay(f"p{n}") for n in range(3)]
+    pause_queue("default")
+    assert Worker(["default"], burst=True).run() == 0
+    _, taken = previous_exchange("old-worker", [], 1, "0")
+    assert [entry[0].decode() for entry in taken] == ids[:1]
+    resume_queue("default")
+    assert Worker(["default"], burst=True).run() == 2

@@ -3,21 +3,38 @@
 --! include _records
 --! include _in_flight
 
+-- The queues of `names` (each queue's name within its group, in the order of `queues`)
+-- that the group's SET `paused` holds (pause_queue): {[queue index] = true}. One EXISTS
+-- when no queue of the group is paused, the usual case; a member look-up per queue when one is.
+local function paused_queues(paused, names)
+    local found = {}
+    if redis.call('EXISTS', paused) == 1 then
+        for index = 1, #names do
+            if redis.call('SISMEMBER', paused, names[index]) == 1 then
+                found[index] = true
+            end
+        end
+    end
+    return found
+end
+
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
--- first: each leased for `lease` ms, owned by `worker`, its record RUNNING with this
--- delivery; the in-flight ZSET and the owners HASH keep their long member (_in_flight).
+-- first, none from the queues `skip` holds (paused): each leased for `lease` ms, owned by
+-- `worker`, its record RUNNING with this delivery; the in-flight ZSET and the owners HASH
+-- keep their long member (_in_flight).
 -- Returns the tasks taken ({id, message, queue index, failures, record state} each) and
 -- how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
 -- killing its workers does not count against the tasks taken with it.
-local function take_tasks(group, queues, worker, wanted, now, lease)
+local function take_tasks(group, queues, worker, wanted, now, lease, skip)
     local taken = {}
     local stamp = tostring(now)  -- converted once, not per task
     for queue_index = 1, #queues do
         if #taken >= wanted then
             break
         end
-        local popped = redis.call('ZPOPMIN', queues[queue_index].ready, wanted - #taken)
+        local popped = skip[queue_index] and {}
+            or redis.call('ZPOPMIN', queues[queue_index].ready, wanted - #taken)
         local ids, scores = {}, {}
         for index = 1, #popped, 2 do
             ids[#ids + 1] = popped[index]

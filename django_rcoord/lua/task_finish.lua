@@ -21,7 +21,9 @@
 --          (<US> is the byte 0x1f)
 -- KEYS[9]  this worker's last exchange STRING (JSON: its nonce, what it finished and took),
 --          so that a call retried after its reply was lost answers as the first one did
--- KEYS[10..] four per queue the worker watches, in priority order: ready ZSET (highest
+-- KEYS[10] paused SET of the group: the names (within the group) of its queues that no
+--          worker takes from (pause_queue); their tasks wait in their ready ZSETs
+-- KEYS[11..] four per queue the worker watches, in priority order: ready ZSET (highest
 --          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the follow-ups'
 --          keys (each follow-up says where its own start)
 -- ARGV[1]  the call, JSON: worker (its id), lease (ms), result_ttl (how long a finished
@@ -29,9 +31,10 @@
 --          finds nothing: it is registered idle for that long, so that producers wake it;
 --          0: do not register), registered (true when it is registered idle: taking a task
 --          unregisters it), take (how many tasks to take at most, 0: none), queues (how
---          many queues it watches), nonce ('' for none: a call whose nonce is the last one
---          stored in KEYS[9] changes nothing and answers the stored finished flags and the
---          tasks it took that this worker still holds)
+--          many queues it watches), names (each queue's name within its group, in the
+--          order of its keys: the members of KEYS[10]), nonce ('' for none: a call whose
+--          nonce is the last one stored in KEYS[9] changes nothing and answers the stored
+--          finished flags and the tasks it took that this worker still holds)
 -- ARGV[2..] one JSON record per finished task (a field named with outcomes is read for
 --          those only, and may be left out of the others): id; queue (its queue's index,
 --          1-based, among the queues); outcome ('ack' | 'retry' | 'defer' | 'later' | 'dead';
@@ -63,11 +66,11 @@ local worker, nonce = call.worker, call.nonce
 local group = {
     messages = KEYS[1], owners = KEYS[2], failures = KEYS[3], errors = KEYS[4],
     results = KEYS[5], results_expiry = KEYS[6], idle = KEYS[7], metrics = KEYS[8],
-    exchange = KEYS[9],
+    exchange = KEYS[9], paused = KEYS[10],
 }
 local queues = {}
 for index = 1, call.queues do
-    local first = 9 + (index - 1) * 4
+    local first = 10 + (index - 1) * 4
     queues[index] = {
         ready = KEYS[first + 1], in_flight = KEYS[first + 2],
         delayed = KEYS[first + 3], dead = KEYS[first + 4],
@@ -115,7 +118,9 @@ if #tasks > 0 then
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
-local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease)
+-- A call that takes nothing (a task finished alone) does not look for paused queues.
+local skip = call.take > 0 and paused_queues(group.paused, call.names) or {}
+local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease, skip)
 if #tasks > 0 then
     -- After the take, which may have added to them: the keys go with their last task.
     local touched = {}

@@ -4,8 +4,9 @@ schedules, locks and semaphores, in the Django admin's look.
 Only active staff for whom ``RCOORD["DASHBOARD_PERMISSION"]`` says yes see it or act on
 it; others are sent to the admin's login (anonymous) or refused (403). Every page reads
 with bounded work: a few reads per queue group, queue and live worker, dead letters a
-page at a time, locks and semaphores looked up by name. Actions are POSTs (CSRF-checked)
-and are logged with the staff user; deleting every dead letter of a queue, and cancelling a
+page at a time, locks and semaphores looked up by name. Actions (requeue or delete dead
+letters, pause or resume a queue, cancel a task) are POSTs (CSRF-checked) and are logged
+with the staff user; deleting every dead letter of a queue, and cancelling a
 queued or delayed task (from its record on the look-up page), take a second POST from a
 confirmation page.
 """
@@ -38,6 +39,7 @@ from django_rcoord.locks import lock_status
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.pause import pause_queue, resume_queue
 from django_rcoord.queues.records import dead_letters, delete_dead, queue_stats, requeue_dead
 from django_rcoord.queues.results import READY, get_result
 from django_rcoord.queues.shards import logical_group
@@ -234,6 +236,25 @@ def _confirm_delete_all(request: HttpRequest, keys: QueueKeys) -> HttpResponse:
             total=queue_stats(keys.name)["dead"],
         ),
     )
+
+
+@require_POST
+@staff_only
+def queue_action(request: HttpRequest, queue: str) -> HttpResponse:
+    """Pause or resume ``queue`` for every worker (``pause_queue``, ``resume_queue``): 400
+    for an action that is neither, or a value that is no queue name."""
+    action = request.POST.get("action")
+    if action not in ("pause", "resume"):
+        return error_response(request, 400, "bad_request", "action must be pause or resume")
+    try:
+        name = QueueKeys.of(queue).name
+    except InvalidName as exc:
+        return error_response(request, 400, "bad_request", str(exc))
+    changed = (pause_queue if action == "pause" else resume_queue)(name)
+    done = "paused" if action == "pause" else "resumed"
+    logger.info("%s: %s queue %s", request.user.get_username(), done, name)
+    _message(request, f"Queue {name} {done}." if changed else f"Queue {name} was {done} already.")
+    return redirect("rcoord:dashboard")
 
 
 @require_POST

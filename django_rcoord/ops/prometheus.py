@@ -57,6 +57,17 @@ class _Collector:
                 tasks.add_metric([group, queue["name"], name], queue[name])
         yield tasks
 
+        paused = GaugeMetricFamily(
+            "rcoord_queue_paused",
+            "1 while a queue is paused (pause_queue: no worker takes from it), else 0.",
+            labels=["group", "queue"],
+        )
+        for queue in state["queues"]:
+            paused.add_metric(
+                [QueueKeys.of(queue["name"]).group, queue["name"]], int(queue["paused"])
+            )
+        yield paused
+
         workers = GaugeMetricFamily(
             "rcoord_workers", "Live workers (heartbeat not expired).", labels=["group"]
         )

@@ -26,7 +26,8 @@ __all__ = ["overview"]
 def overview(*, client: Any = None) -> dict[str, Any]:
     """What operators look at (``rcoord_status``, the dashboard, the JSON stats): every known
     queue (counts, the age of the task that runs next, the next due delayed task, tasks
-    finished in each of the last 60 minutes, tasks cancelled before they ran), the live
+    finished in each of the last 60 minutes, tasks cancelled before they ran, whether it
+    is paused: ``pause_queue``), the live
     workers (last heartbeat, tasks done, the task each runs now), the lateness of the last
     promotions per group and the periodic schedules.
 
@@ -115,29 +116,47 @@ class _Group:
     lateness: dict[str, int] | None
 
 
+@dataclass
+class _Holds:
+    """What a group holds, read in one round trip: its queues (those paused among them,
+    by name within the group), its workers, its metrics and lateness samples."""
+
+    keys: list[QueueKeys]
+    paused: set[str]
+    worker_ids: list[str]
+    in_flight: int  # HLEN of its owners HASH
+    raw_metrics: dict[bytes, bytes]
+    raw_lateness: list[bytes]
+
+
+def _group_holds(client: Any, group: str, group_keys: GroupKeys) -> _Holds:
+    with slot_pipeline(client, group_keys.messages, transaction=False) as pipe:
+        pipe.hgetall(group_keys.metrics)
+        pipe.hkeys(group_keys.queues)
+        pipe.lrange(group_keys.lateness, 0, -1)
+        pipe.hlen(group_keys.owners)
+        pipe.smembers(group_keys.workers)
+        pipe.smembers(group_keys.paused)
+        raw_metrics, raw_names, raw_lateness, in_flight, members, raw_paused = pipe.execute()
+    paused = {member.decode() for member in raw_paused}
+    # A paused queue is shown though it never had a task: the pause is there for its first.
+    names = sorted({member.decode() for member in raw_names} | paused)
+    keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
+    worker_ids = sorted(member.decode() for member in members)
+    return _Holds(keys, paused, worker_ids, in_flight, raw_metrics, raw_lateness)
+
+
 def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     """One group's part of the overview, in four pipelined round trips: what the group
     holds, then each queue's counts and heads and each worker's heartbeat, then the lengths
     of the messages of the heads and of the tasks running, then those not too long to read
     (``MAX_MESSAGE_READ``)."""
     group_keys = GroupKeys.of(group)
-    workers_key, owners_key, messages_key = (
-        group_keys.workers,
-        group_keys.owners,
-        group_keys.messages,
-    )
-    with slot_pipeline(client, messages_key, transaction=False) as pipe:
-        pipe.hgetall(group_keys.metrics)
-        pipe.hkeys(group_keys.queues)
-        pipe.lrange(group_keys.lateness, 0, -1)
-        pipe.hlen(owners_key)
-        pipe.smembers(workers_key)
-        raw_metrics, raw_names, raw_lateness, in_flight, members = pipe.execute()
-    names = sorted(member.decode() for member in raw_names)
-    keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
-    worker_ids = sorted(member.decode() for member in members)
+    owners_key, messages_key = group_keys.owners, group_keys.messages
+    holds = _group_holds(client, group, group_keys)
+    keys, worker_ids = holds.keys, holds.worker_ids
     # HLEN counts the member the owners HASH keeps while tasks are in flight (_in_flight.lua).
-    show_owners = in_flight - 1 <= MAX_OWNERS_SHOWN
+    show_owners = holds.in_flight - 1 <= MAX_OWNERS_SHOWN
 
     with slot_pipeline(client, messages_key, transaction=False) as pipe:
         for queue in keys:
@@ -169,10 +188,12 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     wanted = [*heads, *running_ids]
     messages = _small_messages(client, messages_key, wanted)
 
-    metrics = metrics_from_hash(raw_metrics)
+    metrics = metrics_from_hash(holds.raw_metrics)
     queues = _queue_rows(group, per_queue, messages, metrics, now, now_ms)
+    for row, (queue, *_) in zip(queues, per_queue, strict=True):
+        row["paused"] = queue.queue in holds.paused
     workers = _worker_rows(group, beats, running, messages)
-    lateness = _lateness_summary(raw_lateness)
+    lateness = _lateness_summary(holds.raw_lateness)
     return _Group(queues, workers, lateness)
 
 
@@ -226,6 +247,9 @@ def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for row in parts[1:]:
             for count in (*TASK_COUNTS, "finished_last_hour", "cancelled"):
                 total[count] += row[count]
+            # Paused where any of its tasks lie: a pause half done (an error between its
+            # writes) is shown, and pausing again completes it.
+            total["paused"] = total["paused"] or row["paused"]
             minutes = zip(total["finished_per_minute"], row["finished_per_minute"], strict=True)
             total["finished_per_minute"] = [mine + theirs for mine, theirs in minutes]
             total["oldest_ready_age"] = _most(

@@ -11,7 +11,8 @@ consuming loop is in ``worker``.
 The pieces live in this package's modules (``keys``: where queues live;
 ``messages``: encoding; ``registry``: ``@task``; ``producer``: enqueueing;
 ``results``: a task's record; ``records``: recovery, counts, dead letters;
-``unique``: unique tasks; ``cancel``: cancelling a task before it runs; ``worker``: the
+``unique``: unique tasks; ``cancel``: cancelling a task before it runs; ``pause``:
+pausing a queue for every worker; ``worker``: the
 consuming loop; ``delayed``, ``schedules`` and ``periodic``: the poller's work;
 ``backend``, ``framework`` and ``framework_runs``: Django's Tasks framework); this module
 gathers the names users call.
@@ -32,6 +33,7 @@ from django_rcoord.queues.cancel import (
     current_task_id,
     stop_requested,
 )
+from django_rcoord.queues.pause import apause_queue, aresume_queue, pause_queue, resume_queue
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
     aexecute_later,
@@ -58,6 +60,8 @@ __all__ = [
     "TaskRecord",
     "acancel",
     "aexecute_later",
+    "apause_queue",
+    "aresume_queue",
     "astop_requested",
     "cancel",
     "current_task_id",
@@ -67,9 +71,11 @@ __all__ = [
     "enqueue_many",
     "execute_later",
     "get_result",
+    "pause_queue",
     "queue_stats",
     "recover_and_promote",
     "requeue_dead",
+    "resume_queue",
     "send_sold_email_via_queue",
     "stop_requested",
     "task",

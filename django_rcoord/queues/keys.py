@@ -52,6 +52,7 @@ class GroupKeys:
     periodic: str
     metrics: str
     workers: str  # SET of the ids of its workers (see ``heartbeat``)
+    paused: str  # SET of the names (within the group) of its paused queues (``pause``)
 
     @classmethod
     def of(cls, group: str) -> GroupKeys:
@@ -78,6 +79,7 @@ class GroupKeys:
             periodic=space.key("periodic"),
             metrics=space.key("metrics"),
             workers=space.key("workers"),
+            paused=space.key("paused"),
         )
 
     def heartbeat(self, worker_id: str) -> str:

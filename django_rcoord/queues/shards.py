@@ -130,6 +130,16 @@ def _slot(group: str) -> int:
     return key_slot(encode_name(group).encode())
 
 
+def every_layout(group: str) -> tuple[str, ...]:
+    """The groups that may hold ``group``'s tasks in any layout of shards: its own keys and
+    each of the ``MAX_SHARDS`` shards it can have (the shards of every layout are among
+    them); only itself when it is a shard (``"<group>~<n>"``)."""
+    base, mark, number = group.rpartition(SHARD_MARK)
+    if base and mark and number.isdigit():
+        return (group,)
+    return (group, *_sequence(group))
+
+
 def is_sharded(group: str) -> bool:
     shards = conf.QUEUE_SHARDS
     return bool(shards) and shards.get(group, 1) > 1

@@ -15,8 +15,8 @@ from django_rcoord.ops.status import overview
 class Command(BaseCommand):
     help = (
         "Show every queue (ready, in flight, delayed, dead, cancelled, age of the oldest ready "
-        "task, next due time), promotion lateness, periodic tasks (last and next tick, lateness), "
-        "and the live workers with their tasks."
+        "task, next due time, paused or not), promotion lateness, periodic tasks (last and "
+        "next tick, lateness), and the live workers with their tasks."
     )
     requires_system_checks: list[str] = []
 
@@ -77,6 +77,8 @@ def _queue_lines(queues: list[dict[str, Any]]) -> list[str]:
         age, due = queue["oldest_ready_age"], queue["next_due_in"]
         shards = queue.get("shards")
         name = f"{queue['name']} ({shards} shards)" if shards else queue["name"]
+        if queue.get("paused"):
+            name += " (paused)"
         if queue.get("other_layout"):
             stray.append(f"{queue['name']} (a shard of {queue['other_layout']})")
         lines.append(

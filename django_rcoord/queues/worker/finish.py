@@ -27,7 +27,8 @@ class FinishProtocol:
         self.worker_id = worker_id
         self.queues = list(queues)
         group = self.queues[0]
-        # The group's keys, this worker's last exchange, then four per queue.
+        # The group's keys, this worker's last exchange, the group's paused queues, then
+        # four per queue.
         self.keys: list[Any] = [
             group.messages,
             group.owners,
@@ -38,12 +39,15 @@ class FinishProtocol:
             group.idle,
             group.metrics,
             group.exchange(worker_id),
+            group.paused,
             *(
                 key
                 for queue in self.queues
                 for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
             ),
         ]
+        # What the paused SET holds: each queue's name within the group.
+        self.names = [queue.queue for queue in self.queues]
 
     def call(
         self,
@@ -68,6 +72,7 @@ class FinishProtocol:
             "registered": registered,
             "take": take,
             "queues": len(self.queues),
+            "names": self.names,
             "nonce": nonce,
         }
         keys = self.keys

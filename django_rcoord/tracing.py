@@ -165,10 +165,13 @@ def processing(
             otel_context.detach(token)
 
 
-def processed(span: Any, kind: str, summary: str, exception: BaseException | None) -> None:
-    """Say how a run ended (an ``Outcome``'s kind, its one-line summary, what it raised)."""
+def processed(
+    span: Any, kind: str, failed: bool, summary: str, exception: BaseException | None
+) -> None:
+    """Say how a run ended (an ``Outcome``'s kind, whether it failed, its one-line summary,
+    what it raised)."""
     span.set_attribute("rcoord.task.outcome", kind)
-    if kind in ("retry", "dead", "stopped"):
+    if failed:
         if exception is not None:
             span.record_exception(exception)
         span.set_status(Status(StatusCode.ERROR, summary or kind))

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from importlib import resources
+
+import pytest
 
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
-from django_rcoord.queues.worker.finish import FinishProtocol
+from django_rcoord.queues.worker.finish import FinishProtocol, finish_record
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 
 
@@ -121,3 +126,19 @@ def test_the_reply_is_read_into_jobs_of_their_queues() -> None:
         "RUNNING|1|1||w1",
     )
     assert job.task_name == "x"
+
+
+def test_the_outcome_kinds_are_the_strings_the_finish_script_reads() -> None:
+    """One vocabulary: each kind a finished record carries is one the scripts compare
+    against, and the scripts compare against no other (STOPPED goes to task_stopped)."""
+    lua = resources.files("django_rcoord") / "lua"
+    code = "".join(
+        (lua / f"{name}.lua").read_text() for name in ("_finish", "_follow_ups", "_metrics")
+    )
+    compared = set(re.findall(r"outcome\s*[=~]=\s*'(\w+)'", code))
+    assert compared == {kind.value for kind in Kind} - {Kind.STOPPED.value}
+    retried = done(QueueKeys.of("q"), "a", Outcome(Kind.RETRY, "t", "boom", "E", delay_ms=5))
+    assert json.loads(json.dumps(finish_record(retried)))["outcome"] == "retry"
+    assert Outcome("dead", "t").kind is Kind.DEAD
+    with pytest.raises(ValueError, match="'acked'"):
+        Outcome("acked", "t")

@@ -34,6 +34,7 @@ from django_rcoord.queues.framework import (
 )
 from django_rcoord.queues.keys import group_of_task_id
 from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
 from django_rcoord.queues.registry import get_task
 from django_rcoord.queues.task_class import options_of
@@ -158,9 +159,10 @@ def framework_run_options(message: dict[str, Any]) -> RunOptions:
 
 
 def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:
-    """The final ``TaskResult`` of a run that ended with ``outcome`` ('ack' or 'dead')."""
+    """The final ``TaskResult`` of a run that ended with ``outcome`` (``Kind.ACK`` or
+    ``Kind.DEAD``)."""
     now = datetime.datetime.now(datetime.timezone.utc)
-    if outcome.kind == "ack":
+    if outcome.kind is Kind.ACK:
         status, errors = TaskResultStatus.SUCCESSFUL, result.errors
     else:
         error = TaskError(exception_class_path=outcome.error_class, traceback=outcome.error)
@@ -172,7 +174,7 @@ def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:
         finished_at=now,
         errors=errors,
     )
-    value = json.loads(outcome.value_json) if outcome.kind == "ack" else None
+    value = json.loads(outcome.value_json) if outcome.kind is Kind.ACK else None
     return with_return_value(finished, value)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.queues.keys import GroupKeys
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.shards import logical_queue_name
 
 __all__ = [
@@ -65,7 +66,12 @@ DURATION_BUCKETS = (
     math.inf,
 )
 #: The finish script's outcome -> the metric's label value.
-OUTCOMES = {"ack": "succeeded", "retry": "retried", "defer": "deferred", "dead": "failed"}
+OUTCOMES = {
+    Kind.ACK: "succeeded",
+    Kind.RETRY: "retried",
+    Kind.DEFER: "deferred",
+    Kind.DEAD: "failed",
+}
 _SEPARATOR = "\x1f"  # between the labels of a field name (no queue or task name holds it)
 _LABEL_LIMIT = 200  # a longer task name (only a malformed message has one) is cut
 

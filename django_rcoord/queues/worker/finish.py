@@ -14,6 +14,7 @@ from typing import Any
 
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.queues.worker.jobs import Done, Job
@@ -114,11 +115,11 @@ def finish_record(done: Done) -> dict[str, Any]:
         "bucket": duration_bucket(done.took_ms / 1000),
         "us": round(done.took_ms * 1000),
     }
-    if outcome.kind == "ack":
+    if outcome.kind is Kind.ACK:
         record["value"] = outcome.value_json
         return record
     record["delay"] = outcome.delay_ms
-    if outcome.kind != "later":  # held back by its limits: it did not run, nothing failed
+    if outcome.kind is not Kind.LATER:  # held back by its limits: it did not run, nothing failed
         record["error"] = outcome.stored_error
         record["entry"] = outcome.error_entry
     return record

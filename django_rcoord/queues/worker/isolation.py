@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, stopped
+from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, failure, stopped
 from django_rcoord.queues.worker.runner import TaskRunner, run_options_of
 
 logger = logging.getLogger(__name__)
@@ -220,10 +220,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
 
 def _failed(job: Job, options: Any, kind: type, reason: str) -> Outcome:
     """The outcome of a run the parent had to end: a failure, retried like any other."""
-    outcome = Outcome("dead", job.task_name, f"{kind.__name__}: {reason}", class_path(kind))
-    if job.failures < options.max_retries:
-        outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
-    return outcome
+    return failure(job, options, f"{kind.__name__}: {reason}", class_path(kind))
 
 
 def _exit_reason(code: int) -> str:

@@ -20,6 +20,7 @@ from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.results import TaskRecord, record_from
 
@@ -31,13 +32,11 @@ MAX_ERROR_CHARS = 32_768
 
 @dataclass
 class Outcome:
-    """How a run ended: ``kind`` 'ack', 'retry', 'defer' (cannot run here), 'later' (its
-    limits say not yet: it did not run), 'stopped' (``cancel()`` asked it to stop and the
-    worker did: finished by ``QueueSession.finish_stopped``) or 'dead'; for failures the
-    error text (a traceback), the error entry of the result record and the retry delay;
-    for 'ack' the return value as JSON."""
+    """How a run ended (its ``Kind``); for failures the error text (a traceback), the
+    error entry of the result record and the retry delay; for ``Kind.ACK`` the return value
+    as JSON."""
 
-    kind: str
+    kind: Kind
     task_name: str
     error: str = ""
     error_class: str = ""
@@ -46,6 +45,9 @@ class Outcome:
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
     traceback_logged: bool = False  # by the Tasks framework's task_finished receiver already
     follow_up: QueuedInStep | None = None  # queued by the finish script with this end
+
+    def __post_init__(self) -> None:
+        self.kind = Kind(self.kind)  # its Lua string is taken too: ValueError for another
 
     @property
     def summary(self) -> str:
@@ -159,18 +161,33 @@ class Refusal:
 def later(job: Job, delay_ms: int, why: str) -> Outcome:
     """A run its limits hold back (``why``: "its rate 100/m"): back to the delayed set for
     ``delay_ms``, not an attempt."""
-    return Outcome("later", job.task_name, f"waiting for {why}", delay_ms=delay_ms)
+    return Outcome(Kind.LATER, job.task_name, f"waiting for {why}", delay_ms=delay_ms)
 
 
 def stopped(task_name: str, reason: str) -> Outcome:
     """A run the worker stopped because ``cancel()`` asked: it fails with ``TaskCancelled``
     and is finished (no retry, no dead letter, no follow-up)."""
-    return Outcome("stopped", task_name, f"TaskCancelled: {reason}", class_path(TaskCancelled))
+    return Outcome(Kind.STOPPED, task_name, f"TaskCancelled: {reason}", class_path(TaskCancelled))
+
+
+def failure(
+    job: Job,
+    options: RunOptions,
+    error: str,
+    error_class: str,
+    exception: BaseException | None = None,
+) -> Outcome:
+    """A failed run of ``job``: another attempt after its retry delay while its retries
+    last, else a dead letter."""
+    if job.failures < options.max_retries:
+        delay_ms = options.retry_delay_ms(job.failures)
+        return Outcome(Kind.RETRY, job.task_name, error, error_class, delay_ms, exception=exception)
+    return Outcome(Kind.DEAD, job.task_name, error, error_class, exception=exception)
 
 
 def not_runnable(task_name: str, reason: str) -> Outcome:
     """A task that cannot run anywhere (bad message, wrong arguments): dead."""
-    return Outcome("dead", task_name, reason, class_path(TaskNotRunnable))
+    return Outcome(Kind.DEAD, task_name, reason, class_path(TaskNotRunnable))
 
 
 def class_path(kind: type) -> str:

@@ -34,6 +34,7 @@ from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.cancel import running
 from django_rcoord.queues.messages import check_result_size, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.registry import PermanentFailure, get_task
 from django_rcoord.queues.worker.jobs import (
     Call,
@@ -43,6 +44,7 @@ from django_rcoord.queues.worker.jobs import (
     Outcome,
     Refusal,
     class_path,
+    failure,
     not_runnable,
     stopped,
 )
@@ -85,7 +87,8 @@ class TaskRunner:
         ) as span:
             done = self._run(job)
             outcome = done.outcome
-            tracing.processed(span, outcome.kind, outcome.summary, outcome.exception)
+            kind = outcome.kind
+            tracing.processed(span, kind.value, kind.failed, outcome.summary, outcome.exception)
             return done
 
     def _run(self, job: Job) -> Done:
@@ -111,7 +114,7 @@ class TaskRunner:
         call.started()
         outcome = self.call(job, name, call.function, call.args, call.kwargs, call.options)
         outcome = self.follow_up(job, outcome, call.follow_up_for, call.options)
-        if outcome.kind != "retry":  # its end is final
+        if outcome.kind is not Kind.RETRY:  # its end is final
             call.ended(outcome)
         return outcome
 
@@ -128,10 +131,11 @@ class TaskRunner:
         end is recorded. A follow-up of another queue group (another hash slot) cannot share
         that step: it is queued now, just before. One that cannot be queued fails a successful
         run (it is retried, the follow-up with it), and is said in a dead letter's error."""
-        if outcome.kind not in ("ack", "dead"):
+        if not outcome.kind.is_final:
             return outcome
+        succeeded = outcome.kind is Kind.ACK
         try:
-            follow_up = follow_up_for(outcome.kind == "ack")
+            follow_up = follow_up_for(succeeded)
             if follow_up is not None:
                 step = follow_up.queued_in_step(job.id)
                 if step.queue.group == job.queue.group:
@@ -139,17 +143,12 @@ class TaskRunner:
                 else:
                     follow_up.delay(job.id)
         except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks
-            reason = f"its {'on_success' if outcome.kind == 'ack' else 'on_failure'} follow-up "
+            reason = f"its {'on_success' if succeeded else 'on_failure'} follow-up "
             reason += f"could not be queued: {exc!r}"
-            if outcome.kind == "dead":
+            if not succeeded:
                 outcome.error = f"{outcome.error}\n({reason})"
                 return outcome
-            failed = Outcome(
-                "dead", outcome.task_name, reason, class_path(type(exc)), exception=exc
-            )
-            if job.failures < options.max_retries:
-                failed.kind, failed.delay_ms = "retry", options.retry_delay_ms(job.failures)
-            return failed
+            return failure(job, options, reason, class_path(type(exc)), exc)
         return outcome
 
     def call(
@@ -174,18 +173,13 @@ class TaskRunner:
                     value = self._await(value, left, limit, job.id)
         except PermanentFailure as exc:
             return Outcome(
-                "dead", name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc
+                Kind.DEAD, name, f"PermanentFailure: {exc}", class_path(type(exc)), exception=exc
             )
         # Whatever the task's own code raises fails the task (SystemExit too), not the worker.
         except (Exception, SystemExit) as exc:  # noqa: BLE001
             if isinstance(exc, TaskCancelled) and self._stopped == job.id:
                 return stopped(name, f"{exc}")
-            outcome = Outcome(
-                "dead", name, traceback.format_exc(), class_path(type(exc)), exception=exc
-            )
-            if job.failures < options.max_retries:
-                outcome.kind, outcome.delay_ms = "retry", options.retry_delay_ms(job.failures)
-            return outcome
+            return failure(job, options, traceback.format_exc(), class_path(type(exc)), exc)
         return returned(name, value)
 
     def not_here(self, job: Job, name: str, reason: str) -> Outcome:
@@ -200,7 +194,7 @@ class TaskRunner:
                 name, f"{reason}; no worker could run it in {deliveries} deliveries"
             )
         return Outcome(
-            "defer",
+            Kind.DEFER,
             name,
             f"{reason} (worker {self.worker_id}, django-rcoord {__version__}; delivery "
             f"{deliveries} of {conf.TASK_MAX_DELIVERIES})",
@@ -293,7 +287,7 @@ _FAILED = "task %(id)s %(name)s failed on attempt %(attempt)d (ran %(took_ms).1f
 
 #: The worker's line for each way a task ends, as its level and its message, filled from
 #: the run's fields (``log_outcome``). "lost": it ran, but its lease had run out first.
-OUTCOME_LINES: dict[str, tuple[int, str]] = {
+OUTCOME_LINES: dict[Kind | str, tuple[int, str]] = {
     "lost": (
         logging.WARNING,
         (
@@ -301,24 +295,24 @@ OUTCOME_LINES: dict[str, tuple[int, str]] = {
             "it runs again elsewhere"
         ),
     ),
-    "ack": (logging.INFO, "task %(id)s %(name)s succeeded (ran %(took_ms).1f ms)"),
-    "later": (
+    Kind.ACK: (logging.INFO, "task %(id)s %(name)s succeeded (ran %(took_ms).1f ms)"),
+    Kind.LATER: (
         logging.INFO,
         "task %(id)s %(name)s is %(error)s: back in the delayed set for %(delay_s).3g s",
     ),
-    "defer": (
+    Kind.DEFER: (
         logging.WARNING,
         "task %(id)s %(name)s cannot run here: %(error)s; back in its queue in %(delay_s).3g s",
     ),
-    "stopped": (
+    Kind.STOPPED: (
         logging.WARNING,
         (
             "task %(id)s %(name)s was stopped on attempt %(attempt)d (ran %(took_ms).1f ms): "
             "cancel() asked it to stop"
         ),
     ),
-    "retry": (logging.WARNING, _FAILED + "next attempt in %(delay_s).3g s"),
-    "dead": (logging.ERROR, _FAILED + "it is a dead letter now"),
+    Kind.RETRY: (logging.WARNING, _FAILED + "next attempt in %(delay_s).3g s"),
+    Kind.DEAD: (logging.ERROR, _FAILED + "it is a dead letter now"),
 }
 
 
@@ -327,7 +321,7 @@ def log_outcome(done: Done, held: bool) -> None:
     carries the task's exception, with its traceback, unless the Tasks framework logged
     it already). ``held``: its worker still held it when it was finished."""
     job, outcome = done.job, done.outcome
-    kind = outcome.kind if held else "lost"
+    kind: Kind | str = outcome.kind if held else "lost"
     level, message = OUTCOME_LINES[kind]
     fields = {
         "id": job.id,
@@ -338,7 +332,7 @@ def log_outcome(done: Done, held: bool) -> None:
         "summary": outcome.summary,
         "delay_s": outcome.delay_ms / 1000,
     }
-    failed = kind in ("retry", "dead") and not outcome.traceback_logged
+    failed = kind in (Kind.RETRY, Kind.DEAD) and not outcome.traceback_logged
     logger.log(level, message, fields, exc_info=outcome.exception if failed else None)
 
 
@@ -363,8 +357,8 @@ def returned(name: str, value: Any) -> Outcome:
         error = str(exc)
         if not isinstance(exc, ResultTooLarge):
             error = f"the return value of task {name!r} cannot be stored as JSON: {exc}"
-        return Outcome("dead", name, error, class_path(type(exc)))
-    return Outcome("ack", name, value_json=value_json)
+        return Outcome(Kind.DEAD, name, error, class_path(type(exc)))
+    return Outcome(Kind.ACK, name, value_json=value_json)
 
 
 @contextlib.contextmanager

@@ -113,7 +113,7 @@ class QueueSession:
                 failures += 1
         self._exchanges += 1
         for item, held in zip(done, finished, strict=True):
-            if item.outcome.kind in ("retry", "defer", "later"):  # look for it when due
+            if item.outcome.kind.comes_back:  # look for it when due
                 due = time.monotonic() + item.outcome.delay_ms / 1000
                 self._next_check = min(self._next_check, due)
             log_outcome(item, bool(held))

@@ -65,6 +65,8 @@ class LeaseKeeper:
         holdings.on_change(self.wake)
 
     def start(self) -> None:
+        """Keep from now on: a job of the process's renewer, first due in a third of a
+        lease, or sooner when woken."""
         self._renewal = schedule(
             self.turn, self.lease / 3, f"lease keeper of worker {self.worker_id}", retry=1.0
         )

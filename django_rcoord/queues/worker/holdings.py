@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
 from django_rcoord.queues.worker.jobs import Done, Job
@@ -30,6 +30,15 @@ T = TypeVar("T")
 
 def _nothing() -> None:
     return None
+
+
+class Held(NamedTuple):
+    """What a worker holds, as its keeper plans by it."""
+
+    running: Job | None
+    running_since: float  # when the running task started (time.monotonic())
+    waiting: bool  # tasks taken and not started wait behind it
+    oldest_done_at: float | None  # when the oldest task run, not yet acknowledged, ended
 
 
 class Holdings:
@@ -57,25 +66,16 @@ class Holdings:
         this object is consistent)."""
         self._changed = callback
 
-    # -- read in the keeper's turn or in the change callback (both under the lock) -----
-    @property
-    def running(self) -> Job | None:
-        return self._running
-
-    @property
-    def running_since(self) -> float:
-        """When the running task started (time.monotonic())."""
-        return self._running_since
-
-    @property
-    def waiting(self) -> bool:
-        """Whether tasks taken and not started wait in the batch."""
-        return bool(self._batch)
-
-    @property
-    def oldest_done_at(self) -> float | None:
-        """When the oldest task run and not yet acknowledged ended; None if none waits."""
-        return self._done[0].at if self._done else None
+    def snapshot(self) -> Held:
+        """What is held now, as the keeper plans by it. Read in its turn or in the change
+        callback (both under the lock), it stays true until the next change: the loop's,
+        or one of the keeper's own calls."""
+        return Held(
+            self._running,
+            self._running_since,
+            bool(self._batch),
+            self._done[0].at if self._done else None,
+        )
 
     # -- the loop's side -----------------------------------------------------------
     def next_job(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from django_rcoord.conf import conf
 from django_rcoord.connection.errors import RECONNECT_BACKOFF
-from django_rcoord.queues.worker.holdings import Holdings
+from django_rcoord.queues.worker.holdings import Held, Holdings
 from django_rcoord.queues.worker.jobs import Job
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.renewal import Renewal, schedule
@@ -112,32 +112,30 @@ class LeaseKeeper:
     def _next_at(self) -> float:
         """When the keeper has work next (time.monotonic()), not before a failed turn's
         backoff."""
-        held = self.holdings
+        held = self.holdings.snapshot()
         due = self._next_renewal
-        done_at = held.oldest_done_at
-        if done_at is not None:
-            due = min(due, done_at + ACK_AFTER_MS / 1000)
+        if held.oldest_done_at is not None:
+            due = min(due, held.oldest_done_at + ACK_AFTER_MS / 1000)
         if held.running is not None and held.waiting:
             due = min(due, self.prefetch.give_back_at(held.running_since))
-        return max(min(due, self._stop_check_at()), self._retry_at)
+        return max(min(due, self._stop_check_at(held)), self._retry_at)
 
-    def _stop_check_at(self) -> float:
+    def _stop_check_at(self, held: Held) -> float:
         """When the running task's stop request is looked for: ``stop_check`` after it
         started or after the last renewal (which looked), whichever came later; never while
         no task runs or without ``stop_check``."""
-        if self.holdings.running is None or self.stop_check is None:
+        if held.running is None or self.stop_check is None:
             return math.inf
-        return max(self.holdings.running_since, self._renewed_at) + self.stop_check
+        return max(held.running_since, self._renewed_at) + self.stop_check
 
     def _keep(self, now: float) -> None:
         """Acknowledge the tasks that ended more than ``ACK_AFTER_MS`` ago; once the running
         task has run past the prefetch budget, give back what waits behind it; every third
         of a lease, renew the leases of everything held (and, while a task runs, every
         ``TASK_STOP_CHECK`` seconds), and stop what cancel() asked to stop."""
-        held = self.holdings
-        done_at = held.oldest_done_at
-        if done_at is not None and now >= done_at + ACK_AFTER_MS / 1000:
-            held.exchange(0, patience=0)
+        held = self.holdings.snapshot()  # what the calls below change is not read after them
+        if held.oldest_done_at is not None and now >= held.oldest_done_at + ACK_AFTER_MS / 1000:
+            self.holdings.exchange(0, patience=0)
         # A give-back that fails stays due and is raised after the renewal below, so the
         # turn is retried after a backoff (not at once, every turn) and leases are renewed.
         failed: Exception | None = None
@@ -147,24 +145,24 @@ class LeaseKeeper:
             and now >= self.prefetch.give_back_at(held.running_since)
         ):
             try:
-                held.give_back_batch()
+                self.holdings.give_back_batch()
             except Exception as exc:  # noqa: BLE001
                 failed = exc
-        if now >= self._next_renewal or now >= self._stop_check_at():
-            lost, stop = held.renew()  # raising, it stays due
+        if now >= self._next_renewal or now >= self._stop_check_at(held):
+            lost, stop = self.holdings.renew()  # raising, it stays due
             self._next_renewal, self._renewed_at = now + self.lease / 3, now
             for job in lost:
                 logger.warning("task %s: lease lost while held (it will run again)", job.id)
             for job in stop:
-                self._stop(job)
+                self._stop(job, held.running)
         if failed is not None:
             raise failed
 
-    def _stop(self, job: Job) -> None:
-        """``cancel()`` asked ``job`` to stop: stop it if it is the running task (the runner
-        says whether it can). A task of the batch is left alone: it goes back with the batch
-        (``give_back_at``), or runs, and is stopped then."""
-        if job is not self.holdings.running or self._stop_seen == job.id:
+    def _stop(self, job: Job, running: Job | None) -> None:
+        """``cancel()`` asked ``job`` to stop: stop it if it is the ``running`` task (the
+        runner says whether it can). A task of the batch is left alone: it goes back with
+        the batch (``give_back_at``), or runs, and is stopped then."""
+        if job is not running or self._stop_seen == job.id:
             return
         self._stop_seen = job.id
         if self.stop_task(job.id):

@@ -1,4 +1,4 @@
-"""What a worker holds, shared by its loop and its keeper: no decisions here.
+"""What a worker holds, shared by its loop and its keeper.
 
 A worker holds tasks in three states: taken and not started (its batch), running, and run
 but not yet acknowledged. ``Holdings`` keeps them and sends every call that changes them
@@ -6,8 +6,8 @@ but not yet acknowledged. ``Holdings`` keeps them and sends every call that chan
 each under its lock, so the keeper never renews from a stale view and never gives back a
 task the loop is starting. The lock is the object's own: the loop and the keeper ask the
 object (the keeper's turn through ``when_free``, which never waits), and nothing else
-takes it. When to acknowledge, give back or renew is the keeper's decision (``keeper``);
-what to run next and when to stop, the loop's (``loop``).
+takes it. When to acknowledge early, give back or renew is the keeper's decision
+(``keeper``); when to stop, the loop's (``loop``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,11 @@ the prefetch budget, and, every ``RCOORD["TASK_STOP_CHECK"]`` seconds while a ta
 (in the same call that renews the leases), asks whether ``cancel()`` asked it to stop, and
 has the runner stop it. It shares the renewer's thread with the process's auto-renewing
 locks and permits, so its turn never waits for the loop: while the loop changes what is
-held, it looks again ``KEEPER_BUSY_RETRY`` seconds later.
+held, it looks again ``KEEPER_BUSY_RETRY`` seconds later. Its own calls to Redis (one a
+queue to renew, one to acknowledge, one a queue to give back) hold up the renewer's other
+jobs while they last, as each of those jobs' calls does; an acknowledgement there is one
+try (``patience=0``, no retry loop on the renewer's thread): a failed turn is tried again
+after a backoff.
 """
 
 from __future__ import annotations

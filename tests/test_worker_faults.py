@@ -56,7 +56,7 @@ def taking(args: list[Any]) -> bool:
 
 def keeper_alive(worker: Worker) -> bool:
     """Whether the worker's keeper is still a job of the process's renewer."""
-    return worker._keeper is not None and not worker._keeper.cancelled
+    return worker.keeper.alive
 
 
 # -- errors of the project's code --------------------------------------------------------
@@ -363,29 +363,37 @@ def test_a_failed_framework_task_is_logged_with_its_traceback(
     assert "tb went boom" in str(record.exc_info[1])
 
 
-def test_the_keeper_never_blocks_the_processs_other_renewals() -> None:
+def test_the_keeper_never_blocks_the_processs_other_renewals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """While the worker's loop holds what the worker holds (an exchange retrying through a
     Redis outage, up to a lease), the keeper's turn comes due on the process's renewer:
     it must not wait there, or every auto-renewing lock and permit of the process stops
     renewing meanwhile."""
     worker = Worker(["default"], burst=True)
     renewed: list[float] = []
+    holding = threading.Event()
+    done = threading.Event()
+    real = worker_module.run_script
+
+    def stalled(name: str, client: Any, *, keys: Any, args: Any) -> Any:
+        if name == "task_finish":  # the loop's take, sent while it holds what it holds
+            holding.set()
+            done.wait(10)
+        return real(name, client, keys=keys, args=args)
 
     def other_lease() -> bool:
         renewed.append(time.monotonic())
         return True
 
+    monkeypatch.setattr(worker_module, "run_script", stalled)
     other = keep_alive(0.02, other_lease, "another lease of the process")
-    keeper = schedule(worker._keeper_turn, 0.0, "the worker's keeper", retry=1.0)
-    holding = threading.Event()
-    done = threading.Event()
-
-    def loop_holding_everything() -> None:
-        with worker._holding:  # as _next_job's exchange does while it retries
-            holding.set()
-            done.wait(10)
-
-    thread = threading.Thread(target=loop_holding_everything)
+    keeper = schedule(worker.keeper.turn, 0.0, "the worker's keeper", retry=1.0)
+    thread = threading.Thread(
+        target=worker.holdings.next_job,
+        args=(worker.take_count,),
+        kwargs={"burst": True, "batch_begins": lambda: None},
+    )
     thread.start()
     try:
         assert holding.wait(10)

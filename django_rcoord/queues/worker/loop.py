@@ -1,18 +1,18 @@
 """The worker's loop: take a task, run it, hand it back finished; never crash.
 
-``Worker`` holds what it took (a batch not started, the running task, tasks run but
-not yet acknowledged) and moves tasks between those states; the Redis side is its
-``QueueSession``, running a task is its ``TaskRunner``, how many to take is its
-``PrefetchPolicy``. Its keeper, a job on the process's renewer
-(``django_rcoord.renewal``), renews the leases of what it holds, acknowledges
-finished tasks that wait and gives back the tasks queued behind a long one; while a
-task runs, it asks (in the same call that renews the leases) whether ``cancel()`` asked
-it to stop, every ``RCOORD["TASK_STOP_CHECK"]`` seconds, and has the runner stop it.
+``Worker`` takes the next task, passes it through its limits (``TaskGates``), runs it
+(``TaskRunner``, or ``ProcessTaskRunner`` in a child process) and holds it finished for the
+next take, which acknowledges it; it waits out the errors of its turns and decides when to
+stop. What it holds (a batch not started, the running task, tasks run but not yet
+acknowledged) and every call that changes it are its ``Holdings``; the Redis side is its
+``QueueSession``, how many to take its ``PrefetchPolicy``. Its ``LeaseKeeper``, a job on the
+process's renewer (``django_rcoord.renewal``), renews the leases of what it holds while a
+task runs, acknowledges finished tasks that wait, gives back the tasks queued behind a long
+one and stops a running task that ``cancel()`` asked to stop.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import socket
@@ -37,26 +37,20 @@ from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.shards import one_shard
 from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
 from django_rcoord.queues.worker.gates import TaskGates, Wait
+from django_rcoord.queues.worker.holdings import Holdings
 from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job, later
+from django_rcoord.queues.worker.keeper import LeaseKeeper
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
 from django_rcoord.queues.worker.runner import TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.queues.worker.watch import IdleWarning
-from django_rcoord.renewal import Renewal, schedule
 from django_rcoord.validation import check_batch
 
 logger = logging.getLogger(__name__)
 
 #: Where a worker runs its tasks: in its own process, or in a child it can kill.
 ISOLATIONS = ("inline", "process")
-
-#: A finished task is acknowledged with the next take, or by the keeper once it
-#: has waited this long (ms): a worker that dies repeats at most the tasks of the last few
-#: ms, not a whole batch.
-ACK_AFTER_MS = 5.0
-#: Seconds before the keeper looks again when the worker's loop holds what the worker holds.
-KEEPER_BUSY_RETRY = 0.05
 
 
 def gave_up(who: str, exc: Exception, outage: float, max_outage: float) -> Exception:
@@ -156,25 +150,12 @@ class Worker:
         )
         self.processed = 0
         self._started_at = time.time()
-        # What this worker holds, shared with the keeper under ``_holding``: tasks
-        # taken and not started, the running one (since when), and those run but not yet
-        # acknowledged. Every script call that changes what it holds runs under the lock
-        # too, so the keeper never renews from a stale view.
-        self._holding = threading.RLock()
-        self._batch: collections.deque[Job] = collections.deque()
-        self._running: Job | None = None
-        self._running_since = 0.0
-        self._done: list[Done] = []
-        self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
-        self._next_renewal = 0.0
-        # Asking whether cancel() asked the running task to stop (None: at renewals only).
-        stop_check = conf.TASK_STOP_CHECK
-        self._stop_check = None if stop_check is None else float(stop_check)
-        self._next_stop_check = 0.0
-        self._stop_seen: str | None = None  # the running task whose request was seen
-        self._keeper: Renewal | None = None  # while run() runs
-        self._keeper_failures = 0  # its turns in a row that failed
-        self._keeper_retry_at = 0.0  # after a failed turn, not before (time.monotonic())
+        # What this worker holds, shared with its keeper (a job of the process's renewer),
+        # which renews their leases while the loop runs a task.
+        self.holdings = Holdings(self.session, self.budget, self.quorum)
+        self.keeper = LeaseKeeper(
+            self.id, self.holdings, self.prefetch, self.runner.stop, lease=self.lease
+        )
         # When the last run this worker held back for a limit (concurrency, rate) is due
         # again: a burst worker waits for it before it calls its queues done.
         self._held_back_until = 0.0
@@ -202,27 +183,12 @@ class Worker:
         failures = 0  # loop turns in a row that failed
         failing_since = 0.0  # when the first of them failed (time.monotonic())
         patience: float | None = None  # how long the last acknowledgement may retry
-        # The keeper renews the leases of what this worker holds and gives back what waits
-        # behind a long task, from the process's renewer.
-        self._keeper = schedule(
-            self._keeper_turn, self.lease / 3, f"lease keeper of worker {self.id}", retry=1.0
-        )
+        self.keeper.start()
         try:
             while not self.stopping.is_set():
                 try:
-                    self.session.heartbeat(self.processed, self._started_at)
-                    seen = self.quorum.seen() if self.quorum is not None else 0
-                    job = self._next_job()
-                    if job is None:
-                        if self.burst and self._out_of_work(seen):
-                            break
-                        self.idle_warning.idle()
-                        self.session.wait_for_work()
-                    else:
-                        self.idle_warning.took()
-                        self._run_job(job)
-                        if self._should_stop():
-                            break
+                    if self._turn():
+                        break
                     if failures:  # a whole turn went through: Redis answers
                         log_answering_again(logger, f"worker {self.id}", failures)
                     failures = 0
@@ -237,13 +203,29 @@ class Worker:
             raise
         finally:
             try:
-                self._settle(patience=patience)
+                self.holdings.settle(patience=patience)
             finally:
-                self._keeper.cancel()
+                self.keeper.cancel()
                 self.session.sign_off()
                 self.runner.close()
         logger.info("worker %s stopped after %d tasks", self.id, self.processed)
         return self.processed
+
+    def _turn(self) -> bool:
+        """One turn of the loop: run the next task, or wait for work. True when the loop is
+        done (told to stop, its task budget spent, or, bursting, out of work)."""
+        self.session.heartbeat(self.processed, self._started_at)
+        seen = self.quorum.seen() if self.quorum is not None else 0
+        job = self._next_job()
+        if job is None:
+            if self.burst and self._out_of_work(seen):
+                return True
+            self.idle_warning.idle()
+            self.session.wait_for_work()
+            return False
+        self.idle_warning.took()
+        self._run_job(job)
+        return self._should_stop()
 
     def _out_of_work(self, seen: int) -> bool:
         """A burst worker's take (begun at its quorum's change ``seen``) found nothing: is
@@ -269,26 +251,11 @@ class Worker:
     def _next_job(self) -> Job | None:
         """The next task to run: from the batch in hand, or taken (finishing the tasks run
         since the last take in the same call); None when the queues have none."""
-        with self._holding:
-            if not self._batch:
-                if not self._done:
-                    self.session.recover_if_due()
-                self._exchange_held(self.take_count())
-                if not self._batch and self.burst:
-                    self.session.recover_if_due(force=True)
-                    self._exchange_held(self.take_count())
-            if not self._batch:
-                return None
-            if not self._done:
-                # Database connections are checked around each batch, as Django does
-                # around each request, and after a task that failed.
-                close_old_connections()
-            job = self._batch.popleft()
-            self._running, self._running_since = job, time.monotonic()
-            if self._stop_check is not None:
-                self._next_stop_check = self._running_since + self._stop_check
-            self._wake_keeper()
-            return job
+        # Database connections are checked around each batch, as Django does around each
+        # request, and after a task that failed.
+        return self.holdings.next_job(
+            self.take_count, burst=self.burst, batch_begins=close_old_connections
+        )
 
     def _run_job(self, job: Job) -> None:
         """Run ``job`` unless its limits say not yet, and hold it finished for the next
@@ -302,21 +269,16 @@ class Worker:
             finally:
                 self.gates.leave(entry)
             self.prefetch.observe(finished.took_ms)
-        with self._holding:
-            self._running = None
-            finished.at = time.monotonic()
-            if finished.outcome.kind == "later":
-                due = finished.at + finished.outcome.delay_ms / 1000
-                self._held_back_until = max(self._held_back_until, due)
-            self._done.append(finished)
-            self._wake_keeper()
-            if finished.outcome.kind != "later":
-                self.processed += 1
-                self.budget.ran_one()
-            else:
-                self.budget.release(1)  # it goes back: another loop may run it
-            if not self._batch or finished.outcome.kind != "ack":
-                close_old_connections()
+        batch_over = self.holdings.finished(finished)
+        if finished.outcome.kind == "later":
+            due = finished.at + finished.outcome.delay_ms / 1000
+            self._held_back_until = max(self._held_back_until, due)
+            self.budget.release(1)  # it goes back: another loop may run it
+        else:
+            self.processed += 1
+            self.budget.ran_one()
+        if batch_over or finished.outcome.kind != "ack":
+            close_old_connections()
 
     def take_count(self) -> int:
         """How many tasks the next take asks for (none once stopping)."""
@@ -324,174 +286,7 @@ class Worker:
             return 0
         return self.prefetch.take_count(self.budget.left())
 
-    def _exchange_held(self, take: int, *, patience: float | None = None) -> None:
-        """Finish the tasks run and not yet acknowledged, take up to ``take`` more into the
-        batch. An exchange that failed is sent again, the same, before any other: it may
-        have run with its reply lost, and only the same call (its nonce) is answered as it
-        ran."""
-        with self._holding:
-            self._finish_stopped()
-            if self._pending is None:
-                # What it takes is reserved first: loops sharing a budget never take more.
-                self._pending = (list(self._done), self.budget.reserve(take))
-            done, wanted = self._pending
-            jobs = self.session.exchange(done, wanted, patience=patience)
-            self._pending = None
-            self.budget.release(wanted - len(jobs))
-            if self.quorum is not None and (done or jobs):
-                self.quorum.changed()
-            finished = {id(item) for item in done}
-            self._done = [item for item in self._done if id(item) not in finished]
-            self._batch.extend(jobs)
-
-    def _finish_stopped(self) -> None:
-        """Finish the runs stopped because cancel() asked, each in its own call (rare: not
-        worth a place in the finish-and-take call)."""
-        for item in [item for item in self._done if item.outcome.kind == "stopped"]:
-            self.session.finish_stopped(item)
-            self._done = [other for other in self._done if other is not item]
-
-    def _settle(self, *, patience: float | None = None) -> None:
-        """On the way out: acknowledge what ran, give back what did not start. Never
-        raises: what it cannot settle, the leases bring back."""
-        with self._holding:
-            try:
-                # A failed exchange is sent again too: it may have taken tasks.
-                if self._done or self._pending is not None:
-                    self._exchange_held(0, patience=patience)
-            except Exception as exc:  # noqa: BLE001
-                logger.warning(
-                    "worker %s could not acknowledge %d task(s) (%s); their leases will",
-                    self.id,
-                    len(self._done),
-                    exc,
-                )
-            if self._batch:
-                try:
-                    self._give_back_held()
-                except Exception as exc:  # noqa: BLE001
-                    logger.warning(
-                        "worker %s could not give back %d task(s) (%s); their leases will",
-                        self.id,
-                        len(self._batch),
-                        exc,
-                    )
-            self.budget.release(len(self._batch))
-            self._batch.clear()
-            self._done = []
-            self._running = None
-
     def _should_stop(self) -> bool:
         if self.stopping.is_set():
             return True
         return self.budget.spent
-
-    # -- the keeper's side (under ``_holding``) --------------------------------------
-    def _wake_keeper(self) -> None:
-        """Wake the keeper when it has work sooner than it planned to look (not at every
-        task: that would cost a thread switch per task)."""
-        if self._keeper is not None:
-            self._keeper.wake(max(self._keeper_due(), self._keeper_retry_at))
-
-    def _keeper_turn(self) -> float:
-        """The keeper's job on the renewer: do what is due, then say in how many seconds it
-        has work again. An acknowledgement is tried once here (a lost reply is sent again,
-        the same, by the next exchange); what it could not do stays due and is tried again
-        after a backoff, while the worker's loop meets the same error. While the loop holds
-        what the worker holds (an exchange retrying through a Redis outage), the keeper looks
-        again shortly instead of waiting for it: it runs on the process's renewer, which
-        must stay free for every other lock and permit of the process."""
-        if not self._holding.acquire(blocking=False):
-            return KEEPER_BUSY_RETRY
-        try:
-            try:
-                self._keep()
-                self._keeper_failures, self._keeper_retry_at = 0, 0.0
-            except Exception as exc:  # noqa: BLE001
-                pause = RECONNECT_BACKOFF.compute(self._keeper_failures)
-                self._keeper_failures += 1
-                logger.warning(
-                    "worker %s: lease keeper failed (%s); again in %.1fs", self.id, exc, pause
-                )
-                self._keeper_retry_at = time.monotonic() + pause
-            due = max(self._keeper_due(), self._keeper_retry_at)
-            return max(0.0, due - time.monotonic())
-        finally:
-            self._holding.release()
-
-    def _keeper_due(self) -> float:
-        """When the keeper has work next (time.monotonic())."""
-        due = self._next_renewal
-        if self._done:
-            due = min(due, self._done[0].at + ACK_AFTER_MS / 1000)
-        if self._running is not None and self._batch:
-            due = min(due, self.prefetch.give_back_at(self._running_since))
-        if self._running is not None and self._stop_check is not None:
-            due = min(due, self._next_stop_check)
-        return due
-
-    def _keep(self) -> None:
-        """The keeper thread's turn: acknowledge the tasks that ended more than
-        ``ACK_AFTER_MS`` ago; once the running task has run past the prefetch budget, give
-        back what waits behind it; every third of a lease, renew the leases of everything
-        held (and, while a task runs, every ``TASK_STOP_CHECK`` seconds), and stop what
-        cancel() asked to stop."""
-        now = time.monotonic()
-        if self._done and now >= self._done[0].at + ACK_AFTER_MS / 1000:
-            self._exchange_held(0, patience=0)
-        # A give-back that fails stays due and is raised after the renewal below, so the
-        # turn is retried after a backoff (not at once, every turn) and leases are renewed.
-        failed: Exception | None = None
-        if (
-            self._running is not None
-            and self._batch
-            and now >= self.prefetch.give_back_at(self._running_since)
-        ):
-            try:
-                self._give_back_held()
-            except Exception as exc:  # noqa: BLE001
-                failed = exc
-        checking = (
-            self._running is not None
-            and self._stop_check is not None
-            and now >= self._next_stop_check
-        )
-        if now >= self._next_renewal or checking:
-            lost, stop = self.session.renew(self._held())  # raising, it stays due
-            self._next_renewal = now + self.lease / 3
-            if self._stop_check is not None:
-                self._next_stop_check = now + self._stop_check
-            for job in lost:
-                logger.warning("task %s: lease lost while held (it will run again)", job.id)
-            for job in stop:
-                self._stop(job)
-        if failed is not None:
-            raise failed
-
-    def _stop(self, job: Job) -> None:
-        """``cancel()`` asked ``job`` to stop: stop it if it is the running task (the runner
-        says whether it can). A task of the batch is left alone: it goes back with the batch
-        (``give_back_at``), or runs, and is stopped then."""
-        if job is not self._running or self._stop_seen == job.id:
-            return
-        self._stop_seen = job.id
-        if self.runner.stop(job.id):
-            logger.info("task %s: cancel() asked it to stop; stopping it", job.id)
-        else:
-            logger.info(
-                "task %s: cancel() asked it to stop; a sync task run inline cannot be "
-                "interrupted: it runs on (its code sees stop_requested())",
-                job.id,
-            )
-
-    def _held(self) -> list[Job]:
-        """The tasks this worker holds: taken, running, and run but not yet acknowledged."""
-        running = [self._running] if self._running is not None else []
-        return [*self._batch, *running, *(item.job for item in self._done)]
-
-    def _give_back_held(self) -> None:
-        """Give back the batch not started; when that raises, it stays held (the next try,
-        or its lease, brings it back)."""
-        self.session.give_back(list(self._batch))
-        self.budget.release(len(self._batch))
-        self._batch.clear()

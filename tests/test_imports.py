@@ -303,12 +303,7 @@ DEFERRED_IMPORTS = {
     ("queues/framework.py", "register_checks", "django_tasks.checks"): FRAMEWORK,
     ("queues/schedules.py", "resolve_target", "django_rcoord.queues.backend"): FRAMEWORK,
     ("queues/worker/isolation.py", "serve_tasks", "django"): "a task process sets Django up",
-    ("queues/worker/isolation.py", "serve_tasks", "django_rcoord.queues.registry"): APPS_READY
-    + " (a task process, once it has set Django up)",
-    ("queues/worker/runner.py", "prepare", "django_rcoord.queues.framework_runs"): FRAMEWORK,
-    ("queues/worker/runner.py", "run_options_of", "django_rcoord.queues.framework_runs"): (
-        FRAMEWORK
-    ),
+    ("queues/worker/resolve.py", "resolve", "django_rcoord.queues.framework_runs"): FRAMEWORK,
     ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues"): FRAMEWORK,
     ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues.backend"): FRAMEWORK,
 }

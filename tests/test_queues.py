@@ -44,6 +44,7 @@ from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 from django_rcoord.scripts import run_script
 from tests import tasks
 from tests.procs import server_now, started, wait_until
+from tests.test_runner import run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -744,12 +745,12 @@ def test_a_worker_takes_a_batch_and_finishes_it_with_its_next_take() -> None:
     assert [job.id for job in jobs] == ids[:4]  # in queue order, all leased to it
     assert queue_stats("default") == {"ready": 6, "in_flight": 4, "delayed": 0, "dead": 0}
     assert {result_of(job.id).status for job in jobs} == {"RUNNING"}
-    done = [worker.runner.run(job) for job in jobs]
+    done = [run_job(worker.runner, job) for job in jobs]
     following = worker.session.exchange(done, 4)  # one call: four finished, four more taken
     assert [job.id for job in following] == ids[4:8]
     assert [result_of(task_id).status for task_id in ids[:4]] == ["SUCCESSFUL"] * 4
     assert ran() == ["b0", "b1", "b2", "b3"]
-    worker.session.exchange([worker.runner.run(job) for job in following], 0)
+    worker.session.exchange([run_job(worker.runner, job) for job in following], 0)
     Worker(["default"], burst=True).run()
     assert ran() == [f"b{n}" for n in range(10)]
     assert {result_of(task_id).attempts for task_id in ids} == {1}
@@ -784,7 +785,7 @@ def test_a_fresh_worker_takes_one_task_until_it_has_measured_one() -> None:
     job = take(worker)
     assert job.id == ids[0]
     assert queue_stats("default")["in_flight"] == 1
-    done = worker.runner.run(job)
+    done = run_job(worker.runner, job)
     # A quick run, as record's is (observed here rather than timed: a stalled test would
     # time it slow, and a slow task is rightly taken alone).
     worker.prefetch.observe(1.0)
@@ -883,14 +884,14 @@ def test_follow_ups_are_queued_with_the_end_they_follow_and_a_missing_one_fails_
         missing_id = tasks.follow_up_missing.delay()
         worker = Worker(["default"])
         jobs = {job.id: job for job in worker.session.exchange([], 10)}
-        done = [runner.run(jobs[succeeded_id]), runner.run(jobs[failed_id])]
+        done = [run_job(runner, jobs[succeeded_id]), run_job(runner, jobs[failed_id])]
         assert [item.outcome.kind for item in done] == ["ack", "dead"]
         # Not queued by the run: by the step that records how it ended.
         assert _queued("tests.tasks.note_finished") == []
         worker.session.exchange(done, 0)
         followers = _queued("tests.tasks.note_finished")
         assert sorted(m["args"][0] for m in followers) == sorted([succeeded_id, failed_id])
-        missing = runner.run(jobs[missing_id]).outcome
+        missing = run_job(runner, jobs[missing_id]).outcome
         assert missing.kind == "retry"
         assert "on_success follow-up could not be queued" in missing.error
         assert "not_a_task" in missing.error
@@ -916,7 +917,7 @@ def test_a_run_whose_lease_was_lost_queues_no_follow_up() -> None:
         task_id = tasks.followed.delay(False)
         worker = Worker(["default"])
         (job,) = worker.session.exchange([], 1)
-        done = runner.run(job)
+        done = run_job(runner, job)
         keys = QueueKeys.of("default")
         get_client().hset(keys.owners, task_id, "another-worker")  # its lease went elsewhere
         worker.session.exchange([done], 0)

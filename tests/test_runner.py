@@ -15,7 +15,8 @@ from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import task
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
-from django_rcoord.queues.worker.jobs import Job
+from django_rcoord.queues.worker.jobs import Done, Job
+from django_rcoord.queues.worker.resolve import resolve
 from django_rcoord.queues.worker.runner import TaskRunner
 from tests import tasks as project_tasks
 from tests.conftest import use_redis_at
@@ -50,6 +51,11 @@ def message(name: str, **fields: object) -> bytes:
     return json.dumps({"task": name, "queue": "default", **fields}).encode()
 
 
+def run_job(runner: TaskRunner, job: Job) -> Done:
+    """What the worker does with a job it took: resolve it once, then run it."""
+    return runner.run(job, resolve(job))
+
+
 @pytest.fixture
 def runner() -> Iterator[TaskRunner]:
     runner = TaskRunner("w-1")
@@ -58,32 +64,32 @@ def runner() -> Iterator[TaskRunner]:
 
 
 def test_a_task_that_returns_is_acknowledged_with_its_value_as_json(runner: TaskRunner) -> None:
-    done = runner.run(job("tests.tasks.add_numbers", 2, 3))
+    done = run_job(runner, job("tests.tasks.add_numbers", 2, 3))
     assert done.outcome.kind == "ack"
     assert json.loads(done.outcome.value_json) == {"sum": 5, "on": "2026-11-23"}
     assert done.took_ms >= 0
 
 
 def test_an_async_task_is_awaited_on_the_runners_own_loop(runner: TaskRunner) -> None:
-    assert runner.run(job("tests.runner.double", 21)).outcome.value_json == "42"
-    assert runner.run(job("tests.runner.double", 4)).outcome.value_json == "8"  # same loop
+    assert run_job(runner, job("tests.runner.double", 21)).outcome.value_json == "42"
+    assert run_job(runner, job("tests.runner.double", 4)).outcome.value_json == "8"  # same loop
 
 
 def test_a_failure_is_retried_with_backoff_until_its_retries_are_spent(
     runner: TaskRunner,
 ) -> None:
-    first = runner.run(job("tests.runner.fail", "boom")).outcome
+    first = run_job(runner, job("tests.runner.fail", "boom")).outcome
     assert (first.kind, first.error_class) == ("retry", "builtins.ValueError")
     assert "ValueError: boom" in first.error
     assert isinstance(first.exception, ValueError)
-    later = runner.run(job("tests.runner.fail", "boom", failures=1)).outcome
+    later = run_job(runner, job("tests.runner.fail", "boom", failures=1)).outcome
     assert later.kind == "retry"
     assert later.delay_ms == 2 * first.delay_ms > 0
-    assert runner.run(job("tests.runner.fail", "boom", failures=2)).outcome.kind == "dead"
+    assert run_job(runner, job("tests.runner.fail", "boom", failures=2)).outcome.kind == "dead"
 
 
 def test_system_exit_fails_the_task_not_the_runner(runner: TaskRunner) -> None:
-    outcome = runner.run(job("tests.tasks.exit_the_process")).outcome
+    outcome = run_job(runner, job("tests.tasks.exit_the_process")).outcome
     assert (outcome.kind, outcome.error_class) == ("dead", "builtins.SystemExit")
 
 
@@ -100,13 +106,13 @@ def test_system_exit_fails_the_task_not_the_runner(runner: TaskRunner) -> None:
 def test_what_cannot_run_anywhere_is_dead_at_once(
     runner: TaskRunner, body: bytes, reason: str
 ) -> None:
-    outcome = runner.run(job("", raw=body)).outcome
+    outcome = run_job(runner, job("", raw=body)).outcome
     assert outcome.kind == "dead"
     assert reason in outcome.error
 
 
 def test_an_unknown_task_is_deferred_for_a_worker_that_knows_it(runner: TaskRunner) -> None:
-    outcome = runner.run(job("tests.runner.not_in_this_release")).outcome
+    outcome = run_job(runner, job("tests.runner.not_in_this_release")).outcome
     assert outcome.kind == "defer"
     assert "not registered here" in outcome.error
     assert "worker w-1" in outcome.error
@@ -149,7 +155,7 @@ def jittered() -> None:
 
 def test_an_async_task_is_cancelled_at_its_time_limit_and_retried(runner: TaskRunner) -> None:
     started = time.monotonic()
-    outcome = runner.run(job("tests.runner.slow_async")).outcome
+    outcome = run_job(runner, job("tests.runner.slow_async")).outcome
     assert time.monotonic() - started < 4.5  # its 0.2 s limit, not its 5 s sleep
     assert (outcome.kind, outcome.error_class) == (
         "retry",
@@ -162,7 +168,7 @@ def test_a_sync_task_in_the_main_thread_is_stopped_at_its_time_limit(
     runner: TaskRunner,
 ) -> None:
     started = time.monotonic()
-    outcome = runner.run(job("tests.runner.slow_sync")).outcome
+    outcome = run_job(runner, job("tests.runner.slow_sync")).outcome
     assert time.monotonic() - started < 4.5  # its 0.2 s limit, not its 5 s sleep
     assert (outcome.kind, outcome.error_class) == (
         "dead",
@@ -175,22 +181,24 @@ def test_the_default_time_limit_applies_unless_a_task_says_none(
     runner: TaskRunner, settings: Any
 ) -> None:
     settings.RCOORD = {**settings.RCOORD, "TASK_TIMEOUT": 1}
-    assert runner.run(job("tests.tasks.add_numbers", 1, 2)).outcome.kind == "ack"
+    assert run_job(runner, job("tests.tasks.add_numbers", 1, 2)).outcome.kind == "ack"
     # A task with no limit of its own is stopped at the default (well before its 10 s)...
-    limited = runner.run(job("tests.runner.sleepy", 10)).outcome
+    limited = run_job(runner, job("tests.runner.sleepy", 10)).outcome
     assert limited.error_class == "django_rcoord.exceptions.TaskTimeLimitExceeded"
     assert "time limit of 1 s" in limited.error
     # ...and one that says it has none runs past it.
-    assert runner.run(job("tests.runner.slow_unlimited", 1.5)).outcome.value_json == '"done"'
+    assert run_job(runner, job("tests.runner.slow_unlimited", 1.5)).outcome.value_json == '"done"'
 
 
 def test_retry_waits_follow_the_tasks_own_backoff(runner: TaskRunner) -> None:
-    delays = [runner.run(job("tests.runner.shaped", failures=n)).outcome.delay_ms for n in range(4)]
+    delays = [
+        run_job(runner, job("tests.runner.shaped", failures=n)).outcome.delay_ms for n in range(4)
+    ]
     assert delays == [2000, 4000, 5000, 5000]  # doubling from 2 s, capped at 5 s
 
 
 def test_jitter_shortens_each_wait_by_a_random_share(runner: TaskRunner) -> None:
-    delays = {runner.run(job("tests.runner.jittered")).outcome.delay_ms for _ in range(20)}
+    delays = {run_job(runner, job("tests.runner.jittered")).outcome.delay_ms for _ in range(20)}
     assert all(5000 <= delay <= 10000 for delay in delays)
     assert len(delays) > 1
 

@@ -12,6 +12,7 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import read_metrics
 from django_rcoord.queues.options import parse_rate
 from django_rcoord.queues.worker.jobs import Outcome
+from django_rcoord.queues.worker.resolve import resolve
 from tests import tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, start_worker
@@ -203,17 +204,17 @@ def test_a_run_held_back_by_its_concurrency_does_not_use_up_its_rate() -> None:
     other_run = Semaphore(f"task:{rated_and_limited.name}", 1, timeout=60)
     permit = other_run.acquire()
     assert permit is not None
-    held_back = worker.gates.enter(job)
+    held_back = worker.gates.enter(job, resolve(job).options)
     assert isinstance(held_back, Wait)
     assert "concurrency" in held_back.why
     other_run.release(permit)
     # Two a minute, none started yet (the other run took its permit by hand): two start.
     for _ in range(2):
-        entry = worker.gates.enter(job)
+        entry = worker.gates.enter(job, resolve(job).options)
         assert isinstance(entry, Pass), entry
         worker.gates.leave(entry)
     # The third is over the rate, and gives back the permit it took meanwhile.
-    over = worker.gates.enter(job)
+    over = worker.gates.enter(job, resolve(job).options)
     assert isinstance(over, Wait)
     assert "rate" in over.why
     assert other_run.acquire() is not None

@@ -33,7 +33,6 @@ from django_rcoord.queues.framework import (
     task_started,
 )
 from django_rcoord.queues.keys import group_of_task_id
-from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
 from django_rcoord.queues.registry import get_task
@@ -146,16 +145,6 @@ def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
             "task of a RedisTaskBackend"
         )
     return FrameworkFollowUp(found)
-
-
-def framework_run_options(message: dict[str, Any]) -> RunOptions:
-    """The run options of the framework task a message names, from its backend; the
-    settings' defaults when this release cannot find the task or its backend."""
-    found = _task_and_backend(message.get("task"), message.get("backend"))
-    if isinstance(found, Refusal):  # framework_call says why it cannot run
-        return RunOptions(max_retries=0)
-    task, backend = found
-    return backend.run_options(task)
 
 
 def _finished(result: TaskResult, outcome: Outcome) -> TaskResult:

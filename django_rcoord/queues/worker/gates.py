@@ -20,7 +20,6 @@ from typing import Any
 from django_rcoord.connection.errors import REDIS_ERRORS
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.worker.jobs import Job
-from django_rcoord.queues.worker.runner import run_options_of
 from django_rcoord.ratelimit import hit
 from django_rcoord.renewal import Renewal
 from django_rcoord.semaphores import Semaphore
@@ -58,9 +57,9 @@ class TaskGates:
         self.lease = lease
         self._client = client
 
-    def enter(self, job: Job) -> Pass | Wait:
-        """A ``Pass`` when ``job`` may run now, else a ``Wait``. Never raises."""
-        options = run_options_of(job)
+    def enter(self, job: Job, options: RunOptions) -> Pass | Wait:
+        """A ``Pass`` when ``job``, with its task's ``options``, may run now, else a
+        ``Wait``. Never raises."""
         if options.rate is None and options.concurrency is None:
             return Pass()
         key = f"task:{options.limit_key or job.task_name}"

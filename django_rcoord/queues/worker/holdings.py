@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.session import QueueSession
@@ -138,7 +139,7 @@ class Holdings:
     def _finish_stopped(self) -> None:
         """Finish the runs stopped because cancel() asked, each in its own call (rare: not
         worth a place in the finish-and-take call)."""
-        for item in [item for item in self._done if item.outcome.kind == "stopped"]:
+        for item in [item for item in self._done if item.outcome.kind is Kind.STOPPED]:
             self.session.finish_stopped(item)
             self._done = [other for other in self._done if other is not item]
 

@@ -26,8 +26,20 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from django_rcoord.exceptions import TaskTimeLimitExceeded
-from django_rcoord.queues.worker.jobs import Done, Job, Outcome, class_path, failure, stopped
-from django_rcoord.queues.worker.runner import TaskRunner, run_options_of
+from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.registry import autodiscover_tasks
+from django_rcoord.queues.worker.jobs import (
+    Call,
+    Done,
+    Job,
+    Outcome,
+    Refusal,
+    class_path,
+    failure,
+    stopped,
+)
+from django_rcoord.queues.worker.resolve import resolve
+from django_rcoord.queues.worker.runner import TaskRunner, refused
 
 logger = logging.getLogger(__name__)
 
@@ -74,54 +86,25 @@ class ProcessTaskRunner:
             process.kill()
             return True
 
-    def run(self, job: Job) -> Done:
-        """Run ``job`` in the child; never raises."""
+    def run(self, job: Job, resolved: Call | Refusal) -> Done:
+        """Run ``job`` in the child (which looks its task up again: a ``Call`` holds the
+        parent's functions); never raises. One this worker cannot run is refused here."""
         started = time.perf_counter()
-        options = run_options_of(job)
-        limit = options.time_limit
+        if isinstance(resolved, Refusal):
+            outcome = refused(job, resolved, self.worker_id)
+        else:
+            outcome = self._run_in_child(job, resolved.options)
+        return Done(job, outcome, (time.perf_counter() - started) * 1000)
+
+    def _run_in_child(self, job: Job, options: RunOptions) -> Outcome:
         try:
             connection = self._child()
             with self._guard:
                 self._running, self._stopped = job.id, False
             connection.send(job)
-            begun = connection.poll(CHILD_START_LIMIT)
-            if begun:
-                connection.recv()  # _BEGUN: the time limit counts from now
-            answered = begun and connection.poll(
-                None if limit is None else limit + HARD_LIMIT_GRACE
-            )
-            if answered:
-                kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
-                outcome = Outcome(
-                    kind, name, error, error_class, delay_ms, value, follow_up=follow_up
-                )
-            elif not begun:
-                why = f"its process did not begin it within {CHILD_START_LIMIT:g} s"
-                self._kill(f"task {job.id}: {why}")
-                outcome = _failed(job, options, ChildProcessError, why)
-            else:
-                self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
-                outcome = _failed(
-                    job,
-                    options,
-                    TaskTimeLimitExceeded,
-                    f"killed after its time limit of {limit:g} s",
-                )
+            return self._answer(connection, job, options)
         except (EOFError, OSError) as exc:  # the child died: the pipe closed under us
-            process = self._process
-            self._forget_child()
-            code = None
-            if process is not None:
-                process.join(5)
-                code = process.exitcode
-            reason = _exit_reason(code) if code is not None else repr(exc)
-            if self._stopped:
-                why = "its process was killed: cancel() asked it to stop"
-                outcome = stopped(job.task_name, why)
-            else:
-                outcome = _failed(
-                    job, options, ChildProcessError, f"the task's process died ({reason})"
-                )
+            return self._died(job, options, exc)
         finally:
             with self._guard:
                 self._running, killed = None, self._stopped
@@ -130,7 +113,38 @@ class ProcessTaskRunner:
                 process = self._process
                 self._forget_child()
                 process.join()
-        return Done(job, outcome, (time.perf_counter() - started) * 1000)
+
+    def _answer(self, connection: Connection, job: Job, options: RunOptions) -> Outcome:
+        """The child's outcome of ``job``, or a failure once it overruns its start or its
+        time limit (the child is killed then)."""
+        limit = options.time_limit
+        begun = connection.poll(CHILD_START_LIMIT)
+        if begun:
+            connection.recv()  # _BEGUN: the time limit counts from now
+        if begun and connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE):
+            kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
+            return Outcome(kind, name, error, error_class, delay_ms, value, follow_up=follow_up)
+        if not begun:
+            why = f"its process did not begin it within {CHILD_START_LIMIT:g} s"
+            self._kill(f"task {job.id}: {why}")
+            return _failed(job, options, ChildProcessError, why)
+        self._kill(f"task {job.id} ran past its time limit of {limit:g} s")
+        why = f"killed after its time limit of {limit:g} s"
+        return _failed(job, options, TaskTimeLimitExceeded, why)
+
+    def _died(self, job: Job, options: RunOptions, exc: Exception) -> Outcome:
+        """How ``job`` ended when its child died under it: stopped when ``stop()`` killed
+        it, else failed, with the child's exit status."""
+        process = self._process
+        self._forget_child()
+        code = None
+        if process is not None:
+            process.join(5)
+            code = process.exitcode
+        if self._stopped:
+            return stopped(job.task_name, "its process was killed: cancel() asked it to stop")
+        reason = _exit_reason(code) if code is not None else repr(exc)
+        return _failed(job, options, ChildProcessError, f"the task's process died ({reason})")
 
     def close(self) -> None:
         """Stop the child (it finishes nothing: ``run`` is not running)."""
@@ -189,7 +203,6 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
     import django
 
     django.setup()
-    from django_rcoord.queues.registry import autodiscover_tasks
 
     autodiscover_tasks()
     runner = TaskRunner(worker_id)
@@ -202,7 +215,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
             if job is None:
                 return
             connection.send(_BEGUN)
-            outcome = runner.run(job).outcome
+            outcome = runner.run(job, resolve(job)).outcome
             connection.send(
                 (
                     outcome.kind,
@@ -218,7 +231,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
         runner.close()
 
 
-def _failed(job: Job, options: Any, kind: type, reason: str) -> Outcome:
+def _failed(job: Job, options: RunOptions, kind: type, reason: str) -> Outcome:
     """The outcome of a run the parent had to end: a failure, retried like any other."""
     return failure(job, options, f"{kind.__name__}: {reason}", class_path(kind))
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message
-from django_rcoord.queues.options import RunOptions
+from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.results import TaskRecord, record_from
@@ -156,6 +156,11 @@ class Refusal:
 
     reason: str
     anywhere: bool = False
+
+    @property
+    def options(self) -> RunOptions:
+        """The settings' defaults: what the worker knows of a task it cannot run."""
+        return DEFAULT_OPTIONS
 
 
 def later(job: Job, delay_ms: int, why: str) -> Outcome:

@@ -33,6 +33,7 @@ from django_rcoord.connection.errors import (
 )
 from django_rcoord.exceptions import RedisUnavailable, WorkerGaveUp
 from django_rcoord.queues.keys import same_group
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.registry import autodiscover_tasks
 from django_rcoord.queues.shards import one_shard
 from django_rcoord.queues.worker.budget import BurstQuorum, TaskBudget
@@ -42,6 +43,7 @@ from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job, later
 from django_rcoord.queues.worker.keeper import LeaseKeeper
 from django_rcoord.queues.worker.prefetch import PrefetchPolicy
+from django_rcoord.queues.worker.resolve import resolve
 from django_rcoord.queues.worker.runner import TaskRunner
 from django_rcoord.queues.worker.session import QueueSession
 from django_rcoord.queues.worker.watch import IdleWarning
@@ -259,25 +261,27 @@ class Worker:
 
     def _run_job(self, job: Job) -> None:
         """Run ``job`` unless its limits say not yet, and hold it finished for the next
-        exchange."""
-        entry = self.gates.enter(job)
+        exchange. Its task is looked up once (``resolve``): its limits, its process and its
+        run read that."""
+        resolved = resolve(job)
+        entry = self.gates.enter(job, resolved.options)
         if isinstance(entry, Wait):
             finished = Done(job, later(job, entry.delay_ms, entry.why), 0.0)
         else:
             try:
-                finished = self.runner.run(job)
+                finished = self.runner.run(job, resolved)
             finally:
                 self.gates.leave(entry)
             self.prefetch.observe(finished.took_ms)
         batch_over = self.holdings.finished(finished)
-        if finished.outcome.kind == "later":
+        if finished.outcome.kind is Kind.LATER:
             due = finished.at + finished.outcome.delay_ms / 1000
             self._held_back_until = max(self._held_back_until, due)
             self.budget.release(1)  # it goes back: another loop may run it
         else:
             self.processed += 1
             self.budget.ran_one()
-        if batch_over or finished.outcome.kind != "ack":
+        if batch_over or finished.outcome.kind is not Kind.ACK:
             close_old_connections()
 
     def take_count(self) -> int:

@@ -1,12 +1,10 @@
-"""Running one task from its message: no Redis here.
+"""Running one task: no Redis here.
 
-``TaskRunner.run(job)`` decodes the message, finds the task, checks its
-arguments, calls it (awaiting an ``async def`` task on an event loop of the
-runner's own) and says how it ended as an ``Outcome``: acknowledged with a
-value, retried after a delay, deferred for a worker that knows it, or dead
-(``Job`` and ``Outcome`` are in ``jobs``). A ``@task`` and a task of Django's
-Tasks framework take one path: each is made a ``Call`` (the framework's by
-``framework_runs.framework_call``), which ``execute`` runs.
+``TaskRunner.run(job, resolved)`` runs what ``resolve`` made of the job's message (a
+``Call``: a ``@task`` and a Tasks framework task alike), calling its function (awaiting
+an ``async def`` task on an event loop of the runner's own), and says how it ended as an
+``Outcome``: acknowledged with a value, retried after a delay, deferred for a worker that
+knows it (``refused``), or dead (``Job`` and ``Outcome`` are in ``jobs``).
 """
 
 from __future__ import annotations
@@ -30,12 +28,11 @@ from django_rcoord.exceptions import (
     TaskNotRunnable,
     TaskTimeLimitExceeded,
 )
-from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.cancel import running
 from django_rcoord.queues.messages import check_result_size, to_json
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
 from django_rcoord.queues.outcomes import Kind
-from django_rcoord.queues.registry import PermanentFailure, get_task
+from django_rcoord.queues.registry import PermanentFailure
 from django_rcoord.queues.worker.jobs import (
     Call,
     Done,
@@ -76,41 +73,31 @@ class TaskRunner:
             self._loop.call_soon_threadsafe(self._awaiting[1].cancel)
             return True
 
-    def run(self, job: Job) -> Done:
-        """Run ``job``: never raises (what the task raises is its outcome). A traced one
-        (``django_rcoord.tracing``) in a CONSUMER span, the child of its enqueue's."""
+    def run(self, job: Job, resolved: Call | Refusal) -> Done:
+        """Run ``job``, ``resolved`` (``resolve.resolve``) to what runs it: never raises
+        (what the task raises is its outcome). A traced one (``django_rcoord.tracing``) in
+        a CONSUMER span, the child of its enqueue's."""
         active = tracing.tracer()
         if active is None:
-            return self._run(job)
+            return self._run(job, resolved)
         with tracing.processing(
             active, job.message, job.id, job.queue.name, job.failures + 1
         ) as span:
-            done = self._run(job)
+            done = self._run(job, resolved)
             outcome = done.outcome
             kind = outcome.kind
             tracing.processed(span, kind.value, kind.failed, outcome.summary, outcome.exception)
             return done
 
-    def _run(self, job: Job) -> Done:
+    def _run(self, job: Job, resolved: Call | Refusal) -> Done:
         started = time.perf_counter()
-        try:
-            outcome = self.execute(job)
-        # Anything the task's own code raises is caught in call(); this is what reading,
-        # looking up or checking it raised: it cannot run here.
-        except Exception as exc:  # noqa: BLE001
-            outcome = self.not_here(job, "?", f"the worker could not run it: {exc!r}")
+        outcome = self.execute(job, resolved)
         return Done(job, outcome, (time.perf_counter() - started) * 1000)
 
-    def execute(self, job: Job) -> Outcome:
-        message = job.message
-        if message is None or not isinstance(message.get("task"), str):
-            return not_runnable("?", "undecodable message (not a JSON object with a task name)")
-        name = message["task"]
-        call = prepare(job, message, name)
+    def execute(self, job: Job, call: Call | Refusal) -> Outcome:
+        name = job.task_name
         if isinstance(call, Refusal):
-            if call.anywhere:
-                return not_runnable(name, call.reason)
-            return self.not_here(job, name, call.reason)
+            return refused(job, call, self.worker_id)
         call.started()
         outcome = self.call(job, name, call.function, call.args, call.kwargs, call.options)
         outcome = self.follow_up(job, outcome, call.follow_up_for, call.options)
@@ -182,26 +169,6 @@ class TaskRunner:
             return failure(job, options, traceback.format_exc(), class_path(type(exc)), exc)
         return returned(name, value)
 
-    def not_here(self, job: Job, name: str, reason: str) -> Outcome:
-        """A task this worker cannot run (unknown here, its module fails to import, its
-        backend is not configured): back to its queue with a delay, for a worker that knows
-        it (a rolling deploy's newer release), until ``TASK_MAX_DELIVERIES`` deliveries;
-        then a dead letter. A deferral is not a failed attempt."""
-        record = job.record  # its worker ids: one per delivery, this one included
-        deliveries = max(1, record.attempts) if record is not None else 1
-        if deliveries >= conf.TASK_MAX_DELIVERIES:
-            return not_runnable(
-                name, f"{reason}; no worker could run it in {deliveries} deliveries"
-            )
-        return Outcome(
-            Kind.DEFER,
-            name,
-            f"{reason} (worker {self.worker_id}, django-rcoord {__version__}; delivery "
-            f"{deliveries} of {conf.TASK_MAX_DELIVERIES})",
-            class_path(TaskNotRunnable),
-            DEFAULT_OPTIONS.retry_delay_ms(deliveries - 1),
-        )
-
     def _await(
         self, awaitable: Any, left: float | None, limit: float | None = None, task_id: str = ""
     ) -> Any:
@@ -243,43 +210,27 @@ class TaskRunner:
             loop.close()
 
 
-def prepare(job: Job, message: dict[str, Any], name: str) -> Call | Refusal:
-    """The ``Call`` that runs the task ``message`` names (``name``), or why it cannot run:
-    a ``@task`` registered here, or a task of Django's Tasks framework that a
-    ``RedisTaskBackend`` enqueued (the message names its backend)."""
-    registered = get_task(name)
-    if registered is None and message.get("backend"):
-        # Imported here: it imports the Tasks framework, which a project may not have.
-        from django_rcoord.queues.framework_runs import framework_call
-
-        return framework_call(job, message, name)
-    if registered is None:
-        return Refusal(f"unknown task {name!r} (not registered here)")
-    args, kwargs = message.get("args", []), message.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        return Refusal("args must be a JSON list and kwargs a JSON object", anywhere=True)
-    problem = argument_problem(registered.signature, args, kwargs)
-    if problem is not None:
-        return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
-    return Call(registered.function, args, kwargs, registered.options, registered.follow_up_task)
-
-
-def run_options_of(job: Job) -> RunOptions:
-    """The run options of ``job``'s task (its time limit, retries), as far as this worker
-    knows the task; the settings' defaults otherwise."""
-    message = job.message
-    name = message.get("task") if message is not None else None
-    if not isinstance(name, str):
-        return DEFAULT_OPTIONS
-    registered = get_task(name)
-    if registered is not None:
-        return registered.options
-    if message is not None and message.get("backend"):
-        # Imported here: it imports the Tasks framework, which a project may not have.
-        from django_rcoord.queues.framework_runs import framework_run_options
-
-        return framework_run_options(message)
-    return DEFAULT_OPTIONS
+def refused(job: Job, refusal: Refusal, worker_id: str) -> Outcome:
+    """How a task ``worker_id`` cannot run ends: dead when no worker can run it
+    (``refusal.anywhere``); else (unknown here, its module fails to import, its backend is
+    not configured) back to its queue with a delay, for a worker that knows it (a rolling
+    deploy's newer release), until ``TASK_MAX_DELIVERIES`` deliveries, then dead. A
+    deferral is not a failed attempt."""
+    name, reason = job.task_name, refusal.reason
+    if refusal.anywhere:
+        return not_runnable(name, reason)
+    record = job.record  # its worker ids: one per delivery, this one included
+    deliveries = max(1, record.attempts) if record is not None else 1
+    if deliveries >= conf.TASK_MAX_DELIVERIES:
+        return not_runnable(name, f"{reason}; no worker could run it in {deliveries} deliveries")
+    return Outcome(
+        Kind.DEFER,
+        name,
+        f"{reason} (worker {worker_id}, django-rcoord {__version__}; delivery "
+        f"{deliveries} of {conf.TASK_MAX_DELIVERIES})",
+        class_path(TaskNotRunnable),
+        DEFAULT_OPTIONS.retry_delay_ms(deliveries - 1),
+    )
 
 
 #: How a failure's line starts (then: what comes next).

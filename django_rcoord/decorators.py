@@ -62,25 +62,40 @@ def locked(
     check_fail_open(fail_open, "@locked")
 
     def decorator(view: Callable[..., Any]) -> Callable[..., Any]:
-        locked_view = LockedView(
-            view, key, timeout=timeout, wait=wait, on_busy=on_busy, fail_open=fail_open, fair=fair
+        return _locked_wrapper(
+            view,
+            LockedView(
+                view,
+                key,
+                timeout=timeout,
+                wait=wait,
+                on_busy=on_busy,
+                fail_open=fail_open,
+                fair=fair,
+            ),
         )
-        if iscoroutinefunction(view):
-
-            @functools.wraps(view)
-            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-                return await locked_view.acall(request, args, kwargs)
-
-            return async_wrapper
-
-        @functools.wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            return locked_view.call(request, args, kwargs)
-
-        wrapper._non_atomic_requests = locked_view.atomic_requests  # type: ignore[attr-defined]
-        return wrapper
 
     return decorator
+
+
+def _locked_wrapper(view: Callable[..., Any], locked_view: LockedView) -> Callable[..., Any]:
+    """``view`` run by ``locked_view``: an async wrapper for an async view, else a sync one
+    that tells Django's handler to open no transaction around it (``LockedView`` opens
+    them inside the lock)."""
+    if iscoroutinefunction(view):
+
+        @functools.wraps(view)
+        async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return await locked_view.acall(request, args, kwargs)
+
+        return async_wrapper
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return locked_view.call(request, args, kwargs)
+
+    wrapper._non_atomic_requests = locked_view.atomic_requests  # type: ignore[attr-defined]
+    return wrapper
 
 
 def rate_limited(

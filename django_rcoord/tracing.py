@@ -184,15 +184,6 @@ def traced_wait(
     ``kind``: an INTERNAL span ``acquire <kind> <name>`` with the wait, whether it got it
     and ``describe(self, result)``'s attributes (its token)."""
 
-    def attributes(self: Any) -> dict[str, Any]:
-        return {f"rcoord.{kind}.name": self.name}
-
-    def ended(self: Any, span: Any, result: Any, started: float) -> None:
-        span.set_attribute("rcoord.wait.seconds", round(time.perf_counter() - started, 6))
-        span.set_attribute("rcoord.acquired", bool(result))
-        if result:
-            span.set_attributes(describe(self, result))
-
     def decorate(acquire: _Function) -> _Function:
         if inspect.iscoroutinefunction(acquire):
 
@@ -201,13 +192,8 @@ def traced_wait(
                 active = tracer()
                 if active is None:
                     return await acquire(self, wait)
-                started = time.perf_counter()
-                with active.start_as_current_span(
-                    f"acquire {kind} {self.name}", attributes=attributes(self)
-                ) as span:
-                    result = await acquire(self, wait)
-                    ended(self, span, result, started)
-                    return result
+                with _wait_span(active, kind, describe, self) as ended:
+                    return ended(await acquire(self, wait))
 
             return atraced  # type: ignore[return-value]
 
@@ -216,14 +202,31 @@ def traced_wait(
             active = tracer()
             if active is None:
                 return acquire(self, wait)
-            started = time.perf_counter()
-            with active.start_as_current_span(
-                f"acquire {kind} {self.name}", attributes=attributes(self)
-            ) as span:
-                result = acquire(self, wait)
-                ended(self, span, result, started)
-                return result
+            with _wait_span(active, kind, describe, self) as ended:
+                return ended(acquire(self, wait))
 
         return traced  # type: ignore[return-value]
 
     return decorate
+
+
+@contextmanager
+def _wait_span(
+    active: Any, kind: str, describe: Callable[[Any, Any], dict[str, Any]], primitive: Any
+) -> Iterator[Callable[[Any], Any]]:
+    """The span of one wait of ``primitive``; what it yields is given the wait's result
+    (its attributes set) and returns it."""
+    started = time.perf_counter()
+    name = primitive.name
+    with active.start_as_current_span(
+        f"acquire {kind} {name}", attributes={f"rcoord.{kind}.name": name}
+    ) as span:
+
+        def ended(result: Any) -> Any:
+            span.set_attribute("rcoord.wait.seconds", round(time.perf_counter() - started, 6))
+            span.set_attribute("rcoord.acquired", bool(result))
+            if result:
+                span.set_attributes(describe(primitive, result))
+            return result
+
+        yield ended

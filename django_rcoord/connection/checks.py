@@ -62,8 +62,12 @@ def _check_connection(alias: object) -> list[CheckMessage]:
                 id="rcoord.E003",
             )
         ]
-
     cache = caches[alias]
+    return _backend_problems(alias, cache) or _pool_problems(alias, cache)
+
+
+def _backend_problems(alias: str, cache: Mapping[str, Any]) -> list[CheckMessage]:
+    """rcoord.E004: a cache that is not django-redis's, or whose client shards keys."""
     backend_path = cache.get("BACKEND", "")
     client_path = cache.get("OPTIONS", {}).get("CLIENT_CLASS", "django_redis.client.DefaultClient")
     hint = (
@@ -92,6 +96,11 @@ def _check_connection(alias: object) -> list[CheckMessage]:
                 id="rcoord.E004",
             )
         ]
+    return []
+
+
+def _pool_problems(alias: str, cache: Mapping[str, Any]) -> list[CheckMessage]:
+    """rcoord.E022: a pool that decodes replies."""
     pool_kwargs = cache.get("OPTIONS", {}).get("CONNECTION_POOL_KWARGS", {})
     if isinstance(pool_kwargs, Mapping) and pool_kwargs.get("decode_responses"):
         return [

@@ -179,22 +179,7 @@ def _fire(
             return fired
         tick, mode = _next_claim(schedule, last, now_ms, started_ms)
         claimed = _pending_tick(schedule, target, tick)
-        outcome = int(
-            run_script(
-                "periodic_claim",
-                client,
-                keys=[claim_key(schedule.name)],
-                args=[
-                    tick,
-                    mode,
-                    claimed.queue,
-                    claimed.priority,
-                    claimed.task_id,
-                    claimed.message,
-                    GROUP_KEYS_MS,
-                ],
-            )
-        )
+        outcome = _claim(client, schedule.name, tick, mode, claimed)
         if outcome == _CLAIMED:
             fired += _queue_pending(client, schedule.name, claimed)
         elif outcome == _SKIPPED:
@@ -210,6 +195,14 @@ def _fire(
         # the claim again and queues what is pending (once, whoever does), rather than
         # leave it to a later pass.
     return fired
+
+
+def _claim(client: Any, name: str, tick: int, mode: str, claimed: PendingTick) -> int:
+    """Claim ``tick`` of schedule ``name`` (``periodic_claim.lua``) with the task it queues,
+    ``claimed``: ``_CLAIMED``, ``_SKIPPED``, ``_NOT_DUE`` or taken already."""
+    args = [tick, mode, claimed.queue, claimed.priority, claimed.task_id, claimed.message]
+    keys = [claim_key(name)]
+    return int(run_script("periodic_claim", client, keys=keys, args=[*args, GROUP_KEYS_MS]))
 
 
 def _next_claim(

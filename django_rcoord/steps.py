@@ -117,3 +117,22 @@ class AsyncSteps:
     def leave(self) -> None:
         if self.waiting is not None:
             self.waiting.leave()
+
+    async def run(
+        self,
+        steps: Steps[Result],
+        perform: Callable[[Any], Awaitable[Any]],
+        give_back: Callable[[], Coroutine[Any, Any, Any] | None],
+    ) -> Result:
+        """``arun(steps, perform)``; when it raises (a cancelled waiter, a cut reply), what
+        may have been granted is given back (``give_back()``'s release, None for nothing),
+        after the attempt in flight ends. The line is left either way."""
+        try:
+            return await arun(steps, perform)
+        except BaseException:
+            release = give_back()
+            if release is not None:
+                self.attempts.give_back(release)
+            raise
+        finally:
+            self.leave()

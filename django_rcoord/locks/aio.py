@@ -5,6 +5,7 @@ connection per lock (``django_rcoord.waiting.Waiting``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
@@ -50,14 +51,12 @@ class AsyncLock(LockCore):
 
     async def _asteps(self, acquisition: Acquisition, client: Any) -> Hold | None:
         face = steps.AsyncSteps(client)
-        try:
-            return await steps.arun(acquisition.steps, lambda step: self._aperform(face, step))
-        except BaseException:
-            if acquisition.in_doubt is not None:
-                face.attempts.give_back(self._arelease_identifier(client, acquisition.in_doubt))
-            raise
-        finally:
-            face.leave()
+
+        def give_back() -> Coroutine[Any, Any, Any] | None:
+            in_doubt = acquisition.in_doubt  # a grant this acquire may hold, read when it fails
+            return None if in_doubt is None else self._arelease_identifier(client, in_doubt)
+
+        return await face.run(acquisition.steps, lambda step: self._aperform(face, step), give_back)
 
     async def _aperform(self, face: steps.AsyncSteps, step: Any) -> Any:
         client = face.client

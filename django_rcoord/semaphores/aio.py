@@ -36,17 +36,12 @@ class AsyncSemaphore(SemaphoreCore):
 
     async def _asteps(self, client: Any, identifier: str, wait: float) -> str | None:
         face = steps.AsyncSteps(client)
-        try:
-            return await steps.arun(
-                self._acquisition(identifier, wait, asyncio.get_running_loop().time),
-                lambda step: self._aperform(face, step),
-            )
-        except BaseException:
+        return await face.run(
+            self._acquisition(identifier, wait, asyncio.get_running_loop().time),
+            lambda step: self._aperform(face, step),
             # Granted or queued, perhaps in flight: either way, give the identifier up.
-            face.attempts.give_back(self._arelease(client, identifier))
-            raise
-        finally:
-            face.leave()
+            lambda: self._arelease(client, identifier),
+        )
 
     async def _aperform(self, face: steps.AsyncSteps, step: Any) -> Any:
         client = face.client

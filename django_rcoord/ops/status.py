@@ -8,19 +8,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.queues.keys import DEFAULT_GROUP, HEARTBEAT_TTL, GroupKeys, QueueKeys
-from django_rcoord.queues.messages import decode_message
-from django_rcoord.queues.metrics import cancelled_in, finished_per_minute, metrics_from_hash
+from django_rcoord.queues.keys import HEARTBEAT_TTL
+from django_rcoord.queues.metrics import cancelled_in, finished_per_minute
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.periodic import schedule_status
-from django_rcoord.queues.records import TASK_COUNTS, count_tasks, known_groups
+from django_rcoord.queues.records import TASK_COUNTS, known_groups
 from django_rcoord.queues.registry import autodiscover_tasks, registered_tasks
 from django_rcoord.queues.shards import logical_group, logical_queue_name, other_layout_of
+from django_rcoord.queues.snapshot import MAX_MESSAGE_READ, GroupSnapshot, QueueState, read_group
 from django_rcoord.semaphores import Semaphore
 
-__all__ = ["overview"]
+__all__ = ["MAX_MESSAGE_READ", "overview"]
 
 
 def overview(*, client: Any = None) -> dict[str, Any]:
@@ -31,8 +30,8 @@ def overview(*, client: Any = None) -> dict[str, Any]:
     workers (last heartbeat, tasks done, the task each runs now), the lateness of the last
     promotions per group and the periodic schedules.
 
-    Bounded work, read only: four pipelined round trips per group (its keys share one
-    hash slot), whatever its number of queues, workers and tasks in flight, and whatever
+    Bounded work, read only: ``queues.snapshot.read_group``'s four pipelined round trips
+    per group, whatever its number of queues, workers and tasks in flight, and whatever
     the size of their messages (one over ``MAX_MESSAGE_READ`` is left unread). A worker that
     died without signing off stays a member of its group's worker set until a worker
     signing off drops it (``forget_gone_workers``); here it is only left out.
@@ -116,115 +115,34 @@ class _Group:
     lateness: dict[str, int] | None
 
 
-@dataclass
-class _Holds:
-    """What a group holds, read in one round trip: its queues (those paused among them,
-    by name within the group), its workers, its metrics and lateness samples."""
-
-    keys: list[QueueKeys]
-    paused: set[str]
-    worker_ids: list[str]
-    in_flight: int  # HLEN of its owners HASH
-    raw_metrics: dict[bytes, bytes]
-    raw_lateness: list[bytes]
-
-
-def _group_holds(client: Any, group: str, group_keys: GroupKeys) -> _Holds:
-    with slot_pipeline(client, group_keys.messages, transaction=False) as pipe:
-        pipe.hgetall(group_keys.metrics)
-        pipe.hkeys(group_keys.queues)
-        pipe.lrange(group_keys.lateness, 0, -1)
-        pipe.hlen(group_keys.owners)
-        pipe.smembers(group_keys.workers)
-        pipe.smembers(group_keys.paused)
-        raw_metrics, raw_names, raw_lateness, in_flight, members, raw_paused = pipe.execute()
-    paused = {member.decode() for member in raw_paused}
-    # A paused queue is shown though it never had a task: the pause is there for its first.
-    names = sorted({member.decode() for member in raw_names} | paused)
-    keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
-    worker_ids = sorted(member.decode() for member in members)
-    return _Holds(keys, paused, worker_ids, in_flight, raw_metrics, raw_lateness)
-
-
 def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
-    """One group's part of the overview, in four pipelined round trips: what the group
-    holds, then each queue's counts and heads and each worker's heartbeat, then the lengths
-    of the messages of the heads and of the tasks running, then those not too long to read
-    (``MAX_MESSAGE_READ``)."""
-    group_keys = GroupKeys.of(group)
-    owners_key, messages_key = group_keys.owners, group_keys.messages
-    holds = _group_holds(client, group, group_keys)
-    keys, worker_ids = holds.keys, holds.worker_ids
-    # HLEN counts the member the owners HASH keeps while tasks are in flight (_in_flight.lua).
-    show_owners = holds.in_flight - 1 <= MAX_OWNERS_SHOWN
-
-    with slot_pipeline(client, messages_key, transaction=False) as pipe:
-        for queue in keys:
-            count_tasks(pipe, queue)
-            pipe.zrange(queue.ready, 0, 0)
-            pipe.zrange(queue.delayed, 0, 0, withscores=True)
-        if show_owners:
-            pipe.hgetall(owners_key)
-        for worker_id in worker_ids:
-            pipe.get(group_keys.heartbeat(worker_id))
-            pipe.pttl(group_keys.heartbeat(worker_id))
-        replies = iter(pipe.execute())
-    per_queue = []
-    for queue in keys:
-        counts = dict(zip(TASK_COUNTS, [next(replies) for _ in TASK_COUNTS], strict=True))
-        per_queue.append((queue, counts, next(replies), next(replies)))
-    running: dict[str, list[str]] = {}
-    if show_owners:
-        for task_id, worker in next(replies).items():
-            running.setdefault(worker.decode(), []).append(task_id.decode())
-    beats = []
-    for worker_id in worker_ids:
-        beat, ttl_ms = next(replies), next(replies)
-        if beat is not None:  # else its heartbeat ran out: the worker is gone
-            beats.append((worker_id, beat, ttl_ms))
-
-    heads = [head[0] for _, _, head, _ in per_queue if head]
-    running_ids = [task_id for worker_id, _, _ in beats for task_id in running.get(worker_id, [])]
-    wanted = [*heads, *running_ids]
-    messages = _small_messages(client, messages_key, wanted)
-
-    metrics = metrics_from_hash(holds.raw_metrics)
-    queues = _queue_rows(group, per_queue, messages, metrics, now, now_ms)
-    for row, (queue, *_) in zip(queues, per_queue, strict=True):
-        row["paused"] = queue.queue in holds.paused
-    workers = _worker_rows(group, beats, running, messages)
-    lateness = _lateness_summary(holds.raw_lateness)
-    return _Group(queues, workers, lateness)
+    """One group's part of the overview, from what ``read_group`` read of it."""
+    snapshot = read_group(client, group)
+    queues = [_queue_row(group, queue, snapshot, now, now_ms) for queue in snapshot.queues]
+    workers = _worker_rows(group, snapshot)
+    return _Group(queues, workers, _lateness_summary(snapshot.lateness_ms))
 
 
-def _queue_rows(
-    group: str,
-    per_queue: list[tuple[QueueKeys, dict[str, int], list[bytes], list[Any]]],
-    messages: dict[bytes, dict[str, Any] | None],
-    metrics: Any,
-    now: float,
-    now_ms: int,
-) -> list[dict[str, Any]]:
-    """Each queue's row: its counts, the age of its oldest ready task, when its next
-    delayed task is due, what it finished in the last hour."""
-    queues = []
-    for queue, counts, head, first_due in per_queue:
-        oldest = messages.get(head[0]) if head else None
-        age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
-        per_minute = finished_per_minute(metrics, queue.name, now_ms)
-        queues.append(
-            {
-                "name": queue.name,
-                "group": group,
-                **counts,
-                "oldest_ready_age": age,
-                "next_due_in": first_due[0][1] / 1000 - now if first_due else None,
-                "finished_last_hour": sum(per_minute),
-                "finished_per_minute": per_minute,
-                "cancelled": cancelled_in(metrics, queue.name),
-            }
-        )
-    return queues
+def _queue_row(
+    group: str, queue: QueueState, snapshot: GroupSnapshot, now: float, now_ms: int
+) -> dict[str, Any]:
+    """A queue's row: its counts, the age of its oldest ready task, when its next delayed
+    task is due, what it finished in the last hour, whether it is paused."""
+    oldest = snapshot.messages.get(queue.head) if queue.head else None
+    age = now - oldest["enqueued_at"] if oldest and "enqueued_at" in oldest else None
+    name, metrics = queue.keys.name, snapshot.metrics
+    per_minute = finished_per_minute(metrics, name, now_ms)
+    return {
+        "name": name,
+        "group": group,
+        **queue.counts,
+        "oldest_ready_age": age,
+        "next_due_in": None if queue.first_due_ms is None else queue.first_due_ms / 1000 - now,
+        "finished_last_hour": sum(per_minute),
+        "finished_per_minute": per_minute,
+        "cancelled": cancelled_in(metrics, name),
+        "paused": queue.paused,
+    }
 
 
 def _add_up_shards(queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -268,19 +186,14 @@ def _most(pick: Any, one: float | None, other: float | None) -> float | None:
     return pick(one, other)
 
 
-def _worker_rows(
-    group: str,
-    beats: list[tuple[str, bytes, int]],
-    running: dict[str, list[str]],
-    messages: dict[bytes, dict[str, Any] | None],
-) -> list[dict[str, Any]]:
+def _worker_rows(group: str, snapshot: GroupSnapshot) -> list[dict[str, Any]]:
     """Each live worker's row: its heartbeat's contents and the tasks it runs now."""
     workers = []
-    for worker_id, beat, ttl_ms in beats:
+    for worker_id, beat, ttl_ms in snapshot.beats:
         about = _heartbeat(beat)
         current = [
-            {"id": task_id, "task": (messages.get(task_id.encode()) or {}).get("task")}
-            for task_id in running.get(worker_id, [])
+            {"id": task_id, "task": (snapshot.messages.get(task_id.encode()) or {}).get("task")}
+            for task_id in snapshot.running.get(worker_id, [])
         ]
         workers.append(
             {
@@ -296,9 +209,9 @@ def _worker_rows(
     return workers
 
 
-def _lateness_summary(raw_lateness: list[bytes]) -> dict[str, int] | None:
+def _lateness_summary(lateness_ms: list[int]) -> dict[str, int] | None:
     """The promotion lateness samples' median, p99 and worst (ms), or None for none."""
-    samples = sorted(int(ms) for ms in raw_lateness)
+    samples = sorted(lateness_ms)
     return (
         {
             "samples": len(samples),
@@ -309,40 +222,6 @@ def _lateness_summary(raw_lateness: list[bytes]) -> dict[str, int] | None:
         if samples
         else None
     )
-
-
-#: The largest message the overview reads (for its task's name and age); a bigger one is
-#: left unread: the overview's cost does not grow with what a task was given.
-MAX_MESSAGE_READ = 64 * 1024
-
-
-def _small_messages(
-    client: Any, messages_key: str, task_ids: list[Any]
-) -> dict[bytes, dict[str, Any] | None]:
-    """The messages of ``task_ids`` at most ``MAX_MESSAGE_READ`` bytes long, decoded (their
-    lengths asked first, in one round trip; then those, in another)."""
-    if not task_ids:
-        return {}
-    with slot_pipeline(client, messages_key, transaction=False) as pipe:
-        for task_id in task_ids:
-            pipe.hstrlen(messages_key, task_id)
-        lengths = pipe.execute()
-    small = [
-        task_id
-        for task_id, length in zip(task_ids, lengths, strict=True)
-        if 0 < length <= MAX_MESSAGE_READ
-    ]
-    if not small:
-        return {}
-    fetched = client.hmget(messages_key, small)
-    return {
-        task_id if isinstance(task_id, bytes) else task_id.encode(): decode_message(raw)
-        for task_id, raw in zip(small, fetched, strict=True)
-    }
-
-
-#: Past this many tasks in flight in a group, the overview does not list who runs which.
-MAX_OWNERS_SHOWN = 1000
 
 
 def _heartbeat(beat: bytes) -> dict[str, Any]:

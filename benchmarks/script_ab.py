@@ -69,9 +69,9 @@ def take_turns(old_lua: Path) -> Iterator[dict[bytes, tuple[str, str]]]:
         text = (old_lua / f"{name}.lua").read_bytes()
         return scripts._INCLUDE.sub(lambda m: old_source(m[2].decode()).rstrip(b"\n"), text)
 
-    def source(name: str, package: str) -> bytes:
+    def source(name: str, package: str, spliced: set[tuple[str, str]] | None = None) -> bytes:
         base, _, version = name.partition("@")
-        return old_source(base) if version == "old" else own_source(base, package)
+        return old_source(base) if version == "old" else own_source(base, package, spliced)
 
     # A script the two revisions share is one SHA1: nothing to compare.
     turns = {

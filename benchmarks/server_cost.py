@@ -12,14 +12,25 @@ less the commands it ran is its own work: invoking it, its Lua, each ``redis.cal
 They count the server's work only, so the client running on the same machine does not
 count, whatever the machine's load (a busy machine makes both a little dearer).
 
-Per no-op task: **enqueue** (one ``delay()`` each), **take + finish** (a burst worker in
-this process: it takes up to 32 at a time and acknowledges them with the next take),
-and **end to end**, their sum. The floor, in the same run: a bare ``RPUSH`` and ``LPOP``
-per task, pipelined 100 at a time (what a list costs the server, with no lease, no
-result, no retry). Each row once for a plain task and once with options
-(``unique_for=60``, ``timeout=10``: a claim per task and a time limit). Every row once on
-one Redis and once on a throwaway 3-primary Redis Cluster (its primaries' counters
-summed; measured by a child process whose client is the cluster's, ``BENCH_CLUSTER_URL``).
+Per no-op task, three phases, each in a table of its own beside its floor, measured in
+the same run: **enqueue** (one ``delay()`` each) beside one ``RPUSH`` per round trip (what
+any enqueue of one call pays); **drain** (a burst worker in this process: it takes up to
+32 at a time and acknowledges them with the next take, results kept) beside ``LPOP``
+pipelined 100 at a time; **end to end**, their sum, beside ``RPUSH`` + ``LPOP`` pipelined
+(a list with no lease, no result, no retry). The lists users run as queues are measured
+the same way, one call per round trip as they run them (``server_cost_lists``): the
+book's queue (``RPUSH``, ``BLPOP``) and the reliable list (``LPUSH``, ``BLMOVE`` +
+``LREM``). Each row's **x floor** is its median over its floor's, which is how the
+queue-core issue's targets read (enqueue <= 1.2x one ``RPUSH`` per round trip, drain
+<= 5x the pipelined ``LPOP``); a last table reads them out. django-rcoord's rows once for
+a plain task and once with options (``unique_for=60``, ``timeout=10``: a claim per task
+and a time limit).
+
+Calls are sent back to back, the server's main thread and the client pinned to one CPU,
+the same (``benchmarks.pinning``): the same command costs the server 2-4x more when calls
+arrive milliseconds apart. Every table once on one Redis and once on a throwaway 3-primary Redis
+Cluster (its primaries' counters summed; measured by a child process whose client is the
+cluster's, ``BENCH_CLUSTER_URL``).
 """
 
 from __future__ import annotations
@@ -33,19 +44,21 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks import server_cost_lists
 from benchmarks.common import (
     Bench,
     Measurement,
     ScenarioResult,
     Table,
+    TextTable,
     cpu_seconds,
     percentile,
 )
+from benchmarks.pinning import pinned
 from benchmarks.runner import run_benchmark
 
 NAME = "server_cost"
 QUEUE = "cost"
-FLOOR_BATCH = 100
 CLUSTER_URL = "BENCH_CLUSTER_URL"
 CLUSTER_CHILD = "--cluster-child"
 
@@ -122,26 +135,6 @@ def per_task_us(client: Any, count: int, work: Any) -> Counters:
     )
 
 
-def floor_work(client: Any, count: int) -> tuple[Any, Any]:
-    """The floor's two halves: RPUSH ``count`` items, then LPOP them, pipelined."""
-
-    def push() -> None:
-        for start in range(0, count, FLOOR_BATCH):
-            with client.pipeline(transaction=False) as pipe:
-                for _ in range(min(FLOOR_BATCH, count - start)):
-                    pipe.rpush("cost:floor", b"x" * 40)
-                pipe.execute()
-
-    def pop() -> None:
-        for start in range(0, count, FLOOR_BATCH):
-            with client.pipeline(transaction=False) as pipe:
-                for _ in range(min(FLOOR_BATCH, count - start)):
-                    pipe.lpop("cost:floor")
-                pipe.execute()
-
-    return push, pop
-
-
 def tasks() -> dict[str, Any]:
     """The benchmark's two tasks: plain, and with options."""
     from benchmarks import queue_tasks
@@ -169,61 +162,93 @@ def enqueue(noop: Any, kind: str, count: int) -> None:
             noop.delay(number)
 
 
-def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
-    """One row per phase and kind of task, in server CPU us per task (commands' us in
-    ``extra``)."""
-    from django_rcoord.queues.worker import Worker
+#: Each phase's rows, its floor first: (pattern, row name, round trips). A row is the
+#: pattern's enqueue, its drain (take and acknowledge, or take + finish), or their sum.
+PHASES: dict[str, list[tuple[str, str, str]]] = {
+    "enqueue": [
+        ("one call", "one RPUSH per round trip (the enqueue floor)", "1 per task"),
+        ("floor", "RPUSH, pipelined 100 at a time", "1 per 100 tasks"),
+        ("book", "the book's queue: RPUSH", "1 per task"),
+        ("reliable", "reliable list: LPUSH", "1 per task"),
+        ("plain", "django-rcoord: enqueue (delay)", "1 script"),
+        ("options", "with unique_for and timeout: enqueue", "1 script"),
+    ],
+    "drain": [
+        ("floor", "LPOP, pipelined 100 at a time (the drain floor)", "1 per 100 tasks"),
+        ("book", "the book's queue: BLPOP", "1 per task"),
+        ("reliable", "reliable list: BLMOVE + LREM", "2 per task"),
+        ("plain", "django-rcoord: take + finish (burst worker)", "1 script per batch"),
+        ("options", "with unique_for and timeout: take + finish", "1 script per batch"),
+    ],
+    "end to end": [
+        ("floor", "RPUSH + LPOP per task, pipelined (the floor)", "2 per 100 tasks"),
+        ("book", "the book's queue: end to end", "2 per task"),
+        ("reliable", "reliable list: end to end", "3 per task"),
+        ("plain", "django-rcoord: end to end", ""),
+        ("options", "with unique_for and timeout: end to end", ""),
+    ],
+}
 
+
+def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
+    """Every row of ``PHASES``, in server CPU us per task (the commandstats split in
+    ``extra``); each repeat measures every row once, in turn."""
     client = bench.client
     by_task = tasks()
-    results: dict[str, list[Counters]] = {}
+    results: dict[tuple[str, str], list[Counters]] = {}
 
-    def add(row: str, counters: Counters) -> None:
-        results.setdefault(row, []).append(counters)
+    def add(pattern: str, enqueued: Counters, drained: Counters | None) -> None:
+        results.setdefault((pattern, "enqueue"), []).append(enqueued)
+        if drained is not None:
+            results.setdefault((pattern, "drain"), []).append(drained)
+            results.setdefault((pattern, "end to end"), []).append(enqueued + drained)
 
     for _ in range(repeats):
-        client.flushdb()
-        push, pop = floor_work(client, count)
-        pushed, popped = per_task_us(client, count, push), per_task_us(client, count, pop)
-        add("floor", pushed + popped)
+        for pattern, (put, take) in server_cost_lists.patterns(client, count).items():
+            client.flushdb()
+            enqueued = per_task_us(client, count, put)
+            add(pattern, enqueued, None if take is None else per_task_us(client, count, take))
         for kind, noop in by_task.items():
             client.flushdb()
             enqueued = per_task_us(
                 client, count, lambda noop=noop, kind=kind: enqueue(noop, kind, count)
             )
-            worker = Worker([QUEUE], burst=True)
-            drained = per_task_us(client, count, worker.run)
-            if worker.processed != count:
-                raise RuntimeError(f"the worker ran {worker.processed} of {count} tasks")
-            add(f"{kind}:enqueue", enqueued)
-            add(f"{kind}:take+finish", drained)
-            add(f"{kind}:end to end", enqueued + drained)
-    names = {
-        "floor": ("RPUSH + LPOP per task, pipelined (the floor)", "2 commands"),
-        "plain:enqueue": ("django-rcoord: enqueue (delay)", "1 script"),
-        "plain:take+finish": ("django-rcoord: take + finish (burst worker)", "1 script per batch"),
-        "plain:end to end": ("django-rcoord: end to end", ""),
-        "options:enqueue": ("with unique_for and timeout: enqueue", "1 script"),
-        "options:take+finish": ("with unique_for and timeout: take + finish", "1 script per batch"),
-        "options:end to end": ("with unique_for and timeout: end to end", ""),
-    }
+            add(kind, enqueued, drain(client, count))
     return [
-        Measurement(
-            names[row][0],
-            names[row][1],
-            [counters.cpu for counters in values],
-            extra={
-                "in scripts": round(percentile([c.scripts for c in values], 0.5), 2),
-                "in commands": round(percentile([c.commands for c in values], 0.5), 2),
-            },
-        )
-        for row, values in results.items()
+        row(name, round_trips, results[pattern, phase])
+        for phase, rows in PHASES.items()
+        for pattern, name, round_trips in rows
     ]
 
 
-def cluster_rows(count: int, repeats: int) -> list[Measurement]:
+def drain(client: Any, count: int) -> Counters:
+    """What a burst worker in this process spends the server to run the queue's ``count``
+    tasks."""
+    from django_rcoord.queues.worker import Worker
+
+    worker = Worker([QUEUE], burst=True)
+    drained = per_task_us(client, count, worker.run)
+    if worker.processed != count:
+        raise RuntimeError(f"the worker ran {worker.processed} of {count} tasks")
+    return drained
+
+
+def row(name: str, round_trips: str, values: list[Counters]) -> Measurement:
+    return Measurement(
+        name,
+        round_trips,
+        [counters.cpu for counters in values],
+        extra={
+            "in scripts": round(percentile([c.scripts for c in values], 0.5), 2),
+            "in commands": round(percentile([c.commands for c in values], 0.5), 2),
+        },
+    )
+
+
+def cluster_rows(count: int, repeats: int) -> tuple[list[Measurement], str]:
     """The same rows on a throwaway 3-primary Redis Cluster (the counters summed over the
-    primaries), measured by a child process whose client is the cluster's."""
+    primaries), measured by a child process whose client is the cluster's; and how the
+    child pinned it."""
     from django_rcoord.embedded import EmbeddedCluster
 
     cluster = EmbeddedCluster(tempfile.mkdtemp(prefix="rcoord-bench-cost-")).start()
@@ -245,45 +270,108 @@ def cluster_rows(count: int, repeats: int) -> list[Measurement]:
     finally:
         cluster.stop()
         shutil.rmtree(cluster.data_dir, ignore_errors=True)
-    return [
-        Measurement(
-            f"cluster: {row['name']}", row["round_trips"], row["values"], extra=row["extra"]
-        )
-        for row in json.loads(child.stdout.splitlines()[-1])
+    measured = json.loads(child.stdout.splitlines()[-1])
+    rows = [
+        Measurement(row["name"], row["round_trips"], row["values"], extra=row["extra"])
+        for row in measured["rows"]
     ]
+    return rows, measured["pinned"]
 
 
 def cluster_child(count: int, repeats: int) -> None:
-    """In the child: measure on the cluster of ``BENCH_CLUSTER_URL``, print the rows as JSON."""
+    """In the child: measure on the cluster of ``BENCH_CLUSTER_URL``, its primaries and this
+    process pinned; print the rows and the pinning as JSON."""
     from benchmarks.cluster_queues import cluster_client, configure
 
     configure()
     client = cluster_client()
-    rows = measure(Bench(client, os.environ[CLUSTER_URL], quick=True), count, repeats)
-    print(json.dumps([vars(row) for row in rows]))
+    with pinned(client) as how:
+        rows = measure(Bench(client, os.environ[CLUSTER_URL], quick=True), count, repeats)
+    print(json.dumps({"pinned": how, "rows": [vars(row) for row in rows]}))
 
 
-def table(bench: Bench) -> Table:
-    count = bench.pick(quick=2000, full=20000)
-    repeats = bench.repeats_or(3)
-    return Table(
-        f"Server CPU per no-op task: {count:,} tasks, {repeats} runs, on one Redis and on a "
-        "3-primary Redis Cluster",
-        "server CPU us per task",
-        measure(bench, count, repeats) + cluster_rows(count, repeats),
-        floor="RPUSH + LPOP per task, pipelined (the floor)",
-        lower_is_better=True,
-        extra_columns=("in scripts", "in commands"),
-        note="server CPU: INFO cpu (main thread) deltas; in scripts, in commands: INFO "
-        "commandstats usec deltas, of the scripts (the commands they run included) and of "
-        "every other command (the commands the scripts ran among them); medians",
+TITLES = {"enqueue": "Enqueue", "drain": "Drain (take + finish)", "end to end": "End to end"}
+RATIO = "x floor"
+NOTE = (
+    f"{RATIO}: this row's median over the floor's, of the same run (vs floor is its "
+    "inverse); server CPU: INFO cpu (main thread) deltas; in scripts, in commands: INFO "
+    "commandstats usec deltas, of the scripts (the commands they run included) and of every "
+    "other command (the commands the scripts ran among them); medians. Calls sent back to "
+    "back, the server and the client pinned to one CPU (see params): the same command "
+    "costs the server 2-4x more when calls arrive milliseconds apart"
+)
+
+
+def phase_tables(rows: list[Measurement], where: str, count: int, repeats: int) -> list[Table]:
+    """One table per phase of ``PHASES``, its floor the phase's first row; each row's
+    ``x floor`` its cost over that floor's (``Table.vs_floor`` inverted: that one is a
+    speed)."""
+    by_name = {row.name: row for row in rows}
+    tables = []
+    for phase, specs in PHASES.items():
+        table = Table(
+            f"{TITLES[phase]}: server CPU per no-op task, {where} "
+            f"({count:,} tasks, {repeats} runs)",
+            "server CPU us per task",
+            [by_name[name] for _, name, _ in specs],
+            floor=specs[0][1],
+            lower_is_better=True,
+            extra_columns=(RATIO, "in scripts", "in commands"),
+            note=NOTE,
+        )
+        for row in table.rows:
+            speed = table.vs_floor(row)
+            row.extra[RATIO] = None if speed is None else round(1 / speed, 2)
+        tables.append(table)
+    return tables
+
+
+#: The queue-core issue's targets: (phase, row, the most it may cost over its floor).
+TARGETS = (
+    ("enqueue", "django-rcoord: enqueue (delay)", 1.2),
+    ("enqueue", "with unique_for and timeout: enqueue", None),
+    ("drain", "django-rcoord: take + finish (burst worker)", 5.0),
+    ("drain", "with unique_for and timeout: take + finish", None),
+)
+
+
+def targets(by_place: dict[str, list[Table]]) -> TextTable:
+    """The targets read from this run's tables: each row's ``x floor`` on each server."""
+    rows = []
+    for phase, name, most in TARGETS:
+        index = list(PHASES).index(phase)
+        found = []
+        for tables in by_place.values():
+            table = tables[index]
+            ratio = next(row for row in table.rows if row.name == name).extra[RATIO]
+            found.append("-" if ratio is None else f"{ratio:.2f}x")
+        goal = "(beside it)" if most is None else f"<= {most}x"
+        rows.append([f"{name} / {PHASES[phase][0][1]}", *found, goal])
+    return TextTable(
+        "The queue-core issue's targets, read from this run (x floor)",
+        ["", *by_place, "target"],
+        rows,
     )
 
 
 def run(bench: Bench) -> ScenarioResult:
-    result = table(bench)
-    repeats = len(result.rows[0].values)
-    return ScenarioResult(NAME, "Server CPU per task", [result], params={}, repeats=repeats)
+    count = bench.pick(quick=2000, full=20000)
+    repeats = bench.repeats_or(3)
+    with pinned(bench.client) as how:
+        rows = measure(bench, count, repeats)
+    cluster, cluster_how = cluster_rows(count, repeats)
+    by_place = {
+        "one Redis": phase_tables(rows, "one Redis", count, repeats),
+        "Redis Cluster": phase_tables(cluster, "a 3-primary Redis Cluster", count, repeats),
+    }
+    return ScenarioResult(
+        NAME,
+        "Server CPU per task",
+        [table for tables in by_place.values() for table in tables],
+        params={"tasks": count, "pinned": how, "cluster pinned": cluster_how},
+        repeats=repeats,
+        text_tables=[targets(by_place)],
+    )
 
 
 if __name__ == "__main__":

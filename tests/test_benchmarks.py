@@ -132,6 +132,65 @@ def test_server_cost_reads_what_the_server_spent_per_task() -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # a Worker runs in this process
+def test_server_cost_reads_each_phase_against_its_own_floor_of_the_same_run() -> None:
+    """Each phase's table has its own floor (one RPUSH per round trip for enqueue, the
+    pipelined LPOP for the drain, both pipelined end to end), and each row's ``x floor`` is
+    its median over that floor's median, in this run: what the targets table reads."""
+    from benchmarks import server_cost
+    from benchmarks.common import Bench
+    from django_rcoord.connection import get_client
+
+    rows = server_cost.measure(Bench(get_client(), "", quick=True), 200, 1)
+    tables = server_cost.phase_tables(rows, "here", 200, 1)
+    assert [table.floor for table in tables] == [
+        "one RPUSH per round trip (the enqueue floor)",
+        "LPOP, pipelined 100 at a time (the drain floor)",
+        "RPUSH + LPOP per task, pipelined (the floor)",
+    ]
+    for table in tables:
+        floor = table.floor_row
+        assert floor is not None
+        assert floor.extra["x floor"] == 1.0
+        for row in table.rows:
+            # Rounded to two decimals: half a hundredth either way.
+            assert row.extra["x floor"] == pytest.approx(row.median / floor.median, abs=0.006)
+    enqueue, drain, _ = ({row.name: row for row in table.rows} for table in tables)
+    # Pipelined, a list's RPUSH costs the server a fraction of one sent per round trip;
+    # the book's BLPOP, one per round trip, far more than the pipelined LPOP.
+    assert enqueue["RPUSH, pipelined 100 at a time"].extra["x floor"] < 1
+    assert drain["the book's queue: BLPOP"].extra["x floor"] > 1
+    targets = server_cost.targets({"here": tables})
+    assert [line[1] for line in targets.rows] == [
+        f"{enqueue['django-rcoord: enqueue (delay)'].extra['x floor']:.2f}x",
+        f"{enqueue['with unique_for and timeout: enqueue'].extra['x floor']:.2f}x",
+        f"{drain['django-rcoord: take + finish (burst worker)'].extra['x floor']:.2f}x",
+        f"{drain['with unique_for and timeout: take + finish'].extra['x floor']:.2f}x",
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins with sched_setaffinity")
+def test_server_cost_pins_its_server_and_itself_to_one_cpu_and_back() -> None:
+    from benchmarks.common import bench_redis, stop_redis
+    from benchmarks.pinning import pinned
+
+    server = bench_redis()
+    try:
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        pid = server.pid()
+        assert pid is not None
+        before = os.sched_getaffinity(0), os.sched_getaffinity(pid)
+        cpu = max(before[0])
+        with pinned(client) as how:
+            assert os.sched_getaffinity(0) == os.sched_getaffinity(pid) == {cpu}
+            assert how == f"server and client on CPU {cpu}"
+        assert (os.sched_getaffinity(0), os.sched_getaffinity(pid)) == before
+        client.close()
+    finally:
+        stop_redis(server)
+
+
+@pytest.mark.django_db(transaction=True)  # a Worker runs in this process
 def test_tracing_rows_run_each_way_and_the_traced_way_traces() -> None:
     """Three rows per table (absent, no provider, traced), each a positive rate; under the
     traced way a message carries its trace context (a span was made around it), and the

@@ -56,7 +56,7 @@ def recover_and_promote(
             queue.failures,
             queue.errors,
             queue.dead,
-            queue.results_expiry,
+            queue.records,
         ],
         args=[
             batch,
@@ -194,7 +194,7 @@ def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
             keys.errors,
             keys.wake,
             keys.results,
-            keys.results_expiry,
+            keys.records,
             keys.messages,
             keys.queues,
         ],

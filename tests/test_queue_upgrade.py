@@ -7,6 +7,7 @@ the records and metrics read alike whoever finished."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from django_rcoord.connection import get_client
 from django_rcoord.queues import pause_queue, resume_queue
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_metrics
-from django_rcoord.queues.records import queue_stats, result_ttl_ms
+from django_rcoord.queues.records import queue_stats, recover_and_promote, result_ttl_ms
+from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
@@ -28,11 +30,17 @@ TASK = "tests.tasks.record"
 
 
 def previous_exchange(
-    worker_id: str, finished: list[tuple[str, str]], take: int, nonce: str
+    worker_id: str,
+    finished: list[tuple[str, str]],
+    take: int,
+    nonce: str,
+    *,
+    retried: tuple[str, str] | None = None,
 ) -> list[Any]:
     """One call of the previous release's finish script, as its worker made it: the group's
     keys, its exchange, the queue's four; eight settings, then ten values per finished task
-    (each acknowledged here, with ``value``)."""
+    (each acknowledged here, with ``value``; ``retried``: (id, error entry JSON) of one
+    failed attempt, to retry at once)."""
     queue = QueueKeys.of("default")
     keys = [
         queue.messages,
@@ -49,10 +57,14 @@ def previous_exchange(
         queue.delayed,
         queue.dead,
     ]
-    args: list[Any] = [worker_id, 30_000, result_ttl_ms(), 0, "0", take, len(finished), nonce]
+    count = len(finished) + (retried is not None)
+    args: list[Any] = [worker_id, 30_000, result_ttl_ms(), 0, "0", take, count, nonce]
+    labels = metric_labels("default", TASK)
     for task_id, value in finished:
-        labels = metric_labels("default", TASK)
         args += [task_id, 1, "ack", "", 0, value, "", labels, duration_bucket(0.001), 1000]
+    if retried is not None:
+        task_id, entry = retried
+        args += [task_id, 1, "retry", "boom", 0, "", entry, labels, duration_bucket(0.001), 1000]
     return run_script("task_finish", get_client(), keys=keys, args=args, package=PREVIOUS)
 
 
@@ -104,3 +116,50 @@ def test_a_previous_release_worker_does_not_honour_a_pause() -> None:
     assert [entry[0].decode() for entry in taken] == ids[:1]
     resume_queue("default")
     assert Worker(["default"], burst=True).run() == 2
+
+
+def test_a_record_the_previous_release_wrote_is_read_and_carried_over() -> None:
+    """A task first run by a previous-release worker has its record in the group's results
+    HASH: this release's get_result reads it there, and this release's worker, taking the
+    task again, carries its history (attempts, workers, errors) into the task's own record
+    and leaves nothing in the HASH."""
+    task_id = tasks.record.delay("carried")
+    _, taken = previous_exchange("old-worker", [], 1, "0")
+    assert [entry[0].decode() for entry in taken] == [task_id]
+    entry = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
+    previous_exchange("old-worker", [], 0, "1", retried=(task_id, entry))
+    keys = QueueKeys.of("default")
+    assert get_client().hget(keys.results, task_id).startswith(b"READY|")
+    assert not get_client().exists(keys.record(task_id))
+    # Read where the previous release wrote it.
+    before = result_of(task_id)
+    assert (before.status, before.worker_ids) == ("READY", ["old-worker"])
+    assert before.errors == [json.loads(entry)]
+    # This release's worker runs it (its retry is due at once) and finishes it.
+    recover_and_promote(keys)
+    assert Worker(["default"], burst=True).run() == 1
+    after = result_of(task_id)
+    assert after.status == "SUCCESSFUL"
+    assert after.worker_ids[0] == "old-worker"
+    assert after.attempts == 2
+    assert after.errors == before.errors
+    assert after.started_at == before.started_at
+    fields = [field.decode() for field in get_client().hkeys(keys.results)]
+    assert not [field for field in fields if field.startswith(task_id)]
+    assert 0 < get_client().pttl(keys.record(task_id)) <= result_ttl_ms()
+
+
+def test_a_finished_record_of_the_previous_release_is_read_until_it_expires() -> None:
+    """Finished by a previous-release worker: this release's get_result reads its record in
+    the results HASH (its value included), through the script, as that release did."""
+    task_id = tasks.record.delay("old-finish")
+    previous_exchange("old-worker", [], 1, "0")
+    previous_exchange("old-worker", [(task_id, "42")], 0, "1")
+    record = get_result(task_id)
+    assert record is not None
+    assert (record.status, record.return_value, record.worker_ids) == (
+        "SUCCESSFUL",
+        42,
+        ["old-worker"],
+    )
+    assert not get_client().exists(QueueKeys.of("default").record(task_id))

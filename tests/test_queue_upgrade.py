@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import pause_queue, resume_queue
@@ -21,6 +23,7 @@ from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from tests import tasks
+from tests.procs import server_ms, wait_until
 from tests.test_queues import ran, result_of
 
 pytestmark = pytest.mark.django_db(transaction=True)  # a Worker runs in this process
@@ -163,3 +166,22 @@ def test_a_finished_record_of_the_previous_release_is_read_until_it_expires() ->
         ["old-worker"],
     )
     assert not get_client().exists(QueueKeys.of("default").record(task_id))
+
+
+def test_the_previous_releases_expired_records_are_dropped_by_this_release() -> None:
+    """Its workers swept the records they finished; once only this release's run, its
+    recovery pass drops those past their expiry (read as gone meanwhile)."""
+    keys = QueueKeys.of("default")
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
+        task_id = tasks.record.delay("old-expiry")
+        previous_exchange("old-worker", [], 1, "0")
+        previous_exchange("old-worker", [(task_id, "7")], 0, "1")
+    expires_ms = get_client().zscore(keys.results_expiry, task_id)
+    assert expires_ms is not None
+    wait_until(lambda: server_ms() > expires_ms, timeout=10)
+    assert get_result(task_id) is None
+    assert get_client().hexists(keys.results, task_id)
+    recover_and_promote(keys)
+    fields = [field.decode() for field in get_client().hkeys(keys.results)]
+    assert not [field for field in fields if field.startswith(task_id)]
+    assert get_client().zscore(keys.results_expiry, task_id) is None

@@ -125,6 +125,24 @@ local function add_error(records, id, entry)
     end
 end
 
+-- Drop at most `limit` of the records a previous release wrote in `results` whose time in
+-- its expiry ZSET `expiry` passed by `now` (ms): that release's workers swept them as they
+-- finished tasks; once they are gone, this does (nothing to do, one read, when none is left).
+local function drop_expired_legacy(results, expiry, now, limit)
+    local expired = redis.call('ZRANGEBYSCORE', expiry, '-inf', now, 'LIMIT', 0, limit)
+    if #expired == 0 then
+        return
+    end
+    local fields = {}
+    for _, id in ipairs(expired) do
+        for _, suffix in ipairs(LEGACY_SUFFIXES) do
+            fields[#fields + 1] = id .. suffix
+        end
+    end
+    redis.call('HDEL', results, unpack(fields))
+    redis.call('ZREM', expiry, unpack(expired))
+end
+
 -- Undo a delivery that did not run (given back, or held back by its task's limits): drop
 -- its worker id, the last of `state`'s, and when it was the only one, the start and the
 -- last attempt too (with earlier runs, the last attempt stays this delivery's time).

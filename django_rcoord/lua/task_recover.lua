@@ -12,6 +12,8 @@
 -- KEYS[13] record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
 -- Builds   KEYS[13] .. <task id>: each task's record HASH (see _records; KEYS[7] holds
 --          the records a previous release wrote)
+-- KEYS[14] results expiry ZSET of a previous release (its records' expiry: those past it
+--          are dropped, at most `most tasks to move` a call)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
@@ -31,6 +33,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ba
 local keep = tonumber(ARGV[4])
 local max_lost, result_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 local killed = 0
+drop_expired_legacy(KEYS[7], KEYS[14], now, batch)
 local put_back = {}
 for _, id in ipairs(expired) do
     -- A task given back by a stopping worker (owner '') was not lost.

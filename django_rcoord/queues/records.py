@@ -57,6 +57,7 @@ def recover_and_promote(
             queue.errors,
             queue.dead,
             queue.records,
+            queue.results_expiry,
         ],
         args=[
             batch,

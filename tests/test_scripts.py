@@ -73,7 +73,7 @@ def without_comments(text: str) -> str:
 
 
 #: A local holding a built key: ``local key = records .. id``.
-BUILT = re.compile(r"^\s*local (\w+) = ([^\n]+?) \.\. ", re.MULTILINE)
+BUILT = re.compile(r"^\s*local (\w+) = ([^\n]+?)\s*\.\.", re.MULTILINE)
 #: A header line naming a key the file builds: ``-- Builds   KEYS[6] .. <task id>: ...``.
 BUILDS = re.compile(r"^-- Builds\s+(\S+) \.\. ", re.MULTILINE)
 #: What a key may be built from: a declared key's name (``KEYS[6]``, ``group.records``, a
@@ -89,8 +89,8 @@ def key_of(argument: str, built: dict[str, str]) -> tuple[str, bool]:
     """The declared key a redis.call's first argument names, and whether the call builds a
     key from it (``prefix .. id``, inline or through a local)."""
     argument = argument.strip()
-    if " .. " in argument:
-        return argument.split(" .. ", 1)[0].strip(), True
+    if ".." in argument:
+        return argument.split("..", 1)[0].strip(), True
     if argument in built:
         return built[argument], True
     return argument, False
@@ -150,8 +150,10 @@ def test_a_key_built_any_other_way_fails_the_check() -> None:
         "redis.call('GET', ARGV[1])",
     ):
         assert key_problems("other", header + other_way), other_way
-    # Built from a declared key, but its header does not say so.
-    assert key_problems("unnamed", "-- KEYS[1]  a prefix\nredis.call('GET', KEYS[1] .. ARGV[1])")
+    # Built from a declared key, but its header does not say so (however it is spaced).
+    for unnamed in ("KEYS[1] .. ARGV[1]", "KEYS[1]..ARGV[1]"):
+        assert key_problems("unnamed", f"-- KEYS[1]  a prefix\nredis.call('GET', {unnamed})")
+    assert key_problems("unnamed", "local key = KEYS[1]..ARGV[1]\nredis.call('GET', key)")
 
 
 def test_key_tables_hold_only_keys() -> None:

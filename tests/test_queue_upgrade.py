@@ -21,6 +21,7 @@ from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_me
 from django_rcoord.queues.records import queue_stats, recover_and_promote, result_ttl_ms
 from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.scripts import run_script
 from tests import tasks
 from tests.procs import server_ms, wait_until
@@ -185,3 +186,26 @@ def test_the_previous_releases_expired_records_are_dropped_by_this_release() -> 
     fields = [field.decode() for field in get_client().hkeys(keys.results)]
     assert not [field for field in fields if field.startswith(task_id)]
     assert get_client().zscore(keys.results_expiry, task_id) is None
+
+
+def test_a_record_the_previous_release_wrote_last_is_the_one_read() -> None:
+    """A task this release's worker took, lost (its lease ran out) and the previous
+    release's worker then ran: that worker wrote its record in the results HASH, not
+    knowing this release's. get_result reads that later record, not the stale one."""
+    keys = QueueKeys.of("default")
+    task_id = tasks.record.delay("mixed")
+    protocol = FinishProtocol("new-worker", [keys])
+    _, taken = run_script("task_finish", get_client(), *protocol.call([], 1, lease_ms=1))
+    assert [entry[0].decode() for entry in taken] == [task_id]
+    started = server_ms()
+    wait_until(lambda: server_ms() > started + 5, timeout=10)
+    recover_and_promote(keys)  # its lease ran out: READY again, in its own record
+    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    previous_exchange("old-worker", [], 1, "0")
+    previous_exchange("old-worker", [(task_id, "42")], 0, "1")
+    record = result_of(task_id)
+    assert (record.status, record.return_value, record.worker_ids) == (
+        "SUCCESSFUL",
+        42,
+        ["old-worker"],
+    )

@@ -18,7 +18,12 @@ from django_rcoord.connection import get_client
 from django_rcoord.queues import pause_queue, resume_queue
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_metrics
-from django_rcoord.queues.records import queue_stats, recover_and_promote, result_ttl_ms
+from django_rcoord.queues.records import (
+    queue_stats,
+    recover_and_promote,
+    requeue_dead,
+    result_ttl_ms,
+)
 from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.finish import FinishProtocol
@@ -40,11 +45,12 @@ def previous_exchange(
     nonce: str,
     *,
     retried: tuple[str, str] | None = None,
+    outcome: str = "retry",
 ) -> list[Any]:
     """One call of the previous release's finish script, as its worker made it: the group's
     keys, its exchange, the queue's four; eight settings, then ten values per finished task
     (each acknowledged here, with ``value``; ``retried``: (id, error entry JSON) of one
-    failed attempt, to retry at once)."""
+    failed attempt, to retry at once, or with ``outcome="dead"`` a dead letter)."""
     queue = QueueKeys.of("default")
     keys = [
         queue.messages,
@@ -68,7 +74,7 @@ def previous_exchange(
         args += [task_id, 1, "ack", "", 0, value, "", labels, duration_bucket(0.001), 1000]
     if retried is not None:
         task_id, entry = retried
-        args += [task_id, 1, "retry", "boom", 0, "", entry, labels, duration_bucket(0.001), 1000]
+        args += [task_id, 1, outcome, "boom", 0, "", entry, labels, duration_bucket(0.001), 1000]
     return run_script("task_finish", get_client(), keys=keys, args=args, package=PREVIOUS)
 
 
@@ -209,3 +215,25 @@ def test_a_record_the_previous_release_wrote_last_is_the_one_read() -> None:
         42,
         ["old-worker"],
     )
+
+
+def test_a_dead_letter_of_the_previous_release_is_requeued_into_its_own_record() -> None:
+    """Made a dead letter by a previous-release worker (its record FAILED in the results
+    HASH, its expiry in that release's ZSET): requeued by this release, its record moves
+    into its own HASH, READY and no longer expiring anywhere, and runs with its history."""
+    keys = QueueKeys.of("default")
+    task_id = tasks.record.delay("old-dead")
+    previous_exchange("old-worker", [], 1, "0")
+    entry = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
+    previous_exchange("old-worker", [], 0, "1", retried=(task_id, entry), outcome="dead")
+    assert result_of(task_id).status == "FAILED"
+    assert get_client().zscore(keys.results_expiry, task_id) is not None
+    assert requeue_dead("default", task_id) == 1
+    assert get_client().zscore(keys.results_expiry, task_id) is None
+    assert not get_client().hexists(keys.results, task_id)
+    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    assert get_client().pttl(keys.record(task_id)) == -1
+    assert Worker(["default"], burst=True).run() == 1
+    record = result_of(task_id)
+    assert (record.status, record.attempts, record.worker_ids[0]) == ("SUCCESSFUL", 2, "old-worker")
+    assert record.errors == [json.loads(entry)]

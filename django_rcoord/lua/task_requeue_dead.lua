@@ -9,6 +9,8 @@
 -- Builds   KEYS[7] .. <task id>: each task's record HASH (see _records: requeued, READY
 --          again and no longer expiring; KEYS[6] holds the records a previous release wrote)
 -- KEYS[8]  messages HASH (priorities, claims)   KEYS[9] queues HASH of the group (counters)
+-- KEYS[10] results expiry ZSET of a previous release (a record of its own that is requeued
+--          no longer expires there)
 -- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
@@ -52,6 +54,7 @@ if moved > 0 then
         end
     end
     redis.call('HDEL', KEYS[4], unpack(ids))
+    redis.call('ZREM', KEYS[10], unpack(ids))
     if not (ARGV[5] and ARGV[5] ~= '') then
         redis.call('LTRIM', KEYS[1], moved, -1)
     end

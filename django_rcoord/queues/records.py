@@ -198,6 +198,7 @@ def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
             keys.records,
             keys.messages,
             keys.queues,
+            keys.results_expiry,
         ],
         [WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
         one=task_id is not None,

@@ -7,18 +7,29 @@ the records and metrics read alike whoever finished."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import pause_queue, resume_queue
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels, read_metrics
-from django_rcoord.queues.records import queue_stats, result_ttl_ms
+from django_rcoord.queues.records import (
+    queue_stats,
+    recover_and_promote,
+    requeue_dead,
+    result_ttl_ms,
+)
+from django_rcoord.queues.results import get_result
 from django_rcoord.queues.worker import Worker
+from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.scripts import run_script
 from tests import tasks
+from tests.procs import server_ms, wait_until
 from tests.test_queues import ran, result_of
 
 pytestmark = pytest.mark.django_db(transaction=True)  # a Worker runs in this process
@@ -28,11 +39,18 @@ TASK = "tests.tasks.record"
 
 
 def previous_exchange(
-    worker_id: str, finished: list[tuple[str, str]], take: int, nonce: str
+    worker_id: str,
+    finished: list[tuple[str, str]],
+    take: int,
+    nonce: str,
+    *,
+    retried: tuple[str, str] | None = None,
+    outcome: str = "retry",
 ) -> list[Any]:
     """One call of the previous release's finish script, as its worker made it: the group's
     keys, its exchange, the queue's four; eight settings, then ten values per finished task
-    (each acknowledged here, with ``value``)."""
+    (each acknowledged here, with ``value``; ``retried``: (id, error entry JSON) of one
+    failed attempt, to retry at once, or with ``outcome="dead"`` a dead letter)."""
     queue = QueueKeys.of("default")
     keys = [
         queue.messages,
@@ -49,10 +67,14 @@ def previous_exchange(
         queue.delayed,
         queue.dead,
     ]
-    args: list[Any] = [worker_id, 30_000, result_ttl_ms(), 0, "0", take, len(finished), nonce]
+    count = len(finished) + (retried is not None)
+    args: list[Any] = [worker_id, 30_000, result_ttl_ms(), 0, "0", take, count, nonce]
+    labels = metric_labels("default", TASK)
     for task_id, value in finished:
-        labels = metric_labels("default", TASK)
         args += [task_id, 1, "ack", "", 0, value, "", labels, duration_bucket(0.001), 1000]
+    if retried is not None:
+        task_id, entry = retried
+        args += [task_id, 1, outcome, "boom", 0, "", entry, labels, duration_bucket(0.001), 1000]
     return run_script("task_finish", get_client(), keys=keys, args=args, package=PREVIOUS)
 
 
@@ -104,3 +126,114 @@ def test_a_previous_release_worker_does_not_honour_a_pause() -> None:
     assert [entry[0].decode() for entry in taken] == ids[:1]
     resume_queue("default")
     assert Worker(["default"], burst=True).run() == 2
+
+
+def test_a_record_the_previous_release_wrote_is_read_and_carried_over() -> None:
+    """A task first run by a previous-release worker has its record in the group's results
+    HASH: this release's get_result reads it there, and this release's worker, taking the
+    task again, carries its history (attempts, workers, errors) into the task's own record
+    and leaves nothing in the HASH."""
+    task_id = tasks.record.delay("carried")
+    _, taken = previous_exchange("old-worker", [], 1, "0")
+    assert [entry[0].decode() for entry in taken] == [task_id]
+    entry = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
+    previous_exchange("old-worker", [], 0, "1", retried=(task_id, entry))
+    keys = QueueKeys.of("default")
+    assert get_client().hget(keys.results, task_id).startswith(b"READY|")
+    assert not get_client().exists(keys.record(task_id))
+    # Read where the previous release wrote it.
+    before = result_of(task_id)
+    assert (before.status, before.worker_ids) == ("READY", ["old-worker"])
+    assert before.errors == [json.loads(entry)]
+    # This release's worker runs it (its retry is due at once) and finishes it.
+    recover_and_promote(keys)
+    assert Worker(["default"], burst=True).run() == 1
+    after = result_of(task_id)
+    assert after.status == "SUCCESSFUL"
+    assert after.worker_ids[0] == "old-worker"
+    assert after.attempts == 2
+    assert after.errors == before.errors
+    assert after.started_at == before.started_at
+    fields = [field.decode() for field in get_client().hkeys(keys.results)]
+    assert not [field for field in fields if field.startswith(task_id)]
+    assert 0 < get_client().pttl(keys.record(task_id)) <= result_ttl_ms()
+
+
+def test_a_finished_record_of_the_previous_release_is_read_until_it_expires() -> None:
+    """Finished by a previous-release worker: this release's get_result reads its record in
+    the results HASH (its value included), through the script, as that release did."""
+    task_id = tasks.record.delay("old-finish")
+    previous_exchange("old-worker", [], 1, "0")
+    previous_exchange("old-worker", [(task_id, "42")], 0, "1")
+    record = get_result(task_id)
+    assert record is not None
+    assert (record.status, record.return_value, record.worker_ids) == (
+        "SUCCESSFUL",
+        42,
+        ["old-worker"],
+    )
+    assert not get_client().exists(QueueKeys.of("default").record(task_id))
+
+
+def test_the_previous_releases_expired_records_are_dropped_by_this_release() -> None:
+    """Its workers swept the records they finished; once only this release's run, its
+    recovery pass drops those past their expiry (read as gone meanwhile)."""
+    keys = QueueKeys.of("default")
+    with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 1}):
+        task_id = tasks.record.delay("old-expiry")
+        previous_exchange("old-worker", [], 1, "0")
+        previous_exchange("old-worker", [(task_id, "7")], 0, "1")
+    expires_ms = get_client().zscore(keys.results_expiry, task_id)
+    assert expires_ms is not None
+    wait_until(lambda: server_ms() > expires_ms, timeout=10)
+    assert get_result(task_id) is None
+    assert get_client().hexists(keys.results, task_id)
+    recover_and_promote(keys)
+    fields = [field.decode() for field in get_client().hkeys(keys.results)]
+    assert not [field for field in fields if field.startswith(task_id)]
+    assert get_client().zscore(keys.results_expiry, task_id) is None
+
+
+def test_a_record_the_previous_release_wrote_last_is_the_one_read() -> None:
+    """A task this release's worker took, lost (its lease ran out) and the previous
+    release's worker then ran: that worker wrote its record in the results HASH, not
+    knowing this release's. get_result reads that later record, not the stale one."""
+    keys = QueueKeys.of("default")
+    task_id = tasks.record.delay("mixed")
+    protocol = FinishProtocol("new-worker", [keys])
+    _, taken = run_script("task_finish", get_client(), *protocol.call([], 1, lease_ms=1))
+    assert [entry[0].decode() for entry in taken] == [task_id]
+    started = server_ms()
+    wait_until(lambda: server_ms() > started + 5, timeout=10)
+    recover_and_promote(keys)  # its lease ran out: READY again, in its own record
+    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    previous_exchange("old-worker", [], 1, "0")
+    previous_exchange("old-worker", [(task_id, "42")], 0, "1")
+    record = result_of(task_id)
+    assert (record.status, record.return_value, record.worker_ids) == (
+        "SUCCESSFUL",
+        42,
+        ["old-worker"],
+    )
+
+
+def test_a_dead_letter_of_the_previous_release_is_requeued_into_its_own_record() -> None:
+    """Made a dead letter by a previous-release worker (its record FAILED in the results
+    HASH, its expiry in that release's ZSET): requeued by this release, its record moves
+    into its own HASH, READY and no longer expiring anywhere, and runs with its history."""
+    keys = QueueKeys.of("default")
+    task_id = tasks.record.delay("old-dead")
+    previous_exchange("old-worker", [], 1, "0")
+    entry = json.dumps({"exception_class_path": "builtins.ValueError", "traceback": "boom"})
+    previous_exchange("old-worker", [], 0, "1", retried=(task_id, entry), outcome="dead")
+    assert result_of(task_id).status == "FAILED"
+    assert get_client().zscore(keys.results_expiry, task_id) is not None
+    assert requeue_dead("default", task_id) == 1
+    assert get_client().zscore(keys.results_expiry, task_id) is None
+    assert not get_client().hexists(keys.results, task_id)
+    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    assert get_client().pttl(keys.record(task_id)) == -1
+    assert Worker(["default"], burst=True).run() == 1
+    record = result_of(task_id)
+    assert (record.status, record.attempts, record.worker_ids[0]) == ("SUCCESSFUL", 2, "old-worker")
+    assert record.errors == [json.loads(entry)]

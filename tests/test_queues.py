@@ -375,7 +375,7 @@ def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> 
         pipe.execute()
     script_keys = [
         keys.dead, keys.ready, keys.failures, keys.errors, keys.wake, keys.results,
-        keys.results_expiry, keys.messages, keys.queues,
+        keys.records, keys.messages, keys.queues, keys.results_expiry,
     ]  # fmt: skip
     args = [1000, keys.queue, 60_000, REQUEUE_BATCH]
     # One call moves one batch, the oldest letters first, and leaves the rest.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.test import override_settings
 
@@ -27,7 +27,7 @@ from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.results import TaskRecord, aget_result, record_from
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
-from tests.procs import server_ms, wait_until
+from tests.procs import wait_until
 from tests.test_queues import output_of, ran, result_of, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -204,32 +204,27 @@ def test_finished_records_expire(redis_client) -> None:
         run_all()
         # What the finish wrote, read raw: through get_result the record reads as gone 3 s
         # on, which a machine paused for a moment could spend before the read.
-        assert redis_client.hget(results_key(), first).startswith(b"SUCCESSFUL|")
-        # Until the server's clock passes the record's expiry, as the finish set it.
-        expires_ms = redis_client.zscore(QueueKeys.of("default").results_expiry, first)
-        wait_until(lambda: server_ms() > expires_ms, timeout=10)
-        assert get_result(first) is None  # expired (swept later)
-        tasks.record.delay("e2")
-        run_all()  # its finish sweeps the expired record
-    fields = [field.decode() for field in redis_client.hkeys(results_key())]
-    assert not any(field.startswith(first) for field in fields)
+        record = QueueKeys.of("default").record(first)
+        assert redis_client.hget(record, "s").startswith(b"SUCCESSFUL|")
+        # Its expiry is the server's: the record goes when the result TTL has passed.
+        assert 0 < redis_client.pttl(record) <= 3000
+        wait_until(lambda: not redis_client.exists(record), timeout=10)
+        assert get_result(first) is None
+    assert not redis_client.hexists(results_key(), first)
 
 
-def test_expired_records_are_swept_faster_than_new_ones_finish(redis_client) -> None:
-    """Under a steady load every finish call finishes a full batch: its sweep of expired
-    records must take more than that, or the records pile up past their expiry."""
-    expiry = QueueKeys.of("default").results_expiry
+def test_finished_records_expire_by_themselves(redis_client) -> None:
+    """Each finished record carries its own expiry (nothing to sweep): three hundred of them
+    finished in calls of a hundred leave no field in the group's results HASH and no record
+    without an expiry, and are gone once their TTL passed."""
+    keys = QueueKeys.of("default")
     with override_settings(RCOORD={**settings.RCOORD, "TASK_RESULT_TTL": 2}):
         old = enqueue_many([(tasks.add_numbers, (index, 1), {}) for index in range(300)])
         assert Worker(["default"], burst=True, prefetch=100).run() == 300
-        last_expiry = max(score for _, score in redis_client.zrange(expiry, 0, -1, withscores=True))
-        wait_until(lambda: server_ms() > last_expiry, timeout=30)
-        # A few calls of a hundred finished tasks each (the first take is of one).
-        enqueue_many([(tasks.add_numbers, (index, 2), {}) for index in range(300)])
-        assert Worker(["default"], burst=True, prefetch=100).run() == 300
-    fields = {field.decode().partition(":")[0] for field in redis_client.hkeys(results_key())}
-    assert fields.isdisjoint(old)
-    assert redis_client.zmscore(expiry, old) == [None] * len(old)
+        ttls = [redis_client.pttl(keys.record(task_id)) for task_id in old]
+        assert all(0 < ttl <= 2000 for ttl in ttls)
+        assert redis_client.hlen(keys.results) == 0
+        wait_until(lambda: not any(redis_client.exists(keys.record(i)) for i in old), timeout=30)
 
 
 def results_key() -> str:
@@ -246,7 +241,10 @@ def test_thirty_finished_tasks_leave_no_key_without_an_expiry(redis_client) -> N
     lasting = [key for key in keys if redis_client.pttl(key) == -1]
     assert lasting == []
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
-    assert get_client().hlen(results_key()) == 30 * 3  # state, value, message per task
+    assert get_client().hlen(results_key()) == 0  # each record is a HASH of its own:
+    records = [key for key in keys if key.startswith(QueueKeys.of("default").records.encode())]
+    assert len(records) == 30
+    assert {get_client().hlen(key) for key in records} == {3}  # state, value, message
 
 
 # -- one round trip, the same records ------------------------------------------------------
@@ -273,19 +271,19 @@ class CountingAsyncRedis(redis.asyncio.Redis):
 
 
 def reference_record(task_id: str) -> TaskRecord | None:
-    """The record as ``get_result`` read it before it was one script call: five commands in a
-    pipeline, on the slot's primary."""
+    """The record as ``get_result`` reads it, read with plain commands in a pipeline on the
+    slot's primary: the task's message, its record HASH and its last error."""
     group = group_of_task_id(task_id)
     if group is None:
         return None
     keys = QueueKeys.of(f"{group}/q")
     with slot_pipeline(get_client(), keys.messages, transaction=False) as pipe:
         pipe.hget(keys.messages, task_id)
-        pipe.hmget(keys.results, [task_id, f"{task_id}:v", f"{task_id}:e", f"{task_id}:m"])
-        pipe.zscore(keys.results_expiry, task_id)
+        pipe.hmget(keys.record(task_id), ["s", "v", "e", "m", "x"])
         pipe.hget(keys.errors, task_id)
         pipe.time()
-        return record_from(task_id, *pipe.execute())
+        message, fields, last_error, now = pipe.execute()
+    return record_from(task_id, message, fields[:4], None, fields[4] or last_error, now)
 
 
 def records_in_every_status() -> dict[str, str]:
@@ -346,14 +344,17 @@ def test_expired_records_read_as_before() -> None:
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of one plain client")
-def test_get_result_is_one_command() -> None:
+def test_get_result_is_one_command_for_a_finished_task() -> None:
+    """A finished record is one HGETALL, no script; any other is read by the script after."""
     ids = records_in_every_status()
     client = CountingRedis(connection_pool=get_client().connection_pool)
     get_result(ids["ready"], client=client)  # the script's first call may load it
+    finished = {"successful", "failed", "retried", "other group"}
     for name, task_id in ids.items():
         client.commands.clear()
         get_result(task_id, client=client)
-        assert client.commands == ["EVALSHA"], name
+        expected = ["HGETALL"] if name in finished else ["HGETALL", "EVALSHA"]
+        assert client.commands == expected, name
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="counts the commands of one plain client")
@@ -366,7 +367,13 @@ async def test_aget_result_is_one_command(redis_url: str) -> None:
         for read in (task_id, "0" * 32):
             client.commands.clear()
             await aget_result(read, client=client)
-            assert client.commands == ["EVALSHA"]
+            assert client.commands == ["HGETALL", "EVALSHA"]  # not finished: the script
+        await sync_to_async(run_all)()  # ...and once it finished, its record alone
+        client.commands.clear()
+        record = await aget_result(task_id, client=client)
+        assert record is not None
+        assert record.status == "SUCCESSFUL"
+        assert client.commands == ["HGETALL"]
     finally:
         await client.aclose()
 

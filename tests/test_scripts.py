@@ -72,17 +72,88 @@ def without_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
-@pytest.mark.parametrize(("package", "name"), SCRIPTS)
-def test_scripts_touch_keys_only_through_keys(package: str, name: str) -> None:
-    """A key built inside a script could sit in another cluster slot: every key it names is
-    one of its KEYS, directly or through a table holding nothing but KEYS."""
-    code = without_comments(source(package, name))
-    allowed = {"KEYS", *key_tables(code)}
+#: A local holding a built key: ``local key = records .. id``.
+BUILT = re.compile(r"^\s*local (\w+) = ([^\n]+?)\s*\.\.", re.MULTILINE)
+#: A header line naming a key the file builds: ``-- Builds   KEYS[6] .. <task id>: ...``.
+BUILDS = re.compile(r"^-- Builds\s+(\S+) \.\. ", re.MULTILINE)
+#: What a key may be built from: a declared key's name (``KEYS[6]``, ``group.records``, a
+#: helper's parameter), nothing computed.
+DECLARED = re.compile(r"[\w.]+(\[[\w +]+\])?\Z")
+
+
+def header_of(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith("--"))
+
+
+def key_of(argument: str, built: dict[str, str]) -> tuple[str, bool]:
+    """The declared key a redis.call's first argument names, and whether the call builds a
+    key from it (``prefix .. id``, inline or through a local)."""
+    argument = argument.strip()
+    if ".." in argument:
+        return argument.split("..", 1)[0].strip(), True
+    if argument in built:
+        return built[argument], True
+    return argument, False
+
+
+def key_problems(name: str, text: str, allowed: set[str] | None = None) -> list[str]:
+    """What in Lua source ``text`` touches a key other than through its KEYS (``allowed``:
+    the names keys may come from; by default KEYS and the tables holding only KEYS): each
+    key is one of them, or built as one of them ``..`` something, and then the header
+    names what it builds (DESIGN rule 3: a built key shares its prefix's slot)."""
+    code = without_comments(text)
+    allowed = allowed or {"KEYS", *key_tables(code)}
+    built = dict(BUILT.findall(code))
+    named = BUILDS.findall(header_of(text))
+    problems = []
     for call in REDIS_CALL.finditer(code):
         command, first = call.groups()
         if command.upper() == "TIME":
             continue
-        assert base(first) in allowed, f"{name}: {call.group(0)}"
+        declared, builds = key_of(first, built)
+        if base(declared) not in allowed or (builds and not DECLARED.match(declared)):
+            problems.append(f"{name}: {call[0]} (not a declared key, nor built from one)")
+        elif builds and not named:
+            problems.append(f"{name}: {call[0]} (builds a key its header does not name)")
+    return problems
+
+
+@pytest.mark.parametrize(("package", "name"), SCRIPTS)
+def test_scripts_touch_keys_only_through_keys(package: str, name: str) -> None:
+    """A key built inside a script could sit in another cluster slot: every key it names is
+    one of its KEYS, directly or through a table holding nothing but KEYS, or is built from
+    one as a prefix (``KEYS[6] .. id``), named in its header. A script whose helpers build a
+    key names it in its own header too, and from one of its KEYS."""
+    assert key_problems(name, source(package, name)) == []
+    expanded = without_comments(script_text(name, package))
+    helpers_build = any(
+        key_of(call[2], dict(BUILT.findall(expanded)))[1] for call in REDIS_CALL.finditer(expanded)
+    )
+    named = BUILDS.findall(header_of(source(package, name)))
+    assert bool(named) is helpers_build, f"{name}: its header's 'Builds' lines: {named}"
+    assert all(key.startswith("KEYS[") for key in named), name
+
+
+def test_a_key_built_any_other_way_fails_the_check() -> None:
+    header = "-- KEYS[1]  a record prefix\n-- Builds   KEYS[1] .. <id>: a record\n"
+    allowed = header + (
+        "local group = {records = KEYS[1]}\nlocal key = KEYS[1] .. ARGV[1]\n"
+        "redis.call('HGET', key, 's')\nredis.call('DEL', group.records .. ARGV[1])\n"
+    )
+    assert key_problems("allowed", allowed) == []
+    for other_way in (
+        "redis.call('GET', 'rcoord:queue:{main}:r:' .. ARGV[1])",  # a literal prefix
+        "redis.call('GET', ARGV[1] .. ':r')",  # an argument
+        "local key = ARGV[1] .. 'x'\nredis.call('GET', key)",
+        "local key = string.format('%s:%s', KEYS[1], ARGV[1])\nredis.call('GET', key)",
+        "redis.call('GET', string.upper(KEYS[1]) .. ARGV[1])",  # computed, not declared
+        "redis.call('GET', ARGV[1])",
+    ):
+        assert key_problems("other", header + other_way), other_way
+    # Built from a declared key, but its header does not say so (however it is spaced).
+    for unnamed in ("KEYS[1] .. ARGV[1]", "KEYS[1]..ARGV[1]"):
+        assert key_problems("unnamed", f"-- KEYS[1]  a prefix\nredis.call('GET', {unnamed})")
+    assert key_problems("unnamed", "local key = KEYS[1]..ARGV[1]\nredis.call('GET', key)")
 
 
 def test_key_tables_hold_only_keys() -> None:
@@ -100,9 +171,10 @@ def test_included_helpers_touch_keys_only_through_keys_their_callers_pass() -> N
         functions = dict(re.findall(r"local function (\w+)\(([^)]*)\)", code))
         parameters = {name.strip() for names in functions.values() for name in names.split(",")}
         key_parameters = set()
+        assert key_problems(helper, source(package, helper), parameters | {"KEYS"}) == []
+        built = dict(BUILT.findall(code))
         for call in REDIS_CALL.finditer(code):
-            assert base(call[2]) in parameters | {"KEYS"}, f"{helper}: {call[0]}"
-            key_parameters.add(base(call[2]))
+            key_parameters.add(base(key_of(call[2], built)[0]))
         for package_, name in SCRIPTS:
             # "--! include _name" in its own package, "--! include package:_name" elsewhere.
             qualifier = "" if package_ == package else f"{package}:"

@@ -133,13 +133,17 @@ def test_task_options_give_framework_tasks_follow_ups_queued_with_their_end() ->
     seen = sorted(get_client().lrange("test:followed", 0, -1))
     # A framework follow-up (on its backend, with a result of its own) and a @task one.
     assert seen == sorted([f"{added.id} SUCCESSFUL".encode(), f"{failed.id} FAILED:None".encode()])
+    prefix = QueueKeys.of("default").records
     (follow_up_id,) = [
         task_id
-        for task_id in get_client().zrange(QueueKeys.of("default").results_expiry, 0, -1)
-        if task_id.decode() not in (added.id, failed.id)
-        and result_of(task_id.decode()).task == "tests.framework_tasks.note_finished"
+        for task_id in (
+            key.decode().removeprefix(prefix)
+            for key in get_client().scan_iter(match=f"{prefix}*", count=1000)
+        )
+        if task_id not in (added.id, failed.id)
+        and result_of(task_id).task == "tests.framework_tasks.note_finished"
     ]
-    result = framework_tasks.note_finished.get_result(follow_up_id.decode())
+    result = framework_tasks.note_finished.get_result(follow_up_id)
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.return_value == f"{added.id} SUCCESSFUL"
 

@@ -44,19 +44,39 @@ local function take_back_held(group, queues, worker, tasks)
     return held, mine
 end
 
+-- The messages of the held ones among `tasks` that end now (acknowledged or made dead
+-- letters), by id: their records keep them.
+local function ending_messages(group, tasks, held)
+    local ending, kept = {}, {}
+    for position, task in ipairs(tasks) do
+        local outcome = task.outcome
+        if held[position] and (outcome == 'ack' or outcome == 'dead') then
+            ending[#ending + 1] = task.id
+        end
+    end
+    if #ending > 0 then
+        local messages = redis.call('HMGET', group.messages, unpack(ending))
+        for position, id in ipairs(ending) do
+            kept[id] = messages[position]
+        end
+    end
+    return kept
+end
+
 -- Finish the held ones among `tasks` at server time `now` (ms): each acknowledged
 -- ('ack'), back in its delayed set ('retry', 'defer', 'later') or a dead letter ('dead'),
--- its record updated. `keep` is how long the records' keys must live; returns it, longer
--- when a task waits longer than that.
+-- its record updated (a finished one expires `result_ttl` ms from now). `keep` is how long
+-- the group's metrics must live; returns it, longer when a task waits longer than that.
 local function finish_held(group, queues, tasks, held, mine, now, result_ttl, lease, keep)
     local states = {}
     if #mine > 0 then
-        local raw_states = redis.call('HMGET', group.results, unpack(mine))
+        local loaded = load_states(group.records, group.results, mine)
         for position, id in ipairs(mine) do
-            states[id] = parse_state(raw_states[position])
+            states[id] = loaded[position]
         end
     end
-    local acked, acked_fields, record_fields, expiring = {}, {}, {}, {}
+    local kept = ending_messages(group, tasks, held)
+    local acked, acked_fields = {}, {}
     local stamp = tostring(now)  -- converted once, not per task
     local errors, delayed, dead = {}, {}, {}
     local function back_later(task, state)
@@ -69,22 +89,19 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
     for position, task in ipairs(tasks) do
         if held[position] then
             local id, outcome, state = task.id, task.outcome, states[task.id]
+            local fields, ttl = {}, nil
             if outcome == 'ack' then
-                state[1] = 'SUCCESSFUL'
-                state[4] = stamp
+                state[1], state[4] = 'SUCCESSFUL', stamp
                 acked[#acked + 1] = id
                 acked_fields[#acked_fields + 1] = id
                 acked_fields[#acked_fields + 1] = id .. ':lost'
-                record_fields[#record_fields + 1] = id .. ':v'
-                record_fields[#record_fields + 1] = task.value
-                expiring[#expiring + 1] = now + result_ttl
-                expiring[#expiring + 1] = id
+                fields, ttl = {'v', task.value}, result_ttl
             elseif outcome == 'later' then
                 drop_last_delivery(state)
                 back_later(task, state)
             else
                 if outcome ~= 'defer' then  -- a deferral is not a failed attempt
-                    add_error(group.results, id, task.entry)
+                    add_error(group.records, id, task.entry)
                     redis.call('HINCRBY', group.failures, id, 1)
                 end
                 errors[#errors + 1] = id
@@ -92,37 +109,27 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
                 if outcome == 'retry' or outcome == 'defer' then
                     back_later(task, state)
                 else
-                    state[1] = 'FAILED'
-                    state[4] = stamp
+                    state[1], state[4] = 'FAILED', stamp
                     dead[task.queue] = dead[task.queue] or {}
                     table.insert(dead[task.queue], id)
-                    expiring[#expiring + 1] = now + result_ttl
-                    expiring[#expiring + 1] = id
+                    fields, ttl = {'x', task.error}, result_ttl
                 end
             end
-            record_fields[#record_fields + 1] = id
-            record_fields[#record_fields + 1] = table.concat(state, '|')
+            if kept[id] then
+                fields[#fields + 1] = 'm'
+                fields[#fields + 1] = kept[id]
+            end
+            save_state(group.records, id, state, fields, ttl)
         end
     end
     if #acked > 0 then
         -- A finished task's message moves into its record.
-        local messages = redis.call('HMGET', group.messages, unpack(acked))
-        for position, id in ipairs(acked) do
-            unique_release(group.results, id, messages[position])
-            if messages[position] then
-                record_fields[#record_fields + 1] = id .. ':m'
-                record_fields[#record_fields + 1] = messages[position]
-            end
+        for _, id in ipairs(acked) do
+            unique_release(group.results, id, kept[id])
         end
         redis.call('HDEL', group.messages, unpack(acked))
         redis.call('HDEL', group.failures, unpack(acked_fields))
         redis.call('HDEL', group.errors, unpack(acked))
-    end
-    if #record_fields > 0 then
-        redis.call('HSET', group.results, unpack(record_fields))
-    end
-    if #expiring > 0 then
-        redis.call('ZADD', group.results_expiry, unpack(expiring))
     end
     if #errors > 0 then
         redis.call('HSET', group.errors, unpack(errors))
@@ -131,35 +138,11 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
         redis.call('ZADD', queues[queue_index].delayed, unpack(members))
     end
     for queue_index, members in pairs(dead) do
+        -- A dead letter keeps its message (its record a copy); its claim ends.
         redis.call('RPUSH', queues[queue_index].dead, unpack(members))
-        -- A dead letter keeps its message; its claim ends.
-        local messages = redis.call('HMGET', group.messages, unpack(members))
-        for position, id in ipairs(members) do
-            unique_release(group.results, id, messages[position])
+        for _, id in ipairs(members) do
+            unique_release(group.results, id, kept[id])
         end
     end
     return keep
-end
-
--- Finished records expire a while later; drop those that have, at most `limit`: more than
--- a call finishes (`finished`), so that under a steady load the sweep outpaces the records
--- made instead of leaving them past their expiry. One HDEL and one ZREM for them all.
-local SWEEP_MORE = 16
-local SWEEP_MOST = 1500  -- four fields each: within what unpack() takes (about 8,000)
-local function drop_expired_records(group, now, finished)
-    local limit = math.min(2 * finished + SWEEP_MORE, SWEEP_MOST)
-    local expired = redis.call('ZRANGEBYSCORE', group.results_expiry, '-inf', now, 'LIMIT', 0,
-        limit)
-    if #expired == 0 then
-        return
-    end
-    local fields = {}
-    for _, old in ipairs(expired) do
-        fields[#fields + 1] = old
-        fields[#fields + 1] = old .. ':v'
-        fields[#fields + 1] = old .. ':e'
-        fields[#fields + 1] = old .. ':m'
-    end
-    redis.call('HDEL', group.results, unpack(fields))
-    redis.call('ZREM', group.results_expiry, unpack(expired))
 end

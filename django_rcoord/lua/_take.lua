@@ -20,8 +20,8 @@ end
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first, none from the queues `skip` holds (paused): each leased for `lease` ms, owned by
--- `worker`, its record RUNNING with this delivery; the in-flight ZSET and the owners HASH
--- keep their long member (_in_flight).
+-- `worker`, its record (see _records) RUNNING with this delivery; the in-flight ZSET and
+-- the owners HASH keep their long member (_in_flight).
 -- Returns the tasks taken ({id, message, queue index, failures, record state} each) and
 -- how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
@@ -48,8 +48,8 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
             end
             local messages = redis.call('HMGET', group.messages, unpack(ids))
             local failures = redis.call('HMGET', group.failures, unpack(fields))
-            local raw_states = redis.call('HMGET', group.results, unpack(ids))
-            local leases, owners, records, put_back = {}, {}, {}, {}
+            local states = load_states(group.records, group.results, ids)
+            local leases, owners, put_back = {}, {}, {}
             local function put_back_from(first)
                 for rest = first, #ids do
                     put_back[#put_back + 1] = scores[rest]
@@ -72,19 +72,17 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
                     leases[#leases + 1] = id
                     owners[#owners + 1] = id
                     owners[#owners + 1] = worker
-                    local state = parse_state(raw_states[index])
+                    local state = states[index]
                     state[1] = 'RUNNING'
                     if state[2] == '' then
                         state[2] = stamp
                     end
                     state[3] = stamp
                     state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
-                    local raw = table.concat(state, '|')
-                    records[#records + 1] = id
-                    records[#records + 1] = raw
+                    save_state(group.records, id, state)
                     taken[#taken + 1] = {
                         id, messages[index], queue_index,
-                        tonumber(failures[index * 2 - 1] or '0'), raw
+                        tonumber(failures[index * 2 - 1] or '0'), table.concat(state, '|')
                     }
                     if lost then
                         put_back_from(index + 1)
@@ -99,7 +97,6 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
                 owners[#owners + 1] = ''
                 redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
                 redis.call('HSET', group.owners, unpack(owners))
-                redis.call('HSET', group.results, unpack(records))
             end
             if #put_back > 0 then
                 redis.call('ZADD', queues[queue_index].ready, unpack(put_back))

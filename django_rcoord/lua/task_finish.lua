@@ -8,10 +8,13 @@
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[4]  errors HASH (id -> last error)
--- KEYS[5]  results HASH of the group: <id> -> 'STATUS|started|last attempted|finished|workers'
---          (times in server ms, worker ids comma-separated), <id>:v -> return value JSON,
---          <id>:e -> errors JSON list, <id>:m -> the message of a finished task
--- KEYS[6]  results expiry ZSET (id -> when its finished record expires, ms)
+-- KEYS[5]  results HASH of the group: the claims of unique tasks (see _unique), and the
+--          records a previous release wrote (see _records)
+-- KEYS[6]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
+-- Builds   KEYS[6] .. <task id>: each task's record HASH (see _records): its state
+--          'STATUS|started|last attempted|finished|workers' (times in server ms, worker ids
+--          comma-separated), return value JSON, errors JSON list, the message and last
+--          error of a finished task; a finished one expires result_ttl after it finished
 -- KEYS[7]  idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
 -- KEYS[8]  metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
 --          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
@@ -65,7 +68,7 @@ local call = cjson.decode(ARGV[1])
 local worker, nonce = call.worker, call.nonce
 local group = {
     messages = KEYS[1], owners = KEYS[2], failures = KEYS[3], errors = KEYS[4],
-    results = KEYS[5], results_expiry = KEYS[6], idle = KEYS[7], metrics = KEYS[8],
+    results = KEYS[5], records = KEYS[6], idle = KEYS[7], metrics = KEYS[8],
     exchange = KEYS[9], paused = KEYS[10],
 }
 local queues = {}
@@ -91,7 +94,7 @@ if nonce ~= '' then
                     redis.call('HGET', group.messages, id),
                     queue_index,
                     tonumber(redis.call('HGET', group.failures, id) or '0'),
-                    redis.call('HGET', group.results, id),
+                    read_state(group.records, id),
                 }
             end
         end
@@ -100,7 +103,7 @@ if nonce ~= '' then
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
--- The records' keys live as long as the longest-lived record needs (running tasks renew it).
+-- How long the group's metrics must live at least (longer for a task that waits longer).
 local keep = call.result_ttl + call.lease
 
 local tasks, finished = {}, {}
@@ -114,7 +117,6 @@ if #tasks > 0 then
     end
     keep = finish_held(group, queues, tasks, held, mine, now, call.result_ttl, call.lease, keep)
     queue_follow_ups(group.results, tasks, held, now)
-    drop_expired_records(group, now, #tasks)
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
@@ -139,14 +141,6 @@ if #taken == 0 and call.idle_ms > 0 and wanted > 0 then
     redis.call('PEXPIRE', group.idle, call.idle_ms + 60000)
 elseif #taken > 0 and call.registered then
     redis.call('ZREM', group.idle, worker)
-end
-if #tasks > 0 or #taken > 0 then
-    if redis.call('PTTL', group.results) < keep then
-        redis.call('PEXPIRE', group.results, keep)
-    end
-    if redis.call('PTTL', group.results_expiry) < keep then
-        redis.call('PEXPIRE', group.results_expiry, keep)
-    end
 end
 if nonce ~= '' and (#tasks > 0 or #taken > 0) then
     local refs = {}

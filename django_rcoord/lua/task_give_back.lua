@@ -2,7 +2,9 @@
 -- long task): they go back to the front of their priority in their queue at once, in the
 -- order given, not counted as lost deliveries, their records READY again without this
 -- worker's attempt; an idle worker is woken for them.
--- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue   KEYS[3] results HASH
+-- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue
+-- KEYS[3]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
+-- Builds   KEYS[3] .. <task id>: each task's record HASH (see _records)
 -- KEYS[4]  ready ZSET of their queue   KEYS[5] queues HASH of the group (queue counters)
 -- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
 -- ARGV[1]  worker id   ARGV[2] queue name   ARGV[3] how long the group's list of queues
@@ -26,19 +28,15 @@ if #mine == 0 then
     return 0
 end
 take_out_of_flight(KEYS[2], KEYS[1], mine)
-local states = redis.call('HMGET', KEYS[3], unpack(mine))
-local records = {}
-for index, id in ipairs(mine) do
-    if states[index] then
-        local state = parse_state(states[index])
+for _, id in ipairs(mine) do
+    -- Its record is this release's: its taking wrote it.
+    local raw = read_state(KEYS[3], id)
+    if raw then
+        local state = parse_state(raw)
         state[1] = 'READY'
         drop_last_delivery(state)  -- this worker's
-        records[#records + 1] = id
-        records[#records + 1] = table.concat(state, '|')
+        save_state(KEYS[3], id, state)
     end
-end
-if #records > 0 then
-    redis.call('HSET', KEYS[3], unpack(records))
 end
 ready_add(KEYS[4], KEYS[5], ARGV[2], tonumber(ARGV[3]), mine, priorities_of(KEYS[6], mine), true)
 if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then

@@ -9,7 +9,11 @@
 -- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
 -- KEYS[10] failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[11] errors HASH (id -> last error)   KEYS[12] dead LIST of the queue
--- KEYS[13] results expiry ZSET
+-- KEYS[13] record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
+-- Builds   KEYS[13] .. <task id>: each task's record HASH (see _records; KEYS[7] holds
+--          the records a previous release wrote)
+-- KEYS[14] results expiry ZSET of a previous release (its records' expiry: those past it
+--          are dropped, at most `most tasks to move` a call)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
@@ -29,6 +33,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, ba
 local keep = tonumber(ARGV[4])
 local max_lost, result_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
 local killed = 0
+drop_expired_legacy(KEYS[7], KEYS[14], now, batch)
 local put_back = {}
 for _, id in ipairs(expired) do
     -- A task given back by a stopping worker (owner '') was not lost.
@@ -36,7 +41,7 @@ for _, id in ipairs(expired) do
     if redis.call('HGET', KEYS[1], id) ~= '' then
         lost = redis.call('HINCRBY', KEYS[10], id .. ':lost', 1)
     end
-    local state = redis.call('HGET', KEYS[7], id)
+    local state = load_state(KEYS[13], KEYS[7], id)
     if lost >= max_lost then
         killed = killed + 1
         local reason = 'its worker died (or lost Redis) while running it, ' .. lost
@@ -44,26 +49,23 @@ for _, id in ipairs(expired) do
         redis.call('HINCRBY', KEYS[10], id, 1)
         redis.call('HSET', KEYS[11], id, reason)
         redis.call('RPUSH', KEYS[12], id)
-        unique_release(KEYS[7], id, redis.call('HGET', KEYS[8], id))
+        local message = redis.call('HGET', KEYS[8], id)
+        unique_release(KEYS[7], id, message)
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
         })
-        add_error(KEYS[7], id, entry)
-        if state then
-            local parts = parse_state(state)
-            parts[1], parts[4] = 'FAILED', now
-            save_state(KEYS[7], id, parts)
+        add_error(KEYS[13], id, entry)
+        state[1], state[4] = 'FAILED', now
+        local fields = {'x', reason}
+        if message then
+            fields[3], fields[4] = 'm', message
         end
-        redis.call('ZADD', KEYS[13], now + result_ttl, id)
-        for _, index in ipairs({7, 13}) do
-            if redis.call('PTTL', KEYS[index]) < result_ttl then
-                redis.call('PEXPIRE', KEYS[index], result_ttl)
-            end
-        end
+        save_state(KEYS[13], id, state, fields, result_ttl)
     else
         put_back[#put_back + 1] = id
-        if state then
-            redis.call('HSET', KEYS[7], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
+        if state[1] ~= '' then
+            state[1] = 'READY'
+            save_state(KEYS[13], id, state)
         end
     end
 end

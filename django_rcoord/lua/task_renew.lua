@@ -1,22 +1,21 @@
--- Extend the leases of tasks this worker still holds, and the life of the result records;
--- in the same step, say which of them cancel() asked to stop (task_cancel sets their stop
--- keys), so that the worker learns of it without a call of its own.
+-- Extend the leases of tasks this worker still holds (their records, unfinished, have no
+-- expiry: see _records); in the same step, say which of them cancel() asked to stop
+-- (task_cancel sets their stop keys), so that the worker learns of it without a call of
+-- its own.
 -- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue
--- KEYS[3]  results HASH of the group   KEYS[4] results expiry ZSET
--- KEYS[5..] the stop STRING of each task in ARGV[4..], in the same order
+-- KEYS[3..] the stop STRING of each task in ARGV[3..], in the same order
 -- ARGV[1]  worker id   ARGV[2] lease, ms, counted from now
--- ARGV[3]  how long the result records must live at least from now, ms
--- ARGV[4..] task ids
+-- ARGV[3..] task ids
 -- Returns  one flag per task: 1 when renewed, 2 when renewed and asked to stop, 0 when the
 --          worker no longer holds it.
 --! include _leases
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ids, mine = held_tasks(KEYS[1], KEYS[2], ARGV[1], 4)
+local ids, mine = held_tasks(KEYS[1], KEYS[2], ARGV[1], 3)
 local held, renewed = {}, {}
 for index, id in ipairs(ids) do
     if mine[index] then
-        held[index] = redis.call('EXISTS', KEYS[4 + index]) == 1 and 2 or 1
+        held[index] = redis.call('EXISTS', KEYS[2 + index]) == 1 and 2 or 1
         renewed[#renewed + 1] = now + tonumber(ARGV[2])
         renewed[#renewed + 1] = id
     else
@@ -25,10 +24,5 @@ for index, id in ipairs(ids) do
 end
 if #renewed > 0 then
     redis.call('ZADD', KEYS[2], 'XX', unpack(renewed))
-    for index = 3, 4 do
-        if redis.call('PTTL', KEYS[index]) < tonumber(ARGV[3]) then
-            redis.call('PEXPIRE', KEYS[index], ARGV[3])
-        end
-    end
 end
 return held

@@ -5,14 +5,19 @@
 -- KEYS[1]  dead LIST   KEYS[2] ready ZSET   KEYS[3] failures HASH   KEYS[4] errors HASH
 -- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: READY again;
 --          the unique claims)
--- KEYS[7]  results expiry ZSET (a requeued task's record no longer expires)
+-- KEYS[7]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
+-- Builds   KEYS[7] .. <task id>: each task's record HASH (see _records: requeued, READY
+--          again and no longer expiring; KEYS[6] holds the records a previous release wrote)
 -- KEYS[8]  messages HASH (priorities, claims)   KEYS[9] queues HASH of the group (counters)
+-- KEYS[10] results expiry ZSET of a previous release (a record of its own that is requeued
+--          no longer expires there)
 -- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
 -- ARGV[5]  (optional) the id of the one dead letter to move
 -- Returns  how many tasks were requeued (fewer than ARGV[4]: none are left).
 --! include _ready
+--! include _records
 --! include _unique
 local ids
 if ARGV[5] and ARGV[5] ~= '' then
@@ -29,9 +34,11 @@ if moved > 0 then
     ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false)
     for _, id in ipairs(ids) do
         redis.call('HDEL', KEYS[3], id, id .. ':lost')
-        local state = redis.call('HGET', KEYS[6], id)
-        if state then
-            redis.call('HSET', KEYS[6], id, (string.gsub(state, '^[^|]*', 'READY', 1)))
+        local state = load_state(KEYS[7], KEYS[6], id)
+        if state[1] ~= '' then
+            state[1] = 'READY'
+            save_state(KEYS[7], id, state)
+            reopen_record(KEYS[7], id)
         end
     end
     local time = redis.call('TIME')
@@ -47,7 +54,7 @@ if moved > 0 then
         end
     end
     redis.call('HDEL', KEYS[4], unpack(ids))
-    redis.call('ZREM', KEYS[7], unpack(ids))
+    redis.call('ZREM', KEYS[10], unpack(ids))
     if not (ARGV[5] and ARGV[5] ~= '') then
         redis.call('LTRIM', KEYS[1], moved, -1)
     end

@@ -5,7 +5,9 @@
 -- and it is counted as cancelled in the group's metrics. Nothing changes unless the worker
 -- still holds it (owner and lease).
 -- KEYS[1]  messages HASH   KEYS[2] owners HASH   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  results HASH of the group   KEYS[6] results expiry ZSET
+-- KEYS[5]  results HASH of the group (claims; a previous release's records)
+-- KEYS[6]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
+-- Builds   KEYS[6] .. <task id>: the task's record HASH (see _records)
 -- KEYS[7]  in-flight ZSET of its queue   KEYS[8] the task's stop STRING
 -- KEYS[9]  metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_cancel)
 -- ARGV[1]  worker id   ARGV[2] task id   ARGV[3] how long a finished result is kept, ms
@@ -25,7 +27,7 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 take_out_of_flight(KEYS[7], KEYS[2], {id})
 redis.call('DEL', KEYS[8])
-add_error(KEYS[5], id, ARGV[4])
+add_error(KEYS[6], id, ARGV[4])
 local message = redis.call('HGET', KEYS[1], id)
 record_cancelled(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], id, message, 'FAILED',
     now, tonumber(ARGV[3]), ARGV[5], tonumber(ARGV[6]))

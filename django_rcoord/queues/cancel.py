@@ -77,7 +77,7 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.ready,
             keys.delayed,
             keys.results,
-            keys.results_expiry,
+            keys.records,
             keys.failures,
             keys.errors,
             keys.in_flight,

@@ -46,8 +46,9 @@ class GroupKeys:
     wake: str
     schedule: str
     lateness: str
-    results: str
-    results_expiry: str
+    results: str  # HASH: the claims of unique tasks, and a previous release's records
+    results_expiry: str  # ZSET: when a previous release's records expire (read, not written)
+    records: str  # the prefix of each task's record HASH (``record``): no key of its own
     idle: str
     periodic: str
     metrics: str
@@ -75,6 +76,7 @@ class GroupKeys:
             lateness=space.key("lateness"),
             results=space.key("results"),
             results_expiry=space.key("results-expiry"),
+            records=space.key("r:"),
             idle=space.key("idle"),
             periodic=space.key("periodic"),
             metrics=space.key("metrics"),
@@ -93,6 +95,12 @@ class GroupKeys:
     def stop(self, task_id: str) -> str:
         """The key whose presence asks running task ``task_id`` to stop (``cancel()``)."""
         return self._key(f"stop:{task_id}")
+
+    def record(self, task_id: str) -> str:
+        """HASH of task ``task_id``'s result record (its state, value, errors, finished
+        message and last error: see ``_records.lua``), in the group's slot. The scripts build
+        it as this does, from the ``records`` prefix they are given."""
+        return self.records + task_id
 
     def _key(self, part: str) -> str:
         return KeySpace("queue", self.group).key(part)

@@ -65,11 +65,15 @@ class TaskRecord:
 def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
     task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
-    or not a task id. One round trip: one read-only script call."""
+    or not a task id. A finished task's: one ``HGETALL`` of its record; any other's: one
+    more round trip, a read-only script call that reads its message too."""
     keys = record_keys(task_id)
     if keys is None:
         return None
     client = resolve_client(client)
+    finished = finished_record(task_id, client.hgetall(keys[4] + task_id))
+    if finished is not None:
+        return finished
     read_only = SCRIPT_FLAGS.usable(client)
     try:
         reply = run_script(result_script(read_only), client, keys=keys, args=(task_id,))
@@ -81,11 +85,14 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
 
 
 async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
-    """``get_result`` for async code (redis.asyncio, one round trip)."""
+    """``get_result`` for async code (redis.asyncio, as many round trips)."""
     keys = record_keys(task_id)
     if keys is None:
         return None
     client = await aresolve_client(client)
+    finished = finished_record(task_id, await client.hgetall(keys[4] + task_id))
+    if finished is not None:
+        return finished
     read_only = SCRIPT_FLAGS.usable(client)
     try:
         reply = await arun_script(result_script(read_only), client, keys=keys, args=(task_id,))
@@ -96,13 +103,29 @@ async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     return _record_from_reply(task_id, reply)
 
 
-def record_keys(task_id: str) -> tuple[str, str, str, str] | None:
-    """The keys ``task_result.lua`` reads for ``task_id``, or None when it is not a task id."""
+def record_keys(task_id: str) -> tuple[str, str, str, str, str] | None:
+    """The keys ``task_result.lua`` reads for ``task_id`` (the last, the prefix of its
+    record), or None when it is not a task id."""
     group = group_of_task_id(task_id)
     if group is None:
         return None
     keys = GroupKeys.of(group)
-    return keys.messages, keys.results, keys.results_expiry, keys.errors
+    return keys.messages, keys.results, keys.results_expiry, keys.errors, keys.records
+
+
+#: The statuses of a finished record, as its state starts (``finished_record``).
+_FINISHED_STATES = (b"SUCCESSFUL|", b"FAILED|", b"CANCELLED|")
+
+
+def finished_record(task_id: str, fields: dict[bytes, bytes]) -> TaskRecord | None:
+    """The ``TaskRecord`` of a finished task from the fields of its record HASH (see
+    ``_records.lua``: s, v, e, m, x), which hold all of it; None when they do not (no
+    record, not finished, or no message: the script reads the rest)."""
+    state, message = fields.get(b"s"), fields.get(b"m")
+    if state is None or message is None or not state.startswith(_FINISHED_STATES):
+        return None
+    parts = [state, fields.get(b"v"), fields.get(b"e"), message]
+    return _record(task_id, None, parts, False, fields.get(b"x"))
 
 
 def result_script(read_only: bool) -> str:

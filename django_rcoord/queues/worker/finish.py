@@ -36,7 +36,7 @@ class FinishProtocol:
             group.failures,
             group.errors,
             group.results,
-            group.results_expiry,
+            group.records,
             group.idle,
             group.metrics,
             group.exchange(worker_id),

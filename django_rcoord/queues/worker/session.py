@@ -146,14 +146,11 @@ class QueueSession:
                 keys=[
                     queue.owners,
                     queue.in_flight,
-                    queue.results,
-                    queue.results_expiry,
                     *(queue.stop(job.id) for job in queue_jobs),
                 ],
                 args=[
                     self.worker_id,
                     self.lease_ms,
-                    result_ttl_ms() + self.lease_ms,
                     *(job.id for job in queue_jobs),
                 ],
             )
@@ -178,7 +175,7 @@ class QueueSession:
                 queue.failures,
                 queue.errors,
                 queue.results,
-                queue.results_expiry,
+                queue.records,
                 queue.in_flight,
                 queue.stop(job.id),
                 queue.metrics,
@@ -206,7 +203,7 @@ class QueueSession:
                 keys=[
                     queue.owners,
                     queue.in_flight,
-                    queue.results,
+                    queue.records,
                     queue.ready,
                     queue.queues,
                     queue.messages,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,12 +118,8 @@ class ConcurrencyLimitMiddleware:
         taking = _Taking(request)
         try:
             for rule in taking.to_ask(rules):
-                try:
-                    outcome = self._acquire(rule, request)
-                except NO_REDIS as exc:
-                    taking.unreachable(rule, exc)
-                else:
-                    taking.took(rule, outcome)
+                with taking.asking(rule):
+                    taking.took(rule, self._acquire(rule, request))
         except _Refused as refused:
             _release(taking.permits)
             return refused.response
@@ -139,12 +136,8 @@ class ConcurrencyLimitMiddleware:
         taking = _Taking(request)
         try:
             for rule in taking.to_ask(rules):
-                try:
-                    outcome = await self._aacquire(rule, request)
-                except NO_REDIS as exc:
-                    taking.unreachable(rule, exc)
-                else:
-                    taking.took(rule, outcome)
+                with taking.asking(rule):
+                    taking.took(rule, await self._aacquire(rule, request))
         except _Refused as refused:
             await _arelease(taking.permits)
             return refused.response
@@ -215,6 +208,15 @@ class _Taking:
                 yield rule
             else:
                 self.unreachable(rule, self.down)
+
+    @contextmanager
+    def asking(self, rule: ConcurrencyRule) -> Iterator[None]:
+        """Around asking Redis for ``rule``'s permit: Redis out of reach (what NO_REDIS
+        names) is ``unreachable``'s to answer."""
+        try:
+            yield
+        except NO_REDIS as exc:
+            self.unreachable(rule, exc)
 
     def took(self, rule: ConcurrencyRule, outcome: _Permit | HttpResponse | None) -> None:
         """What asking for ``rule``'s permit gave; ``_Refused`` when it ends the request."""

@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -337,7 +338,7 @@ TARGETS = (
 
 def targets(by_place: dict[str, list[Table]]) -> TextTable:
     """The targets read from this run's tables: each row's ``x floor`` on each server."""
-    rows = []
+    rows: list[Sequence[str]] = []
     for phase, name, most in TARGETS:
         index = list(PHASES).index(phase)
         found = []

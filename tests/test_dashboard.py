@@ -21,6 +21,7 @@ from django_rcoord.ops.status import MAX_MESSAGE_READ, overview
 from django_rcoord.queues import dead_letters, execute_later, queue_stats
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Outcome
 from django_rcoord.responses import UNAVAILABLE_RETRY_AFTER
@@ -629,7 +630,7 @@ def test_cancellations_are_counted_per_queue_once_each_across_processes(client, 
         ("reports/pdf", "tests.tasks.add"): 1,
     }
     # A task that ran is not a cancellation, whatever cancel() asked of it.
-    worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    worker.session.finish(Done(job, Outcome(Kind.ACK, "tests.tasks.record"), 1.0))
     finished = prometheus_samples(client, "rcoord_tasks_finished_total", "queue", "task", "outcome")
     assert finished == {("default", "tests.tasks.record", "succeeded"): 1}
     assert queues["default"]["cancelled"] == overview()["queues"][0]["cancelled"]
@@ -719,7 +720,7 @@ def test_the_cancel_action_is_for_staff_with_csrf_and_refuses_bad_input_with_a_4
     assert running.json()["error"] == "not_cancellable"
     assert "it is running: it was asked to stop" in running.json()["detail"]
     assert client.post(action, {"task_id": task_id}).status_code == 409  # no confirmation page
-    worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    worker.session.finish(Done(job, Outcome(Kind.ACK, "tests.tasks.record"), 1.0))
     finished = client.post(action, confirmed)
     assert finished.status_code == 409
     assert "it is SUCCESSFUL, not queued or delayed" in finished.content.decode()

@@ -312,7 +312,7 @@ DEFERRED_IMPORTS = {
 def deferred_imports(root: Path) -> set[tuple[str, str, str]]:
     """(module, function, imported module) for each import inside a function of the package
     (``from . import x`` named as its absolute module)."""
-    found = set()
+    found: set[tuple[str, str, str]] = set()
     for path in sorted((root / "django_rcoord").rglob("*.py")):
         name = path.relative_to(root / "django_rcoord").as_posix()
         package = ".".join(path.relative_to(root).parent.parts)

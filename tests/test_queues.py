@@ -38,6 +38,7 @@ from django_rcoord.queues import (
     task,
 )
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.records import REQUEUE_BATCH
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome
@@ -274,13 +275,13 @@ def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
     assert client.pttl(keys.in_flight) == client.pttl(keys.owners) == -1  # never expire
     assert queue_stats("default")["in_flight"] == 1
     assert worker.session.renew([job]) == ([], [])  # held, and not asked to stop
-    assert worker.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 1.0))
+    assert worker.session.finish(Done(job, Outcome(Kind.ACK, "tests.tasks.record"), 1.0))
     assert queue_stats("default")["in_flight"] == 0
     assert gone()
     tasks.record.delay("back")
     worker.session.give_back([take(worker)])
     assert gone()
-    stopped = Outcome("stopped", "tests.tasks.record", error="stopped", error_class="x.Stop")
+    stopped = Outcome(Kind.STOPPED, "tests.tasks.record", error="stopped", error_class="x.Stop")
     assert worker.session.finish_stopped(Done(take(worker), stopped, 1.0))
     assert gone()
     # A worker that died: its task is put back when its lease runs out, and the keys go.
@@ -293,7 +294,7 @@ def test_tasks_in_flight_are_kept_in_the_large_encodings() -> None:
     # keys stay while it is in flight.
     client.zadd(keys.in_flight, {"previous": 2**52})
     client.hset(keys.owners, "previous", "old-worker")
-    assert worker.session.finish(Done(take(worker), Outcome("ack", "tests.tasks.record"), 1.0))
+    assert worker.session.finish(Done(take(worker), Outcome(Kind.ACK, "tests.tasks.record"), 1.0))
     assert client.zscore(keys.in_flight, "previous") == 2**52
     assert client.hget(keys.owners, "previous") == b"old-worker"
     assert queue_stats("default")["in_flight"] == 1
@@ -487,9 +488,9 @@ def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
     other.session.recover_if_due(force=True)
     second = take(other)
     assert second.id == job.id
-    finished = slow.session.finish(Done(job, Outcome("ack", "tests.tasks.record"), 0.0))
+    finished = slow.session.finish(Done(job, Outcome(Kind.ACK, "tests.tasks.record"), 0.0))
     assert not finished  # the lease was lost: the other worker owns the task now
-    finished = other.session.finish(Done(second, Outcome("ack", "tests.tasks.record"), 0.0))
+    finished = other.session.finish(Done(second, Outcome(Kind.ACK, "tests.tasks.record"), 0.0))
     assert finished
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
 

@@ -15,6 +15,7 @@ from django_rcoord.embedded.server import free_port
 from django_rcoord.queues import task
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.worker.isolation import ProcessTaskRunner
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.resolve import resolve
 from django_rcoord.queues.worker.runner import TaskRunner
@@ -51,7 +52,7 @@ def message(name: str, **fields: object) -> bytes:
     return json.dumps({"task": name, "queue": "default", **fields}).encode()
 
 
-def run_job(runner: TaskRunner, job: Job) -> Done:
+def run_job(runner: TaskRunner | ProcessTaskRunner, job: Job) -> Done:
     """What the worker does with a job it took: resolve it once, then run it."""
     return runner.run(job, resolve(job))
 

@@ -11,6 +11,7 @@ from django_rcoord.queues import enqueue_many, get_result, queue_stats, recover_
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import read_metrics
 from django_rcoord.queues.options import parse_rate
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.worker.jobs import Outcome
 from django_rcoord.queues.worker.resolve import resolve
 from tests import tasks
@@ -118,7 +119,7 @@ def test_a_held_back_delivery_leaves_the_record_as_it_was() -> None:
     retried = tasks.at_most_two.delay(0)
     job = take(worker)
     assert job.id == retried
-    failed = Outcome("retry", job.task_name, "Boom", "builtins.ValueError", delay_ms=0)
+    failed = Outcome(Kind.RETRY, job.task_name, "Boom", "builtins.ValueError", delay_ms=0)
     assert worker.session.finish(Done(job, failed, 1.0))
     recover_and_promote(QueueKeys.of("default"))
     job = take(worker)

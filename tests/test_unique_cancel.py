@@ -35,6 +35,7 @@ from django_rcoord.queues import (
 from django_rcoord.queues.framework import TaskResultStatus, task_enqueued
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import read_metrics
+from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.worker import Worker
 from django_rcoord.queues.worker.jobs import Done, Outcome
 from tests import framework_tasks, tasks
@@ -108,7 +109,7 @@ def claims() -> dict[str, str]:
     }
 
 
-def finish(worker: Worker, job: Any, kind: str, delay_ms: int = 0) -> bool:
+def finish(worker: Worker, job: Any, kind: Kind, delay_ms: int = 0) -> bool:
     outcome = Outcome(kind, "tests", "Boom", "builtins.ValueError", delay_ms=delay_ms)
     return worker.session.finish(Done(job, outcome, 0.0))
 
@@ -201,7 +202,7 @@ def test_the_claim_is_dropped_when_the_task_is_acknowledged() -> None:
     worker = Worker(["default"])
     job = take(worker)
     assert unique_record.delay("a") == first  # running: still unique
-    assert finish(worker, job, "ack")
+    assert finish(worker, job, Kind.ACK)
     assert claims() == {}
     again = unique_record.delay("a")
     assert again != first
@@ -212,12 +213,12 @@ def test_the_claim_is_dropped_when_the_task_is_acknowledged() -> None:
 def test_a_retried_task_stays_unique_and_its_dead_letter_drops_the_claim() -> None:
     first = unique_record.delay("r")
     worker = Worker(["default"])
-    assert finish(worker, take(worker), "retry", delay_ms=60_000)
+    assert finish(worker, take(worker), Kind.RETRY, delay_ms=60_000)
     assert queue_stats("default") == {**EMPTY, "delayed": 1}
     assert unique_record.delay("r") == first
     get_client().zadd(KEYS.delayed, {first: 0})  # due now
     recover_and_promote(KEYS)
-    assert finish(worker, take(worker), "dead")
+    assert finish(worker, take(worker), Kind.DEAD)
     assert [letter["id"] for letter in dead_letters("default")] == [first]
     assert claims() == {}
     assert unique_record.delay("r") != first
@@ -229,7 +230,7 @@ def dead_unique(marker: str, task: Any = None) -> str:
     worker = Worker(["default"])
     job = take(worker)
     assert job.id == task_id
-    assert finish(worker, job, "dead")
+    assert finish(worker, job, Kind.DEAD)
     assert task_id not in claims().values()
     return task_id
 
@@ -245,7 +246,7 @@ def test_a_requeued_dead_letter_takes_its_claim_back() -> None:
     job = take(worker)
     assert job.id == first
     assert unique_record.delay("d") == first  # running
-    assert finish(worker, job, "ack")
+    assert finish(worker, job, Kind.ACK)
     assert claims() == {}
     again = unique_record.delay("d")
     assert again != first  # it ended: a new run is queued
@@ -287,11 +288,11 @@ def test_a_requeued_dead_letter_leaves_the_claim_to_a_run_that_holds_it() -> Non
     assert {job.id for job in runs} == {first, second}
     # The requeued run ending leaves the other's claim alone.
     (requeued,) = [job for job in runs if job.id == first]
-    assert finish(worker, requeued, "ack")
+    assert finish(worker, requeued, Kind.ACK)
     assert set(claims().values()) == {second}
     assert unique_record.delay("h") == second
     (holder,) = [job for job in runs if job.id == second]
-    assert finish(worker, holder, "ack")
+    assert finish(worker, holder, Kind.ACK)
     assert claims() == {}
 
 
@@ -322,7 +323,7 @@ def claims_end_on_time(marker: str) -> None:
     worker = Worker(["default"])
     job = take(worker)
     assert job.id == first
-    assert finish(worker, job, "ack")  # the first task ends: the second's claim stays
+    assert finish(worker, job, Kind.ACK)  # the first task ends: the second's claim stays
     assert unique_short.delay(marker) == second
 
 
@@ -366,7 +367,7 @@ def test_cancel_a_delayed_task_and_a_retry_waiting_for_its_time() -> None:
     later = plain.schedule("later", delay=60)
     retried = plain.delay("retried")
     worker = Worker(["default"])
-    assert finish(worker, take(worker), "retry", delay_ms=60_000)
+    assert finish(worker, take(worker), Kind.RETRY, delay_ms=60_000)
     assert queue_stats("default") == {**EMPTY, "delayed": 2}
     assert cancel(later)
     assert cancel(retried)
@@ -384,11 +385,11 @@ def test_a_running_finished_dead_or_unknown_task_is_not_cancelled() -> None:
     job = take(worker)
     assert cancel(running) is False
     assert get_result(running).status == "RUNNING"  # type: ignore[union-attr]
-    assert finish(worker, job, "ack")
+    assert finish(worker, job, Kind.ACK)
     assert cancel(running) is False
     assert get_result(running).status == "SUCCESSFUL"  # type: ignore[union-attr]
     dead = plain.delay("dead")
-    assert finish(worker, take(worker), "dead")
+    assert finish(worker, take(worker), Kind.DEAD)
     assert cancel(dead) is False
     assert queue_stats("default") == {**EMPTY, "dead": 1}
     for unknown in ("0" * 32, "not an id", "reports/" + "f" * 32):

@@ -66,7 +66,7 @@ DURATION_BUCKETS = (
     math.inf,
 )
 #: The finish script's outcome -> the metric's label value.
-OUTCOMES = {
+OUTCOMES: dict[str, str] = {
     Kind.ACK: "succeeded",
     Kind.RETRY: "retried",
     Kind.DEFER: "deferred",

@@ -11,6 +11,7 @@ import pytest
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
+from django_rcoord.queues.worker.calls import give_back_call, renew_call
 from django_rcoord.queues.worker.finish import FinishProtocol, finish_record
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 
@@ -142,3 +143,27 @@ def test_the_outcome_kinds_are_the_strings_the_finish_script_reads() -> None:
     assert Outcome("dead", "t").kind is Kind.DEAD  # type: ignore[arg-type]  # the Lua string
     with pytest.raises(ValueError, match="'acked'"):
         Outcome("acked", "t")  # type: ignore[arg-type]
+
+
+def lua_reads(script: str) -> set[str]:
+    """The fields of the call's record a script reads (``call.<name>``)."""
+    text = (resources.files("django_rcoord") / "lua" / f"{script}.lua").read_text()
+    return set(re.findall(r"\bcall\.(\w+)", text))
+
+
+def test_the_lease_scripts_read_their_calls_by_name() -> None:
+    """renew and give-back send their settings as one named record, as the finish does:
+    each script reads each field its builder writes, and no other."""
+    queue = QueueKeys.of("jobs/high")
+    keys, args = renew_call(queue, "w1", 30_000, ["a", "b"])
+    assert keys == [queue.owners, queue.in_flight, queue.stop("a"), queue.stop("b")]
+    assert json.loads(args[0]) == {"worker": "w1", "lease_ms": 30_000}
+    assert args[1:] == ["a", "b"]
+    assert lua_reads("task_renew") == set(json.loads(args[0]))
+    keys, args = give_back_call(queue, "w1", ["a"])
+    assert keys[:2] == [queue.owners, queue.in_flight]
+    assert args[1:] == ["a"]
+    assert json.loads(args[0])["queue"] == "high"
+    assert lua_reads("task_give_back") == set(json.loads(args[0]))
+    _, args = FinishProtocol("w1", [queue]).call([], 5, lease_ms=30_000)
+    assert lua_reads("task_finish") == set(json.loads(args[0]))

@@ -7,9 +7,10 @@
 -- Builds   KEYS[3] .. <task id>: each task's record HASH (see _records)
 -- KEYS[4]  ready ZSET of their queue   KEYS[5] queues HASH of the group (queue counters)
 -- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
--- ARGV[1]  worker id   ARGV[2] queue name   ARGV[3] how long the group's list of queues
---          outlives its last task, ms   ARGV[4] wake-up token lifetime, ms
--- ARGV[5..] task ids
+-- ARGV[1]  the call's JSON record (queues/worker/calls.py give_back_call): worker (its id),
+--          queue (the queue's name in its group), keep_ms (how long the group's list of
+--          queues outlives its last task), wake_ms (wake-up tokens' lifetime)
+-- ARGV[2..] task ids
 -- Returns  how many were given back (the others this worker no longer held).
 --! include _ready
 --! include _records
@@ -17,7 +18,8 @@
 --! include _in_flight
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local ids, held = held_tasks(KEYS[1], KEYS[2], ARGV[1], 5)
+local call = cjson.decode(ARGV[1])
+local ids, held = held_tasks(KEYS[1], KEYS[2], call.worker, 2)
 local mine = {}
 for index, id in ipairs(ids) do
     if held[index] then
@@ -38,10 +40,10 @@ for _, id in ipairs(mine) do
         save_state(KEYS[3], id, state)
     end
 end
-ready_add(KEYS[4], KEYS[5], ARGV[2], tonumber(ARGV[3]), mine, priorities_of(KEYS[6], mine), true)
+ready_add(KEYS[4], KEYS[5], call.queue, call.keep_ms, mine, priorities_of(KEYS[6], mine), true)
 if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then
     redis.call('RPUSH', KEYS[7], 1)
     redis.call('LTRIM', KEYS[7], -64, -1)
-    redis.call('PEXPIRE', KEYS[7], ARGV[4])
+    redis.call('PEXPIRE', KEYS[7], call.wake_ms)
 end
 return #mine

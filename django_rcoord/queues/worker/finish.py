@@ -77,14 +77,14 @@ class FinishProtocol:
             "nonce": nonce,
         }
         keys = self.keys
-        args: list[Any] = [_json(settings)]
+        args: list[Any] = [wire_json(settings)]
         for item in done:
             record = finish_record(item)
             step = item.outcome.follow_up
             if step is not None:
                 keys = [*keys, *step.keys]
                 record["follow_up"] = follow_up_record(step, first_key=len(keys) - 4)
-            args.append(_json(record))
+            args.append(wire_json(record))
         return keys, args
 
     def jobs(self, taken: Sequence[Any]) -> list[Job]:
@@ -142,7 +142,7 @@ def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
     }
 
 
-def _json(record: dict[str, Any]) -> bytes:
+def wire_json(record: dict[str, Any]) -> bytes:
     """``record`` as UTF-8 JSON for ``cjson``. Text that cannot be UTF-8 (a lone surrogate,
     as ``surrogateescape`` decoding leaves in an error's text or a task's name) is replaced:
     ``cjson`` refuses such an escape, and the call would fail every time it was sent."""

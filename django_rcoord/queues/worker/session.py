@@ -18,10 +18,11 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, QueueKeys
 from django_rcoord.queues.metrics import metric_labels
 from django_rcoord.queues.producer import register_group
 from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
+from django_rcoord.queues.worker.calls import give_back_call, renew_call
 from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.runner import log_outcome
@@ -140,20 +141,9 @@ class QueueSession:
         lost: list[Job] = []
         stop: list[Job] = []
         for queue, queue_jobs in _by_queue(jobs):
-            flags = run_script(
-                "task_renew",
-                self.client,
-                keys=[
-                    queue.owners,
-                    queue.in_flight,
-                    *(queue.stop(job.id) for job in queue_jobs),
-                ],
-                args=[
-                    self.worker_id,
-                    self.lease_ms,
-                    *(job.id for job in queue_jobs),
-                ],
-            )
+            ids = [job.id for job in queue_jobs]
+            keys, args = renew_call(queue, self.worker_id, self.lease_ms, ids)
+            flags = run_script("task_renew", self.client, keys=keys, args=args)
             for job, flag in zip(queue_jobs, flags, strict=True):
                 if not flag:
                     lost.append(job)
@@ -197,27 +187,8 @@ class QueueSession:
         task): back to the front of their queue at once, for any worker (one call per
         queue)."""
         for queue, queue_jobs in _by_queue(jobs):
-            run_script(
-                "task_give_back",
-                self.client,
-                keys=[
-                    queue.owners,
-                    queue.in_flight,
-                    queue.records,
-                    queue.ready,
-                    queue.queues,
-                    queue.messages,
-                    queue.wake,
-                    queue.idle,
-                ],
-                args=[
-                    self.worker_id,
-                    queue.queue,
-                    GROUP_KEYS_MS,
-                    WAKE_TOKEN_MS,
-                    *(job.id for job in queue_jobs),
-                ],
-            )
+            keys, args = give_back_call(queue, self.worker_id, [job.id for job in queue_jobs])
+            run_script("task_give_back", self.client, keys=keys, args=args)
 
     # -- idle --------------------------------------------------------------------
     def wait_for_work(self) -> None:

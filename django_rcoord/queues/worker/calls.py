@@ -1,0 +1,46 @@
+"""The worker's calls to its lease scripts (``task_renew``, ``task_give_back``), built here
+and nowhere else: the call's settings go as one JSON record the script reads by name (as
+``finish.FinishProtocol`` sends the finish's), then the ids of the tasks it is about."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.worker.finish import wire_json
+
+__all__ = ["give_back_call", "renew_call"]
+
+#: A script's KEYS and ARGV.
+Call = tuple[list[Any], list[Any]]
+
+
+def renew_call(queue: QueueKeys, worker_id: str, lease_ms: int, task_ids: Sequence[str]) -> Call:
+    """``task_renew``: extend the leases of ``task_ids`` of ``queue`` by ``lease_ms`` from
+    now, saying which ``cancel()`` asked to stop (their stop keys, in the same order)."""
+    keys = [queue.owners, queue.in_flight, *(queue.stop(task_id) for task_id in task_ids)]
+    record = {"worker": worker_id, "lease_ms": lease_ms}
+    return keys, [wire_json(record), *task_ids]
+
+
+def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) -> Call:
+    """``task_give_back``: ``task_ids`` of ``queue``, taken and not run, back to the front
+    of their queue."""
+    keys = [
+        queue.owners,
+        queue.in_flight,
+        queue.records,
+        queue.ready,
+        queue.queues,
+        queue.messages,
+        queue.wake,
+        queue.idle,
+    ]
+    record = {
+        "worker": worker_id,
+        "queue": queue.queue,
+        "keep_ms": GROUP_KEYS_MS,
+        "wake_ms": WAKE_TOKEN_MS,
+    }
+    return keys, [wire_json(record), *task_ids]

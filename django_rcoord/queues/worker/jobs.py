@@ -47,7 +47,8 @@ class Outcome:
     follow_up: QueuedInStep | None = None  # queued by the finish script with this end
 
     def __post_init__(self) -> None:
-        self.kind = Kind(self.kind)  # its Lua string is taken too: ValueError for another
+        if type(self.kind) is not Kind:  # its Lua string is taken too: ValueError for another
+            self.kind = Kind(self.kind)
 
     @property
     def summary(self) -> str:

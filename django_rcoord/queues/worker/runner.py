@@ -274,17 +274,18 @@ def log_outcome(done: Done, held: bool) -> None:
     job, outcome = done.job, done.outcome
     kind: Kind | str = outcome.kind if held else "lost"
     level, message = OUTCOME_LINES[kind]
+    failed = kind in (Kind.RETRY, Kind.DEAD)
     fields = {
         "id": job.id,
         "name": outcome.task_name,
         "attempt": job.failures + 1,
         "took_ms": done.took_ms,
         "error": outcome.error,
-        "summary": outcome.summary,
+        "summary": outcome.summary if failed else "",  # only a failure's line says it
         "delay_s": outcome.delay_ms / 1000,
     }
-    failed = kind in (Kind.RETRY, Kind.DEAD) and not outcome.traceback_logged
-    logger.log(level, message, fields, exc_info=outcome.exception if failed else None)
+    exc_info = outcome.exception if failed and not outcome.traceback_logged else None
+    logger.log(level, message, fields, exc_info=exc_info)
 
 
 async def _within(awaitable: Any, left: float | None, limit: float | None) -> Any:

@@ -63,7 +63,7 @@ class ProcessTaskRunner:
         self._process: Any = None
         self._connection: Connection | None = None
         # The task the child runs and whether stop() killed it, for stop() from the
-        # worker's keeper thread.
+        # worker's keeper (on the process's renewer thread).
         self._guard = threading.Lock()
         self._running: str | None = None
         self._stopped = False

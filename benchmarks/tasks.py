@@ -66,7 +66,10 @@ GUARANTEES = {
     "rcoord-framework": (
         *QUEUE_GUARANTEES["django-rcoord"][:3],
         "yes (the framework's -100..100 within a queue: priority, then FIFO)",
-        "yes (get_result: one script call; TASK_RESULT_TTL 1 day)",
+        (
+            "yes (get_result of a finished task: one HGETALL, a script call otherwise; "
+            "TASK_RESULT_TTL 1 day)"
+        ),
     ),
     "rq-framework": (
         *QUEUE_GUARANTEES["rq"][:3],
@@ -274,18 +277,17 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
     django-tasks-redis's, with the commands under them as references, the rows taking
     turns (``measure_side_by_side``): what a page polling a task's status pays per poll."""
     from benchmarks import framework_tasks
-    from django_rcoord.connection.features import SCRIPT_FLAGS
     from django_rcoord.queues import get_result
-    from django_rcoord.queues.results import record_keys, result_script
-    from django_rcoord.scripts import run_script
+    from django_rcoord.queues.keys import GroupKeys, group_of_task_id
 
     client = bench.client
     client.flushdb()
     ours = framework_tasks.rcoord_noop
     ids = [ours.enqueue().id for _ in range(READ_TASKS)]
     _drain("rcoord-framework")()
-    keys = record_keys(ids[0])
-    assert keys is not None, "a task id of this backend names its record's keys"
+    group = group_of_task_id(ids[0])
+    assert group is not None, "a task id of this backend names its group"
+    record_of = GroupKeys.of(group).record
     turn = iter(range(1 << 62))
 
     def next_id(of: list[str]) -> str:
@@ -296,18 +298,17 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         "1",
         lambda: ours.get_result(next_id(ids)),
     )
-    # The framework rows and the one command each read sends, for server_us_per_read.
-    framework: list[tuple[Operation, str]] = [(our_read, "cmdstat_evalsha")]
+    # The framework rows and the one command each read of a finished task sends, for
+    # server_us_per_read.
+    framework: list[tuple[Operation, str]] = [(our_read, "cmdstat_hgetall")]
     operations = [
         ping_operation(client, 1),
         our_read,
         ("django-rcoord queues.get_result", "1", lambda: get_result(next_id(ids))),
         (
-            "bare EVALSHA of task_result (no decoding)",
+            "bare HGETALL of a django-rcoord record (no decoding)",
             "1",
-            lambda: run_script(
-                result_script(SCRIPT_FLAGS.usable(client)), client, keys=keys, args=(next_id(ids),)
-            ),
+            lambda: client.hgetall(record_of(next_id(ids))),
         ),
     ]
     theirs = SYSTEMS["streams-framework"] + " task.get_result"
@@ -353,7 +354,7 @@ def get_result_side_by_side(bench: Bench, *, count: int, repeats: int) -> Table:
         note="each row a read of one finished task's whole result, in turns of "
         f"{TURN} with the others (sync calls; one client, one connection each); server "
         "us/read: what the server spent in the command each read sends (INFO commandstats), "
-        "the two framework rows reading in turns again",
+        "each framework row reading on its own",
     )
 
 
@@ -361,19 +362,16 @@ def server_us_per_read(
     client: Any, reads: list[tuple[Operation, str]], count: int
 ) -> dict[str, float]:
     """What the server spends per read of each row of ``reads`` (each with the one command
-    its read sends, as INFO commandstats names it: no other row sends it), from INFO
-    commandstats over ``count`` reads of each, the rows taking turns as in the side-by-side
-    table (between two reads the client's own work cools the server's caches, as it does
-    for a page polling a result). By row name."""
-    client.config_resetstat()
-    for _ in range(0, count, TURN):
-        for (_, _, operation), _ in reads:
-            for _ in range(TURN):
-                operation()
-    stats = client.info("commandstats")
-    return {
-        name: round(float(stats[command]["usec_per_call"]), 2) for (name, _, _), command in reads
-    }
+    its read sends, as INFO commandstats names it), from INFO commandstats over ``count``
+    reads of each, one row after the other (both send HGETALL: the counters cannot tell
+    two rows apart in turns). By row name."""
+    found = {}
+    for (name, _, operation), command in reads:
+        client.config_resetstat()
+        for _ in range(count):
+            operation()
+        found[name] = round(float(client.info("commandstats")[command]["usec_per_call"]), 2)
+    return found
 
 
 def run(bench: Bench) -> ScenarioResult:

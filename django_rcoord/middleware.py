@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
@@ -115,39 +114,57 @@ class ConcurrencyLimitMiddleware:
     def _acquire_all(
         self, request: HttpRequest, rules: list[ConcurrencyRule]
     ) -> list[_Permit] | HttpResponse:
-        taking = _Taking(request)
+        permits: list[_Permit] = []
+        down: Exception | None = None
+        outcome: _Permit | HttpResponse | None
         try:
-            for rule in taking.to_ask(rules):
-                with taking.asking(rule):
-                    taking.took(rule, self._acquire(rule, request))
-        except _Refused as refused:
-            _release(taking.permits)
-            return refused.response
+            for rule in rules:
+                if down is None:
+                    try:
+                        outcome = self._acquire(rule, request)
+                    except NO_REDIS as exc:
+                        down = exc
+                if down is not None:  # found out of reach: not asked again for this request
+                    outcome = _unreached(request, rule, down)
+                if isinstance(outcome, HttpResponse):
+                    _release(permits)
+                    return outcome
+                if outcome is not None:
+                    permits.append(outcome)
         except BaseException:
             # A later rule's step raised (a user look-up with the database down, an auth
             # backend's error): the permits already taken go back now, not at the lease's end.
-            _release(taking.permits)
+            _release(permits)
             raise
-        return taking.permits
+        return permits
 
     async def _aacquire_all(
         self, request: HttpRequest, rules: list[ConcurrencyRule]
     ) -> list[_Permit] | HttpResponse:
-        taking = _Taking(request)
+        permits: list[_Permit] = []
+        down: Exception | None = None
+        outcome: _Permit | HttpResponse | None
         try:
-            for rule in taking.to_ask(rules):
-                with taking.asking(rule):
-                    taking.took(rule, await self._aacquire(rule, request))
-        except _Refused as refused:
-            await _arelease(taking.permits)
-            return refused.response
+            for rule in rules:
+                if down is None:
+                    try:
+                        outcome = await self._aacquire(rule, request)
+                    except NO_REDIS as exc:
+                        down = exc
+                if down is not None:  # found out of reach: not asked again for this request
+                    outcome = _unreached(request, rule, down)
+                if isinstance(outcome, HttpResponse):
+                    await _arelease(permits)
+                    return outcome
+                if outcome is not None:
+                    permits.append(outcome)
         except asyncio.CancelledError:
-            spawn(_arelease(taking.permits))
+            spawn(_arelease(permits))
             raise
         except BaseException:
-            await _arelease(taking.permits)
+            await _arelease(permits)
             raise
-        return taking.permits
+        return permits
 
     # -- the request -----------------------------------------------------------
     def __call__(self, request: HttpRequest) -> Any:
@@ -182,54 +199,6 @@ class ConcurrencyLimitMiddleware:
             return _hold_until_finished(response, permits)
         await _arelease(permits)
         return response
-
-
-class _Refused(Exception):
-    """A rule's answer ends the request: its ``response`` (the permits taken go back)."""
-
-    def __init__(self, response: HttpResponse) -> None:
-        self.response = response
-
-
-@dataclass
-class _Taking:
-    """The permits a request took so far, rule after rule; once Redis was found out of
-    reach, it is not asked again for this request (each later rule fails open or not)."""
-
-    request: HttpRequest
-    permits: list[_Permit] = field(default_factory=list)
-    down: Exception | None = None
-
-    def to_ask(self, rules: list[ConcurrencyRule]) -> Iterator[ConcurrencyRule]:
-        """The rules whose permit is to be asked of Redis: each, until it is found out of
-        reach; the rest are not asked (each fails open, or ends the request)."""
-        for rule in rules:
-            if self.down is None:
-                yield rule
-            else:
-                self.unreachable(rule, self.down)
-
-    @contextmanager
-    def asking(self, rule: ConcurrencyRule) -> Iterator[None]:
-        """Around asking Redis for ``rule``'s permit: Redis out of reach (what NO_REDIS
-        names) is ``unreachable``'s to answer."""
-        try:
-            yield
-        except NO_REDIS as exc:
-            self.unreachable(rule, exc)
-
-    def took(self, rule: ConcurrencyRule, outcome: _Permit | HttpResponse | None) -> None:
-        """What asking for ``rule``'s permit gave; ``_Refused`` when it ends the request."""
-        if isinstance(outcome, HttpResponse):
-            raise _Refused(outcome)
-        if outcome is not None:
-            self.permits.append(outcome)
-
-    def unreachable(self, rule: ConcurrencyRule, exc: Exception) -> None:
-        """Redis is out of reach (``exc``) for ``rule``: it fails open, or ends the
-        request with a 503."""
-        self.down = exc
-        self.took(rule, _unreached(self.request, rule, exc))
 
 
 def _unreached(request: HttpRequest, rule: ConcurrencyRule, exc: Exception) -> HttpResponse | None:

@@ -5,7 +5,6 @@ and the overview ``rcoord_status`` prints. A task's record, and reading it, are 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from django_rcoord.conf import conf
@@ -179,20 +178,17 @@ def requeue_dead(queue: str, task_id: str | None = None, *, client: Any = None) 
     In script calls of ``REQUEUE_BATCH`` letters each, oldest first: each call is atomic
     and short, so Redis never pauses long however many letters there are.
     """
-    return _dead_letters("task_requeue_dead", queue, task_id, client)
+    return sum(
+        _requeue_dead(QueueKeys.of(name), task_id, client)
+        for name in layout_queues(queue, task_id, client=client)
+    )
 
 
-def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
-    """Delete the dead letters of ``queue`` for good (only ``task_id``, when given); their
-    result records stay until they expire. Returns how many. Bounded calls, as
-    ``requeue_dead``."""
-    return _dead_letters("task_delete_dead", queue, task_id, client)
-
-
-#: The dead-letter scripts, each with its KEYS and its ARGV (before the task id) for a queue.
-_DEAD_LETTER_CALLS: dict[str, tuple[Callable[[QueueKeys], list[str]], Callable[..., list[Any]]]] = {
-    "task_requeue_dead": (
-        lambda keys: [
+def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
+    return _dead_in_batches(
+        "task_requeue_dead",
+        client,
+        [
             keys.dead,
             keys.ready,
             keys.failures,
@@ -204,25 +200,29 @@ _DEAD_LETTER_CALLS: dict[str, tuple[Callable[[QueueKeys], list[str]], Callable[.
             keys.queues,
             keys.results_expiry,
         ],
-        lambda keys: [WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH],
-    ),
-    "task_delete_dead": (
-        lambda keys: [keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
-        lambda keys: [REQUEUE_BATCH],
-    ),
-}
+        [WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
+        one=task_id is not None,
+    )
 
 
-def _dead_letters(script: str, queue: str, task_id: str | None, client: Any) -> int:
-    """Run ``script`` on the dead letters of ``queue`` in every layout of its shards (only
-    the one holding ``task_id``, when given)."""
-    keys_of, args_of = _DEAD_LETTER_CALLS[script]
-    handled = 0
-    for name in layout_queues(queue, task_id, client=client):
-        keys = QueueKeys.of(name)
-        args = [*args_of(keys), task_id or ""]
-        handled += _dead_in_batches(script, client, keys_of(keys), args, one=task_id is not None)
-    return handled
+def delete_dead(queue: str, task_id: str | None = None, *, client: Any = None) -> int:
+    """Delete the dead letters of ``queue`` for good (only ``task_id``, when given); their
+    result records stay until they expire. Returns how many. Bounded calls, as
+    ``requeue_dead``."""
+    return sum(
+        _delete_dead(QueueKeys.of(name), task_id, client)
+        for name in layout_queues(queue, task_id, client=client)
+    )
+
+
+def _delete_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
+    return _dead_in_batches(
+        "task_delete_dead",
+        client,
+        [keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
+        [REQUEUE_BATCH, task_id or ""],
+        one=task_id is not None,
+    )
 
 
 def _dead_in_batches(

@@ -5,18 +5,16 @@ and nowhere else: the call's settings go as one JSON record the script reads by 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
-from django_rcoord.queues.worker.finish import wire_json
+from django_rcoord.queues.worker.finish import ScriptCall, wire_json
 
 __all__ = ["give_back_call", "renew_call"]
 
-#: A script's KEYS and ARGV.
-Call = tuple[list[Any], list[Any]]
 
-
-def renew_call(queue: QueueKeys, worker_id: str, lease_ms: int, task_ids: Sequence[str]) -> Call:
+def renew_call(
+    queue: QueueKeys, worker_id: str, lease_ms: int, task_ids: Sequence[str]
+) -> ScriptCall:
     """``task_renew``: extend the leases of ``task_ids`` of ``queue`` by ``lease_ms`` from
     now, saying which ``cancel()`` asked to stop (their stop keys, in the same order)."""
     keys = [queue.owners, queue.in_flight, *(queue.stop(task_id) for task_id in task_ids)]
@@ -24,7 +22,7 @@ def renew_call(queue: QueueKeys, worker_id: str, lease_ms: int, task_ids: Sequen
     return keys, [wire_json(record), *task_ids]
 
 
-def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) -> Call:
+def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) -> ScriptCall:
     """``task_give_back``: ``task_ids`` of ``queue``, taken and not run, back to the front
     of their queue."""
     keys = [

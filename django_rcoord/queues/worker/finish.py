@@ -19,6 +19,9 @@ from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.queues.worker.jobs import Done, Job
 
+#: A script's KEYS and ARGV, as a call of the worker's builds them.
+ScriptCall = tuple[list[Any], list[Any]]
+
 
 class FinishProtocol:
     """The finish script's calls for worker ``worker_id`` over ``queues`` (one group, in
@@ -59,7 +62,7 @@ class FinishProtocol:
         idle_ms: int = 0,
         registered: bool = False,
         nonce: str = "",
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> ScriptCall:
         """The KEYS and ARGV of one call: finish ``done``, take up to ``take`` (each leased
         for ``lease_ms``); finding nothing, register idle for ``idle_ms`` (0: do not);
         ``registered``: this worker is registered idle now; ``nonce``: this exchange's

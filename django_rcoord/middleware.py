@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
@@ -28,6 +29,7 @@ from django_rcoord.renewal import Renewal
 from django_rcoord.responses import error_response, unavailable
 from django_rcoord.semaphores import Semaphore
 from django_rcoord.semaphores.rules import ConcurrencyRule, load_rules
+from django_rcoord.steps import Steps, arun, run
 from django_rcoord.waiting import spawn
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,11 @@ class _Permit:
 
     def stop_refreshing(self) -> None:
         self.renewal.cancel()
+
+
+#: What asking Redis for one rule's permit gives: the permit, a 503, or the error that found
+#: Redis out of reach.
+_Taken = _Permit | HttpResponse | Exception
 
 
 class ConcurrencyLimitMiddleware:
@@ -81,22 +88,26 @@ class ConcurrencyLimitMiddleware:
         return [rule for rule in rules if rule.covers(request, view_names)]
 
     # -- permits ---------------------------------------------------------------
-    def _acquire(self, rule: ConcurrencyRule, request: HttpRequest) -> _Permit | HttpResponse:
-        """A held permit, or a 503 (raises what NO_REDIS names when Redis is down)."""
+    def _acquire(self, rule: ConcurrencyRule, request: HttpRequest) -> _Taken:
+        """A held permit, a 503, or the error that found Redis out of reach."""
         user = get_user(request) if rule.scope == "user" else None
         semaphore = rule.semaphore_for(request, user)
-        identifier = semaphore.acquire(wait=rule.wait)
+        try:
+            identifier = semaphore.acquire(wait=rule.wait)
+        except NO_REDIS as exc:
+            return exc
         if identifier is None:
             return self._too_busy(request)
         return _Permit(semaphore, identifier, semaphore.keep(identifier, max_hold=rule.max_hold))
 
-    async def _aacquire(
-        self, rule: ConcurrencyRule, request: HttpRequest
-    ) -> _Permit | HttpResponse:
+    async def _aacquire(self, rule: ConcurrencyRule, request: HttpRequest) -> _Taken:
         """``_acquire`` on redis.asyncio; the permit is refreshed by the event loop."""
         user = await aget_user(request) if rule.scope == "user" else None
         semaphore = rule.semaphore_for(request, user)
-        identifier = await semaphore.aacquire(wait=rule.wait)
+        try:
+            identifier = await semaphore.aacquire(wait=rule.wait)
+        except NO_REDIS as exc:
+            return exc
         if identifier is None:
             return self._too_busy(request)
         renewal = semaphore.akeep(identifier, max_hold=rule.max_hold)
@@ -111,61 +122,6 @@ class ConcurrencyLimitMiddleware:
             retry_after=1,
         )
 
-    def _acquire_all(
-        self, request: HttpRequest, rules: list[ConcurrencyRule]
-    ) -> list[_Permit] | HttpResponse:
-        permits: list[_Permit] = []
-        down: Exception | None = None
-        outcome: _Permit | HttpResponse | None
-        try:
-            for rule in rules:
-                if down is None:
-                    try:
-                        outcome = self._acquire(rule, request)
-                    except NO_REDIS as exc:
-                        down = exc
-                if down is not None:  # found out of reach: not asked again for this request
-                    outcome = _unreached(request, rule, down)
-                if isinstance(outcome, HttpResponse):
-                    _release(permits)
-                    return outcome
-                if outcome is not None:
-                    permits.append(outcome)
-        except BaseException:
-            # A later rule's step raised (a user look-up with the database down, an auth
-            # backend's error): the permits already taken go back now, not at the lease's end.
-            _release(permits)
-            raise
-        return permits
-
-    async def _aacquire_all(
-        self, request: HttpRequest, rules: list[ConcurrencyRule]
-    ) -> list[_Permit] | HttpResponse:
-        permits: list[_Permit] = []
-        down: Exception | None = None
-        outcome: _Permit | HttpResponse | None
-        try:
-            for rule in rules:
-                if down is None:
-                    try:
-                        outcome = await self._aacquire(rule, request)
-                    except NO_REDIS as exc:
-                        down = exc
-                if down is not None:  # found out of reach: not asked again for this request
-                    outcome = _unreached(request, rule, down)
-                if isinstance(outcome, HttpResponse):
-                    await _arelease(permits)
-                    return outcome
-                if outcome is not None:
-                    permits.append(outcome)
-        except asyncio.CancelledError:
-            spawn(_arelease(permits))
-            raise
-        except BaseException:
-            await _arelease(permits)
-            raise
-        return permits
-
     # -- the request -----------------------------------------------------------
     def __call__(self, request: HttpRequest) -> Any:
         if self.async_mode:
@@ -173,12 +129,14 @@ class ConcurrencyLimitMiddleware:
         rules = self.matching_rules(request)
         if not rules:
             return self.get_response(request)
-        permits = self._acquire_all(request, rules)
-        if isinstance(permits, HttpResponse):
-            return permits
+        permits: list[_Permit] = []
         try:
-            response = self.get_response(request)
+            refused = run(_taking(request, rules, permits), partial(self._acquire, request=request))
+            response = self.get_response(request) if refused is None else refused
         except BaseException:
+            # A rule's step raised (a user look-up with the database down, an auth
+            # backend's error), or the view did: the permits taken go back now, not at the
+            # lease's end.
             _release(permits)
             raise
         return _hold_until_finished(response, permits)
@@ -187,11 +145,14 @@ class ConcurrencyLimitMiddleware:
         rules = self.matching_rules(request)
         if not rules:
             return await self.get_response(request)
-        permits = await self._aacquire_all(request, rules)
-        if isinstance(permits, HttpResponse):
-            return permits
+        permits: list[_Permit] = []
         try:
-            response = await self.get_response(request)
+            steps = _taking(request, rules, permits)
+            refused = await arun(steps, partial(self._aacquire, request=request))
+            response = await self.get_response(request) if refused is None else refused
+        except asyncio.CancelledError:
+            spawn(_arelease(permits))
+            raise
         except BaseException:
             await _arelease(permits)
             raise
@@ -199,6 +160,27 @@ class ConcurrencyLimitMiddleware:
             return _hold_until_finished(response, permits)
         await _arelease(permits)
         return response
+
+
+def _taking(
+    request: HttpRequest, rules: list[ConcurrencyRule], permits: list[_Permit]
+) -> Steps[HttpResponse | None]:
+    """The core (``django_rcoord.steps``) of taking one request's permits, rule by rule: it
+    yields the rule to take a permit of and receives the permit, a 503, or the error that
+    found Redis out of reach (Redis is then not asked again for this request). It adds each
+    permit to ``permits`` and returns the response that refuses the request, or None; what
+    ``permits`` holds when it refuses or raises is the face's to give back."""
+    down: Exception | None = None
+    for rule in rules:
+        outcome = down or (yield rule)
+        if isinstance(outcome, Exception):
+            down = outcome
+            outcome = _unreached(request, rule, down)
+        if isinstance(outcome, HttpResponse):
+            return outcome
+        if outcome is not None:
+            permits.append(outcome)
+    return None
 
 
 def _unreached(request: HttpRequest, rule: ConcurrencyRule, exc: Exception) -> HttpResponse | None:

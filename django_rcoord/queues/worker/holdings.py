@@ -29,10 +29,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _nothing() -> None:
-    return None
-
-
 class Held(NamedTuple):
     """What a worker holds, as its keeper plans by it."""
 
@@ -40,6 +36,10 @@ class Held(NamedTuple):
     running_since: float  # when the running task started (time.monotonic())
     waiting: bool  # tasks taken and not started wait behind it
     oldest_done_at: float | None  # when the oldest task run, not yet acknowledged, ended
+
+
+def _nothing(_: Held) -> None:
+    return None
 
 
 class Holdings:
@@ -60,11 +60,11 @@ class Holdings:
         self._running_since = 0.0
         self._done: list[Done] = []
         self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
-        self._changed: Callable[[], None] = _nothing
+        self._changed: Callable[[Held], None] = _nothing
 
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` when a task starts or ends (under the lock: what it reads of
-        this object is consistent)."""
+    def on_change(self, callback: Callable[[Held], None]) -> None:
+        """Call ``callback(held)`` when a task starts or ends, with what is held then (under
+        the lock: it stays true until the next change)."""
         self._changed = callback
 
     def snapshot(self) -> Held:
@@ -102,7 +102,7 @@ class Holdings:
                 batch_begins()
             job = self._batch.popleft()
             self._running, self._running_since = job, time.monotonic()
-            self._changed()
+            self._changed(self.snapshot())
             return job
 
     def finished(self, done: Done) -> bool:
@@ -112,7 +112,7 @@ class Holdings:
             self._running = None
             done.at = time.monotonic()
             self._done.append(done)
-            self._changed()
+            self._changed(self.snapshot())
             return not self._batch
 
     # -- calls that change what is held ----------------------------------------------

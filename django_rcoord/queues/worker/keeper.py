@@ -85,12 +85,11 @@ class LeaseKeeper:
         """Whether it is still a job of the process's renewer."""
         return self._renewal is not None and not self._renewal.cancelled
 
-    def wake(self) -> None:
-        """What the worker holds changed (under its lock): look sooner than planned when
-        there is work sooner (not at every change: that would cost a thread switch per
-        task)."""
+    def wake(self, held: Held) -> None:
+        """What the worker holds changed to ``held``: look sooner than planned when there is
+        work sooner (not at every change: that would cost a thread switch per task)."""
         if self._renewal is not None:
-            self._renewal.wake(self._next_at())
+            self._renewal.wake(self._next_at(held))
 
     def turn(self) -> float:
         """The keeper's job on the renewer: do what is due, then say in how many seconds it
@@ -111,12 +110,11 @@ class LeaseKeeper:
                 "worker %s: lease keeper failed (%s); again in %.1fs", self.worker_id, exc, pause
             )
             self._retry_at = time.monotonic() + pause
-        return max(0.0, self._next_at() - time.monotonic())
+        return max(0.0, self._next_at(self.holdings.snapshot()) - time.monotonic())
 
-    def _next_at(self) -> float:
-        """When the keeper has work next (time.monotonic()), not before a failed turn's
-        backoff."""
-        held = self.holdings.snapshot()
+    def _next_at(self, held: Held) -> float:
+        """When the keeper has work next (time.monotonic()) with ``held`` held, not before a
+        failed turn's backoff."""
         due = self._next_renewal
         if held.oldest_done_at is not None:
             due = min(due, held.oldest_done_at + ACK_AFTER_MS / 1000)

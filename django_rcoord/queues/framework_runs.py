@@ -38,7 +38,7 @@ from django_rcoord.queues.producer import QueuedInStep, queue_now_in_step
 from django_rcoord.queues.registry import get_task
 from django_rcoord.queues.task_class import options_of
 from django_rcoord.queues.task_options import follow_up_path
-from django_rcoord.queues.worker.jobs import Call, FollowUp, Job, Outcome, Refusal
+from django_rcoord.queues.worker.jobs import Call, FollowUp, FollowUps, Job, Outcome, Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
         args,
         kwargs,
         backend.run_options(task),
-        functools.partial(follow_up_of, name),
+        FollowUps.found_by(functools.partial(follow_up_of, name)),
         functools.partial(_send_robust, task_started, "task_started", sender, result),
         functools.partial(_send_finished, sender, result),
     )

@@ -134,18 +134,46 @@ def _nothing(*_: Any) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class FollowUps:
+    """The tasks that follow a run (``on_success``, ``on_failure``), looked up when its job is
+    resolved. A look-up that raised keeps its error, raised by ``after`` when the run ends:
+    a successful run whose follow-up cannot be queued fails then (and is retried), as one
+    whose follow-up cannot be queued for any other reason."""
+
+    on_success: FollowUp | Exception | None = None
+    on_failure: FollowUp | Exception | None = None
+
+    @classmethod
+    def found_by(cls, find: Callable[[bool], FollowUp | None]) -> FollowUps:
+        """Both follow-ups, ``find(succeeded)`` each."""
+        return cls(_found(find, True), _found(find, False))
+
+    def after(self, succeeded: bool) -> FollowUp | None:
+        found = self.on_success if succeeded else self.on_failure
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+
+def _found(find: Callable[[bool], FollowUp | None], succeeded: bool) -> FollowUp | Exception | None:
+    try:
+        return find(succeeded)
+    except Exception as exc:  # noqa: BLE001 - e.g. a follow-up this release lacks: see after()
+        return exc
+
+
 @dataclass
 class Call:
-    """A task ready to run: its function, arguments and options, the follow-up
-    ``follow_up_for(succeeded)`` names (or None), and what to do just before the call
-    (``started``) and once the run's end is final (``ended``, not after a retry): the
-    Tasks framework's signals."""
+    """A task ready to run: its function, arguments and options, its ``follow_ups``, and
+    what to do just before the call (``started``) and once the run's end is final
+    (``ended``, not after a retry): the Tasks framework's signals."""
 
     function: Callable[..., Any]
     args: list[Any]
     kwargs: dict[str, Any]
     options: RunOptions
-    follow_up_for: Callable[[bool], FollowUp | None]
+    follow_ups: FollowUps
     started: Callable[[], None] = _nothing
     ended: Callable[[Outcome], None] = _nothing
 

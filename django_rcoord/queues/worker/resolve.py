@@ -10,7 +10,7 @@ from typing import Any
 
 from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.registry import Task, get_task
-from django_rcoord.queues.worker.jobs import Call, Job, Refusal
+from django_rcoord.queues.worker.jobs import Call, FollowUps, Job, Refusal
 
 __all__ = ["resolve"]
 
@@ -44,4 +44,5 @@ def _registered_call(registered: Task, message: dict[str, Any]) -> Call | Refusa
     problem = argument_problem(registered.signature, args, kwargs)
     if problem is not None:
         return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
-    return Call(registered.function, args, kwargs, registered.options, registered.follow_up_task)
+    follow_ups = FollowUps.found_by(registered.follow_up_task)
+    return Call(registered.function, args, kwargs, registered.options, follow_ups)

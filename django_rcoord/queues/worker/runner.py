@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord import __version__, tracing
@@ -36,7 +36,7 @@ from django_rcoord.queues.registry import PermanentFailure
 from django_rcoord.queues.worker.jobs import (
     Call,
     Done,
-    FollowUp,
+    FollowUps,
     Job,
     Outcome,
     Refusal,
@@ -100,7 +100,7 @@ class TaskRunner:
             return refused(job, call, self.worker_id)
         call.started()
         outcome = self.call(job, name, call.function, call.args, call.kwargs, call.options)
-        outcome = self.follow_up(job, outcome, call.follow_up_for, call.options)
+        outcome = self.follow_up(job, outcome, call.follow_ups, call.options)
         if outcome.kind is not Kind.RETRY:  # its end is final
             call.ended(outcome)
         return outcome
@@ -109,10 +109,10 @@ class TaskRunner:
         self,
         job: Job,
         outcome: Outcome,
-        follow_up_for: Callable[[bool], FollowUp | None],
+        follow_ups: FollowUps,
         options: RunOptions,
     ) -> Outcome:
-        """Attach the follow-up ``follow_up_for(succeeded)`` names for how the run ended
+        """Attach the follow-up of ``follow_ups`` for how the run ended
         (``on_success``, or ``on_failure`` once no retry is left): the finish script queues it
         in the step that records the end, so it runs once the record is final, and only if that
         end is recorded. A follow-up of another queue group (another hash slot) cannot share
@@ -122,7 +122,7 @@ class TaskRunner:
             return outcome
         succeeded = outcome.kind is Kind.ACK
         try:
-            follow_up = follow_up_for(succeeded)
+            follow_up = follow_ups.after(succeeded)
             if follow_up is not None:
                 step = follow_up.queued_in_step(job.id)
                 if step.queue.group == job.queue.group:

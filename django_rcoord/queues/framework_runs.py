@@ -62,7 +62,7 @@ def framework_call(job: Job, message: dict[str, Any], name: str) -> Call | Refus
         args,
         kwargs,
         backend.run_options(task),
-        FollowUps.found_by(functools.partial(follow_up_of, name)),
+        FollowUps(follow_up_of(name, True), follow_up_of(name, False)),
         functools.partial(_send_robust, task_started, "task_started", sender, result),
         functools.partial(_send_finished, sender, result),
     )
@@ -128,19 +128,23 @@ class FrameworkFollowUp:
         return self.task.enqueue(task_id).id
 
 
-def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | None:
+def follow_up_of(task_path: str, succeeded: bool) -> FollowUp | Exception | None:
     """The follow-up ``TASK_OPTIONS`` names for the framework task at ``task_path`` (a
-    ``@task``'s name, or a framework task's dotted path on a ``RedisTaskBackend``), or
-    None. LookupError when it names neither."""
+    ``@task``'s name, or a framework task's dotted path on a ``RedisTaskBackend``), None,
+    or why it cannot be found here (a LookupError when it names neither, what importing it
+    raised): ``FollowUps`` raises that when the run ends."""
     path = follow_up_path(options_of(task_path), succeeded)
     if path is None:
         return None
     registered = get_task(path)
     if registered is not None:
         return registered
-    found = framework_task(path)
+    try:
+        found = framework_task(path)
+    except Exception as exc:  # noqa: BLE001 - e.g. a module this release lacks
+        return exc
     if found is None or not isinstance(found.get_backend(), RedisTaskBackend):
-        raise LookupError(
+        return LookupError(
             f"its follow-up {path!r} is neither a registered @task nor a Tasks framework "
             "task of a RedisTaskBackend"
         )

@@ -131,16 +131,16 @@ class Task:
         run = self.enqueue_request(args, kwargs, due_time(delay, eta))
         return (await asend_message(None, run)).task_id
 
-    def follow_up_task(self, succeeded: bool) -> Task | None:
+    def follow_up_task(self, succeeded: bool) -> Task | LookupError | None:
         """The task that follows a run that succeeded (``on_success``) or failed for good
-        (``on_failure``), or None when there is none. LookupError when it names a task
-        that is not registered."""
+        (``on_failure``), None when there is none, or a LookupError when it names a task
+        that is not registered (the worker raises it when the run ends)."""
         follow_up = self.on_success if succeeded else self.on_failure
         if follow_up is None:
             return None
         found = get_task(follow_up) if isinstance(follow_up, str) else follow_up
         if found is None:
-            raise LookupError(f"its follow-up {follow_up!r} is not a registered task")
+            return LookupError(f"its follow-up {follow_up!r} is not a registered task")
         return found
 
     def queued_in_step(self, task_id: str) -> QueuedInStep:

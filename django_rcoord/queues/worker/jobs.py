@@ -137,30 +137,18 @@ def _nothing(*_: Any) -> None:
 @dataclass(frozen=True)
 class FollowUps:
     """The tasks that follow a run (``on_success``, ``on_failure``), looked up when its job is
-    resolved. A look-up that raised keeps its error, raised by ``after`` when the run ends:
-    a successful run whose follow-up cannot be queued fails then (and is retried), as one
-    whose follow-up cannot be queued for any other reason."""
+    resolved: each a task, None, or why the one named cannot be found here, raised by
+    ``after`` when the run ends (a successful run whose follow-up cannot be queued fails
+    then and is retried, as one whose follow-up cannot be queued for any other reason)."""
 
     on_success: FollowUp | Exception | None = None
     on_failure: FollowUp | Exception | None = None
-
-    @classmethod
-    def found_by(cls, find: Callable[[bool], FollowUp | None]) -> FollowUps:
-        """Both follow-ups, ``find(succeeded)`` each."""
-        return cls(_found(find, True), _found(find, False))
 
     def after(self, succeeded: bool) -> FollowUp | None:
         found = self.on_success if succeeded else self.on_failure
         if isinstance(found, Exception):
             raise found
         return found
-
-
-def _found(find: Callable[[bool], FollowUp | None], succeeded: bool) -> FollowUp | Exception | None:
-    try:
-        return find(succeeded)
-    except Exception as exc:  # noqa: BLE001 - e.g. a follow-up this release lacks: see after()
-        return exc
 
 
 @dataclass

@@ -44,5 +44,5 @@ def _registered_call(registered: Task, message: dict[str, Any]) -> Call | Refusa
     problem = argument_problem(registered.signature, args, kwargs)
     if problem is not None:
         return Refusal(f"the task does not accept these arguments: {problem}", anywhere=True)
-    follow_ups = FollowUps.found_by(registered.follow_up_task)
+    follow_ups = FollowUps(registered.follow_up_task(True), registered.follow_up_task(False))
     return Call(registered.function, args, kwargs, registered.options, follow_ups)

@@ -283,3 +283,36 @@ def test_script_ab_reads_a_revisions_scripts(tmp_path: Path) -> None:
     lua = script_ab.scripts_at("HEAD", tmp_path)
     assert (lua / "task_finish.lua").read_bytes().startswith(b"-- ")
     assert (lua / "_finish.lua").exists()
+
+
+@pytest.mark.once
+def test_tree_ab_runs_two_revisions_in_turn_and_gives_their_ratios(tmp_path: Path) -> None:
+    """``python -m benchmarks.tree_ab HEAD HEAD``: each tree's rounds run in a child of its
+    own (the tree's code, not this checkout's), and each figure gets both trees' medians
+    and the ratio of the pairs of rounds."""
+    from benchmarks import tree_ab
+
+    tree = tree_ab.tree_at("HEAD", tmp_path)
+    assert (tree / "django_rcoord" / "__init__.py").exists()
+    assert tree.resolve() != ROOT
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.tree_ab", "HEAD", "--tasks", "40", "--rounds", "2"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert finished.returncode == 0, finished.stderr
+    text = finished.stdout
+    assert "head HEAD against base HEAD, 2 rounds each" in text
+    for phase in ("enqueue", "drain"):
+        for measure in ("server CPU", "wall", "client CPU"):
+            ratio = re.search(
+                rf"\n  {phase}, {measure}\n(?:    .*\n)*?    head HEAD / base HEAD, pairs of "
+                r"rounds: *([0-9.]+) \(([0-9.]+)-([0-9.]+)\)",
+                text,
+            )
+            assert ratio is not None, text
+            low, high = float(ratio[2]), float(ratio[3])
+            assert 0 < low <= float(ratio[1]) <= high

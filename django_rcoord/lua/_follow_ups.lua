@@ -1,6 +1,7 @@
 -- Follow-up tasks (on_success / on_failure), queued with the end of the run they follow:
 -- task_finish.lua's second step.
--- A finished task's record may carry one, `follow_up`: keys, the position in KEYS of the
+-- A finished task's record may carry a list of them, `follow_ups` (its own follow-up, the
+-- task that counts it in its fan-in), each with: keys, the position in KEYS of the
 -- first of its five keys (task_enqueue's short-form KEYS, of a queue of this group); id,
 -- message, queue (the queue's name in its group), priority, wake_ms (its wake-up tokens'
 -- lifetime), keep_ms (the group keys' lifetime), claim (its unique claim's field, '' for
@@ -14,15 +15,18 @@
 -- final. A follow-up whose unique claim another task holds is not queued.
 local function queue_follow_ups(results, tasks, held, now)
     for position, task in ipairs(tasks) do
-        local step = task.follow_up
-        if step and held[position] and (task.outcome == 'ack' or task.outcome == 'dead') then
-            local k = step.keys
-            if step.claim == '' or not unique_holder(results, KEYS[k], step.claim, now) then
-                if step.claim ~= '' then
-                    unique_claim(results, step.claim, step.id, now, step.claim_ms)
+        if task.follow_ups and held[position]
+            and (task.outcome == 'ack' or task.outcome == 'dead') then
+            for _, step in ipairs(task.follow_ups) do
+                local k = step.keys
+                if step.claim == '' or not unique_holder(results, KEYS[k], step.claim, now) then
+                    if step.claim ~= '' then
+                        unique_claim(results, step.claim, step.id, now, step.claim_ms)
+                    end
+                    enqueue_now(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+                        step.queue, step.keep_ms, step.id, step.message, step.priority,
+                        step.wake_ms)
                 end
-                enqueue_now(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-                    step.queue, step.keep_ms, step.id, step.message, step.priority, step.wake_ms)
             end
         end
     end

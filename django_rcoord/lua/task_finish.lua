@@ -48,7 +48,7 @@
 --          later); value (the return value's JSON: ack); entry (the error entry's JSON:
 --          retry, dead); labels ('queue<US>task', '' for none), bucket (the run time's
 --          duration bucket) and us (the run time) for the metrics; and optionally
---          follow_up, the task it queues when it is acknowledged or made a dead letter
+--          follow_ups, the tasks it queues when it is acknowledged or made a dead letter
 --          (see _follow_ups). A unique task acknowledged or made a dead letter drops its
 --          claim (a 'u:' field of KEYS[5] its message names, see _unique); one retried or
 --          deferred keeps it.

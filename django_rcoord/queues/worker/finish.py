@@ -83,10 +83,12 @@ class FinishProtocol:
         args: list[Any] = [wire_json(settings)]
         for item in done:
             record = finish_record(item)
-            step = item.outcome.follow_up
-            if step is not None:
-                keys = [*keys, *step.keys]
-                record["follow_up"] = follow_up_record(step, first_key=len(keys) - 4)
+            steps = item.outcome.follow_ups
+            if steps:
+                record["follow_ups"] = []
+                for step in steps:
+                    keys = [*keys, *step.keys]
+                    record["follow_ups"].append(follow_up_record(step, first_key=len(keys) - 4))
             args.append(wire_json(record))
         return keys, args
 

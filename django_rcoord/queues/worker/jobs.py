@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
@@ -44,7 +44,8 @@ class Outcome:
     value_json: str = "null"
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
     traceback_logged: bool = False  # by the Tasks framework's task_finished receiver already
-    follow_up: QueuedInStep | None = None  # queued by the finish script with this end
+    # Queued by the finish script with this end: its follow-up, its fan-in's count.
+    follow_ups: list[QueuedInStep] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if type(self.kind) is not Kind:  # its Lua string is taken too: ValueError for another

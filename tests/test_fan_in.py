@@ -3,6 +3,7 @@ with their results; each child's failure policy; cancel; crashes of real worker 
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 
@@ -171,10 +172,14 @@ def test_workers_killed_mid_child_still_fire_the_callback_once_with_every_result
         tasks.collect.s("killed")
     )
     client = get_client()
+
+    def started(at_least: int) -> bool:
+        return client.llen("test:started") >= at_least
+
     workers = [start_worker(lease=1.5), start_worker(lease=1.5)]
     try:
-        for victim, started in ((0, 10), (1, 40)):
-            wait_until(lambda started=started: client.llen("test:started") >= started, timeout=60)
+        for victim, runs in ((0, 10), (1, 40)):
+            wait_until(functools.partial(started, runs), timeout=60)
             workers[victim].send_signal(signal.SIGKILL)
             workers[victim].wait(10)
             workers[victim] = start_worker(lease=1.5)

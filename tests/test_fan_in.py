@@ -8,6 +8,8 @@ import json
 import signal
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import (
@@ -17,6 +19,7 @@ from django_rcoord.queues import (
     group,
 )
 from django_rcoord.queues.fan_in import child_ended
+from django_rcoord.queues.keys import group_of_task_id
 from django_rcoord.queues.worker import Worker
 from tests import tasks
 from tests.procs import wait_until
@@ -161,6 +164,20 @@ def test_bad_groups_are_refused_before_anything_is_queued() -> None:
     with pytest.raises(ValueError, match="if_failed"):
         tasks.square.s(1).if_it_fails("retry")
     assert client.dbsize() == before
+
+
+def test_children_spread_over_shards_are_counted_and_the_callback_runs_once() -> None:
+    shards = {"main": 3}  # the group of queue "default"
+    with override_settings(RCOORD={**settings.RCOORD, "QUEUE_SHARDS": shards}):
+        job = group(*(tasks.square.s(n) for n in range(9))).then(tasks.collect.s("shards"))
+    assert len({group_of_task_id(child) for child in job.children}) == 3
+    worker = start_worker("--burst", env={"RCOORD_TEST_QUEUE_SHARDS": json.dumps(shards)})
+    output = output_of(worker, 60)
+    assert worker.returncode == 0, output[-3000:]
+    assert collected("shards") == [[n * n for n in range(9)]]
+    status = fan_in_status(job.id)
+    assert status is not None
+    assert (status.state, status.ended) == ("fired", 9)
 
 
 @pytest.mark.once

@@ -368,7 +368,7 @@ def enqueue_many(
     (task or name, args, kwargs) triples (a task: a ``@task`` of django_rcoord.queues; a
     name needs ``queue``). Returns the ids in order."""
     runs = [
-        routed(_resolve_target(target, args, kwargs, queue, "enqueue_many"))
+        _resolve_target(target, args, kwargs, queue, "enqueue_many")
         for target, args, kwargs in calls
     ]
     return send_messages(resolve_client(client), runs)
@@ -376,10 +376,10 @@ def enqueue_many(
 
 def send_messages(client: Any, runs: Sequence[Enqueue]) -> list[str]:
     """Queue ``runs`` in one round trip per queue group (one pipeline: on Redis Cluster a
-    group is one slot, on one primary); returns their ids in order (a unique task whose
-    claim another holds: that one's)."""
+    group is one slot, on one primary), each on the shard it goes to; returns their ids in
+    order (a unique task whose claim another holds: that one's)."""
     by_group: dict[str, list[tuple[int, Enqueue]]] = {}
-    for index, run in enumerate(runs):
+    for index, run in enumerate(map(routed, runs)):
         by_group.setdefault(QueueKeys.of(run.queue).group, []).append((index, run))
     ids = [""] * len(runs)
     for group in by_group:

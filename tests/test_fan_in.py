@@ -10,6 +10,7 @@ import signal
 import pytest
 from django.conf import settings
 from django.test import override_settings
+from django.urls import reverse
 
 from django_rcoord.connection import get_client
 from django_rcoord.queues import (
@@ -146,6 +147,22 @@ def test_cancel_fan_in_cancels_its_children_and_its_callback() -> None:
     status = fan_in_status(job.id)
     assert status is not None
     assert status.state == "cancelled"
+
+
+def test_the_dashboards_look_up_shows_a_fan_ins_progress(client, django_user_model) -> None:
+    staff = django_user_model.objects.create_user("olga", password="pw", is_staff=True)
+    client.force_login(staff)
+    job = group(tasks.square.s(1), tasks.square_later.s(2)).then(tasks.collect.s("shown"))
+    drain()
+    lookup = reverse("rcoord:dashboard-lookup")
+    page = client.get(lookup, {"task": job.id}).content.decode()
+    assert "The callback of a fan-in of 2 tasks" in page
+    assert '<span class="state">waiting</span>, 1 ended (0 failed)' in page
+    assert "No record" not in page  # not queued yet, and not unknown either
+    drain("fan-in/later")
+    page = client.get(lookup, {"task": job.id}).content.decode()
+    assert '<span class="state">fired</span>, 2 ended (0 failed)' in page
+    assert 'id="rcoord-task-record"' in page  # the callback's own record
 
 
 def test_bad_groups_are_refused_before_anything_is_queued() -> None:

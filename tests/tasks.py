@@ -432,3 +432,13 @@ def square_slowly(number: int, seconds: float) -> int:
 @task(queue="default")
 def collect(results: list, label: str) -> None:
     get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))
+
+
+@task(queue="default", priority=50, max_retries=0)
+def square_urgently(number: int) -> int:
+    return number * number
+
+
+@task(queue="default", priority=50)
+def collect_urgently(results: list, label: str) -> None:
+    get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))

@@ -163,7 +163,9 @@ def child_ended_step(task_id: str, queue: str, message: dict[str, Any]) -> Queue
     if not isinstance(mark, dict):
         return None
     args = (mark.get("id"), mark.get("n"), task_id, mark.get("if_failed"), mark.get("queue"))
-    run = Enqueue(CHILD_ENDED, queue, args, {})
+    # The top priority (of -100..100): a count waits behind no other task of the child's
+    # queue, which the callback would otherwise wait for.
+    run = Enqueue(CHILD_ENDED, queue, args, {}, priority=100)
     return queue_now_in_step(run, near=group_of_task_id(task_id))
 
 

@@ -102,14 +102,14 @@ def test_counting_a_child_again_changes_nothing() -> None:
     job = group(tasks.square.s(5), tasks.square_later.s(6)).then(tasks.collect.s("again"))
     drain("default")  # the first child and its count
     first = job.children[0]
-    assert child_ended(job.id, 1, first, "fail", "default") == "seen"
+    assert child_ended(job.id, 1, first, "fail", "default", "25") == "seen"
     status = fan_in_status(job.id)
     assert status is not None
     assert (status.ended, status.state) == (1, "waiting")
     drain("fan-in/later")
     drain("fan-in/later", "default")
     assert collected("again") == [[25, 36]]
-    assert child_ended(job.id, 2, job.children[1], "fail", "default") == "seen"
+    assert child_ended(job.id, 2, job.children[1], "fail", "default", "36") == "seen"
     assert collected("again") == [[25, 36]]
 
 

@@ -37,7 +37,6 @@ from django_rcoord.queues.producer import (
 )
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.queues.registry import Task, task
-from django_rcoord.queues.results import SUCCESSFUL, get_result
 from django_rcoord.queues.runs import TaskRun
 from django_rcoord.scripts import run_script
 
@@ -156,13 +155,25 @@ def _child_run(child: TaskRun, place: int, fan_in_id: str, callback_queue: str) 
     return run._replace(extra={**(run.extra or {}), FIELD: mark})
 
 
-def child_ended_step(task_id: str, queue: str, message: dict[str, Any]) -> QueuedInStep | None:
+def child_ended_step(
+    task_id: str, queue: str, message: dict[str, Any], value_json: str | None, error: str
+) -> QueuedInStep | None:
     """For the worker: the ``CHILD_ENDED`` task that counts task ``task_id`` (of ``queue``,
-    ``message``) in its fan-in, to queue with its end (None: it is no fan-in's child)."""
+    ``message``) in its fan-in, to queue with its final end: ``value_json``, its return
+    value's JSON when it succeeded, else None and ``error`` (its exception and message).
+    None when it is no fan-in's child."""
     mark = message.get(FIELD)
     if not isinstance(mark, dict):
         return None
-    args = (mark.get("id"), mark.get("n"), task_id, mark.get("if_failed"), mark.get("queue"))
+    args = (
+        mark.get("id"),
+        mark.get("n"),
+        task_id,
+        mark.get("if_failed"),
+        mark.get("queue"),
+        value_json,
+        error,
+    )
     # The top priority (of -100..100): a count waits behind no other task of the child's
     # queue, which the callback would otherwise wait for.
     run = Enqueue(CHILD_ENDED, queue, args, {}, priority=100)
@@ -170,16 +181,22 @@ def child_ended_step(task_id: str, queue: str, message: dict[str, Any]) -> Queue
 
 
 @task(name=CHILD_ENDED, queue="default", max_retries=10)
-def child_ended(fan_in_id: str, place: int, child_id: str, if_failed: str, queue: str) -> str:
+def child_ended(
+    fan_in_id: str,
+    place: int,
+    child_id: str,
+    if_failed: str,
+    queue: str,
+    value_json: str | None,
+    error: str = "",
+) -> str:
     """Count child ``child_id`` (the ``place``-th) of fan-in ``fan_in_id``, whose callback
-    is on ``queue``; queue the callback when it is the last. Its record is final: this
-    task is queued in the step that wrote it."""
-    record = get_result(child_id)
-    if record is not None and record.status == SUCCESSFUL:
-        value, how = to_json(record.return_value), "ok"
+    is on ``queue``, as it ended (``child_ended_step``); queue the callback when it is the
+    last."""
+    if value_json is not None:
+        value, how = value_json, "ok"
     else:
-        error = record.errors[-1]["traceback"].strip().splitlines()[-1:] if record else []
-        failure = {"failed": child_id, "error": error[0] if error else "its record expired"}
+        failure = {"failed": child_id, "error": error}
         value = to_json(failure) if if_failed == "continue" else "null"
         how = "fail" if if_failed == "fail" else "failed"
     keys = QueueKeys.of(queue)

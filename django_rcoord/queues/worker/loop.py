@@ -290,10 +290,12 @@ class Worker:
     def _count_in_fan_in(done: Done) -> None:
         """A fan-in's child's final end (however it ended: run here or in a child process,
         refused, killed) queues, with it, the task that counts it in its fan-in."""
-        if done.outcome.kind.is_final:
-            step = child_ended_step(done.job.id, done.job.queue.name, done.job.message or {})
+        outcome, job = done.outcome, done.job
+        if outcome.kind.is_final and job.message is not None:
+            value = outcome.value_json if outcome.kind is Kind.ACK else None
+            step = child_ended_step(job.id, job.queue.name, job.message, value, outcome.summary)
             if step is not None:
-                done.outcome.follow_ups.append(step)
+                outcome.follow_ups.append(step)
 
     def take_count(self) -> int:
         """How many tasks the next take asks for (none once stopping)."""

@@ -442,3 +442,8 @@ def square_urgently(number: int) -> int:
 @task(queue="default", priority=50)
 def collect_urgently(results: list, label: str) -> None:
     get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))
+
+
+@task(queue="elsewhere/default")
+def collect_elsewhere(results: list, label: str) -> None:
+    get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))

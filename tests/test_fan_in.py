@@ -80,21 +80,35 @@ def test_children_on_other_queues_and_groups_are_counted_in_the_callbacks_slot()
     assert collected("spread") == [[4, 9, 16]]
 
 
-def test_a_childs_count_waits_behind_no_other_task_of_its_queue() -> None:
-    """The count runs at the top priority: a backlog in the child's queue does not hold
-    the callback back (the count would otherwise wait for all of it)."""
+def test_a_child_in_its_callbacks_group_is_counted_by_the_step_that_records_its_end() -> None:
+    """No task runs between the child and its callback: the finish call that records the
+    child's end counts it and queues the callback, a backlog of its queue notwithstanding."""
     for n in range(30):
         tasks.record.delay(f"backlog {n}")
     job = group(tasks.square_urgently.s(3)).then(tasks.collect_urgently.s("urgent"))
-    # One task a take: the count is queued by the call that records the child's end, the
-    # same call that takes the next task. The child, its count and the callback run, and
-    # nothing of the backlog between them.
-    assert Worker(["default"], burst=True, max_tasks=3, prefetch=1).run() == 3
+    # One task a take: the call that records a task's end takes the next one.
+    assert Worker(["default"], burst=True, max_tasks=2, prefetch=1).run() == 2
     assert collected("urgent") == [[9]]
     assert get_client().llen(tasks.RAN) == 0
     status = fan_in_status(job.id)
     assert status is not None
     assert status.state == "fired"
+
+
+def test_a_childs_count_task_waits_behind_no_other_task_of_its_queue() -> None:
+    """A child whose callback is in another group is counted by a task on its own queue,
+    at the top priority: a backlog in that queue does not hold the callback back."""
+    for n in range(30):
+        tasks.record.delay(f"backlog {n}")
+    job = group(tasks.square_urgently.s(3)).then(tasks.collect_elsewhere.s("elsewhere"))
+    # The child, then its count; nothing of the backlog between them.
+    assert Worker(["default"], burst=True, max_tasks=2, prefetch=1).run() == 2
+    assert get_client().llen(tasks.RAN) == 0
+    status = fan_in_status(job.id)
+    assert status is not None
+    assert status.state == "fired"
+    drain("elsewhere/default")
+    assert collected("elsewhere") == [[9]]
 
 
 def test_counting_a_child_again_changes_nothing() -> None:

@@ -19,12 +19,14 @@ the script that counts the last child queues the callback in the same step.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import to_json
@@ -39,6 +41,8 @@ from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.queues.registry import Task, task
 from django_rcoord.queues.runs import TaskRun
 from django_rcoord.scripts import run_script
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CHILD_ENDED", "FanIn", "FanInStatus", "cancel_fan_in", "fan_in_status", "group"]
 
@@ -155,29 +159,58 @@ def _child_run(child: TaskRun, place: int, fan_in_id: str, callback_queue: str) 
     return run._replace(extra={**(run.extra or {}), FIELD: mark})
 
 
-def child_ended_step(
-    task_id: str, queue: str, message: dict[str, Any], value_json: str | None, error: str
-) -> QueuedInStep | None:
-    """For the worker: the ``CHILD_ENDED`` task that counts task ``task_id`` (of ``queue``,
-    ``message``) in its fan-in, to queue with its final end: ``value_json``, its return
-    value's JSON when it succeeded, else None and ``error`` (its exception and message).
-    None when it is no fan-in's child."""
+class FanInCount(NamedTuple):
+    """A child's count in its fan-in, made by the finish step that records its end when the
+    fan-in's callback is in the child's group (one slot): ``keys`` are the fan-in prefix
+    and the callback queue's five enqueue keys; the rest is what ``_fan_in.lua``'s
+    ``fan_in_count`` takes."""
+
+    keys: tuple[Any, ...]
+    fan_in_id: str
+    place: int
+    value: str
+    how: str
+
+
+def counted_with_end(
+    task_id: str, queue: QueueKeys, message: dict[str, Any], value_json: str | None, error: str
+) -> FanInCount | QueuedInStep | None:
+    """For the worker: how task ``task_id`` (of ``queue``, ``message``) is counted in its
+    fan-in with its final end (``value_json``: its return value's JSON when it succeeded,
+    else None and ``error``, its exception and message). A ``FanInCount`` for the finish
+    step itself when the callback is in ``queue``'s group and the end does not fail the
+    fan-in; else the ``CHILD_ENDED`` task to queue with it (a failed fan-in's children
+    are cancelled by that task). None when it is no fan-in's child."""
     mark = message.get(FIELD)
     if not isinstance(mark, dict):
         return None
-    args = (
-        mark.get("id"),
-        mark.get("n"),
-        task_id,
-        mark.get("if_failed"),
-        mark.get("queue"),
-        value_json,
-        error,
-    )
+    fan_in_id, place, if_failed = mark.get("id"), mark.get("n"), mark.get("if_failed")
+    try:
+        callback = QueueKeys.of(mark.get("queue"))  # type: ignore[arg-type]
+    except InvalidName:
+        callback = None
+    if not (isinstance(fan_in_id, str) and isinstance(place, int) and callback is not None):
+        logger.error("task %s: its fan-in mark %r is not one this release wrote", task_id, mark)
+        return None
+    value, how = _counted(task_id, if_failed, value_json, error)
+    if callback.group == queue.group and how != "fail":
+        keys = (callback.fan_ins, *callback.enqueue_now)
+        return FanInCount(keys, fan_in_id, place, value, how)
+    args = (fan_in_id, place, task_id, if_failed, callback.name, value_json, error)
     # The top priority (of -100..100): a count waits behind no other task of the child's
     # queue, which the callback would otherwise wait for.
-    run = Enqueue(CHILD_ENDED, queue, args, {}, priority=100)
-    return queue_now_in_step(run, near=group_of_task_id(task_id))
+    run = Enqueue(CHILD_ENDED, queue.name, args, {}, priority=100)
+    return queue_now_in_step(run, near=queue.group)
+
+
+def _counted(task_id: str, if_failed: Any, value_json: str | None, error: str) -> tuple[str, str]:
+    """(the child's place in the callback's results, JSON; how it ended for the count:
+    'ok', 'fail' or 'failed')."""
+    if value_json is not None:
+        return value_json, "ok"
+    if if_failed == "continue":
+        return to_json({"failed": task_id, "error": error}), "failed"
+    return "null", "failed" if if_failed == "ignore" else "fail"
 
 
 @task(name=CHILD_ENDED, queue="default", max_retries=10)
@@ -191,14 +224,10 @@ def child_ended(
     error: str = "",
 ) -> str:
     """Count child ``child_id`` (the ``place``-th) of fan-in ``fan_in_id``, whose callback
-    is on ``queue``, as it ended (``child_ended_step``); queue the callback when it is the
-    last."""
-    if value_json is not None:
-        value, how = value_json, "ok"
-    else:
-        failure = {"failed": child_id, "error": error}
-        value = to_json(failure) if if_failed == "continue" else "null"
-        how = "fail" if if_failed == "fail" else "failed"
+    is on ``queue``, as it ended (``value_json`` or ``error``, see ``counted_with_end``:
+    the callback is in another group than the child, or the child fails the fan-in);
+    queue the callback when it is the last, cancel the children left when it failed it."""
+    value, how = _counted(child_id, if_failed, value_json, error)
     keys = QueueKeys.of(queue)
     said = run_script(
         "fan_in_child_ended",

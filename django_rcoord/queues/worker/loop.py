@@ -32,7 +32,7 @@ from django_rcoord.connection.errors import (
     log_waited_out,
 )
 from django_rcoord.exceptions import RedisUnavailable, WorkerGaveUp
-from django_rcoord.queues.fan_in import child_ended_step
+from django_rcoord.queues.fan_in import FanInCount, counted_with_end
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.registry import autodiscover_tasks
@@ -289,13 +289,16 @@ class Worker:
     @staticmethod
     def _count_in_fan_in(done: Done) -> None:
         """A fan-in's child's final end (however it ended: run here or in a child process,
-        refused, killed) queues, with it, the task that counts it in its fan-in."""
+        refused, killed) is counted in its fan-in by the step that records it, or queues
+        with it the task that counts it (``fan_in.counted_with_end``)."""
         outcome, job = done.outcome, done.job
         if outcome.kind.is_final and job.message is not None:
             value = outcome.value_json if outcome.kind is Kind.ACK else None
-            step = child_ended_step(job.id, job.queue.name, job.message, value, outcome.summary)
-            if step is not None:
-                outcome.follow_ups.append(step)
+            count = counted_with_end(job.id, job.queue, job.message, value, outcome.summary)
+            if isinstance(count, FanInCount):
+                outcome.fan_in = count
+            elif count is not None:
+                outcome.follow_ups.append(count)
 
     def take_count(self) -> int:
         """How many tasks the next take asks for (none once stopping)."""

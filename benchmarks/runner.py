@@ -46,6 +46,7 @@ SCENARIOS = (
     "tracing",
     "tasks",
     "delayed",
+    "fan_in",
     "periodic",
     "market",
     "asgi",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import os
 import signal
 import time
@@ -394,3 +395,55 @@ def read_database() -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
+
+
+#: Where ``collect`` leaves a fan-in's results: one JSON entry per run, per label.
+FAN_IN = "test:fan-in"
+
+
+@task(queue="default", max_retries=0)
+def square(number: int) -> int:
+    return number * number
+
+
+@task(queue="elsewhere/default", max_retries=0)
+def square_elsewhere(number: int) -> int:
+    return number * number
+
+
+@task(queue="fan-in/later", max_retries=0)
+def square_later(number: int) -> int:
+    """On a queue no worker of the tests serves unless asked: children that wait."""
+    return number * number
+
+
+@task(queue="default", max_retries=0)
+def fail_to_square(number: int) -> int:
+    raise ValueError(f"no square of {number} today")
+
+
+@task(queue="default")
+def square_slowly(number: int, seconds: float) -> int:
+    get_client().rpush("test:started", f"{number}:{os.getpid()}")
+    time.sleep(seconds)
+    return number * number
+
+
+@task(queue="default")
+def collect(results: list, label: str) -> None:
+    get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))
+
+
+@task(queue="default", priority=50, max_retries=0)
+def square_urgently(number: int) -> int:
+    return number * number
+
+
+@task(queue="default", priority=50)
+def collect_urgently(results: list, label: str) -> None:
+    get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))
+
+
+@task(queue="elsewhere/default")
+def collect_elsewhere(results: list, label: str) -> None:
+    get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))

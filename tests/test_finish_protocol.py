@@ -63,7 +63,7 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
         250,
         12500,
     )
-    assert "follow_up" not in first
+    assert "follow_ups" not in first
 
 
 def test_a_record_carries_only_the_fields_its_outcome_uses() -> None:
@@ -95,15 +95,15 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
     protocol = FinishProtocol("w1", [queue])
     steps = [follow_up(queue, "n1"), follow_up(queue, "n2")]
     finished = [
-        done(queue, "a", Outcome(Kind.ACK, "t", follow_up=steps[0])),
+        done(queue, "a", Outcome(Kind.ACK, "t", follow_ups=[steps[0]])),
         done(queue, "b", Outcome(Kind.ACK, "t")),
-        done(queue, "c", Outcome(Kind.DEAD, "t", "x", follow_up=steps[1])),
+        done(queue, "c", Outcome(Kind.DEAD, "t", "x", follow_ups=[steps[1]])),
     ]
     keys, args = protocol.call(finished, 0, lease_ms=1000)
     assert len(keys) == len(protocol.keys) + 10
     assert len(protocol.keys) == 14  # the worker's own keys are left as they were
     for arg, step in zip((args[1], args[3]), steps, strict=True):
-        record = json.loads(arg)["follow_up"]
+        (record,) = json.loads(arg)["follow_ups"]
         start = record["keys"] - 1  # KEYS are 1-based
         assert tuple(keys[start : start + 5]) == step.keys
         assert (record["id"], record["wake_ms"], record["keep_ms"]) == (
@@ -112,7 +112,7 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
             2592000000,
         )
         assert json.loads(record["message"])["args"] == [step.task_id]
-    assert "follow_up" not in json.loads(args[2])
+    assert "follow_ups" not in json.loads(args[2])
 
 
 def test_the_reply_is_read_into_jobs_of_their_queues() -> None:

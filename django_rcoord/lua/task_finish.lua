@@ -28,7 +28,10 @@
 --          worker takes from (pause_queue); their tasks wait in their ready ZSETs
 -- KEYS[11..] four per queue the worker watches, in priority order: ready ZSET (highest
 --          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the follow-ups'
---          keys (each follow-up says where its own start)
+--          and the fan-in counts' keys (each says where its own start)
+-- Builds   KEYS[k] .. <fan-in id>: the HASH of the fan-in a finished task is a child of,
+--          KEYS[k] its fan-in count's first key, the fan-in prefix of this group (see
+--          _fan_in)
 -- ARGV[1]  the call, JSON: worker (its id), lease (ms), result_ttl (how long a finished
 --          result is kept, ms), idle_ms (how long this worker waits for a wake-up when it
 --          finds nothing: it is registered idle for that long, so that producers wake it;
@@ -48,10 +51,10 @@
 --          later); value (the return value's JSON: ack); entry (the error entry's JSON:
 --          retry, dead); labels ('queue<US>task', '' for none), bucket (the run time's
 --          duration bucket) and us (the run time) for the metrics; and optionally
---          follow_up, the task it queues when it is acknowledged or made a dead letter
---          (see _follow_ups). A unique task acknowledged or made a dead letter drops its
---          claim (a 'u:' field of KEYS[5] its message names, see _unique); one retried or
---          deferred keeps it.
+--          follow_ups, the tasks it queues when it is acknowledged or made a dead letter,
+--          and fan_in, its count in its fan-in (see _follow_ups). A unique task
+--          acknowledged or made a dead letter drops its claim (a 'u:' field of KEYS[5] its
+--          message names, see _unique); one retried or deferred keeps it.
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
 --          longer held it (its lease ran out and another worker has it: nothing about it
 --          is changed); taken holds {id, message, queue index, failures, record state} per

@@ -38,6 +38,7 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.locks import lock_status
 from django_rcoord.ops.status import overview
 from django_rcoord.queues.cancel import cancel
+from django_rcoord.queues.fan_in import fan_in_status
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
 from django_rcoord.queues.pause import pause_queue, resume_queue
 from django_rcoord.queues.records import dead_letters, delete_dead, queue_stats, requeue_dead
@@ -318,12 +319,16 @@ def _message(request: HttpRequest, text: str) -> None:
 @require_GET
 @staff_only
 def lookup(request: HttpRequest) -> HttpResponse:
-    """A task's record by id, a lock or a semaphore by name."""
+    """A task's record by id (and a fan-in's progress, by its callback's id), a lock or a
+    semaphore by name."""
     found: dict[str, Any] = {}
     task_id = request.GET.get("task", "").strip()
     if task_id:
-        record = get_result(task_id) if group_of_task_id(task_id) else None
-        found["task"] = {"id": task_id, "record": record}
+        known = group_of_task_id(task_id) is not None
+        record = get_result(task_id) if known else None
+        # A fan-in's id is its callback's: its progress, whether the callback is queued yet.
+        fan_in = fan_in_status(task_id) if known else None
+        found["task"] = {"id": task_id, "record": record, "fan_in": fan_in}
     for kind, status in (("lock", lock_status), ("semaphore", semaphore_status)):
         name = request.GET.get(kind, "").strip()
         if name:

@@ -33,6 +33,7 @@ from django_rcoord.queues.cancel import (
     current_task_id,
     stop_requested,
 )
+from django_rcoord.queues.fan_in import FanIn, FanInStatus, cancel_fan_in, fan_in_status, group
 from django_rcoord.queues.pause import apause_queue, aresume_queue, pause_queue, resume_queue
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
@@ -53,6 +54,8 @@ from django_rcoord.queues.registry import PermanentFailure, Task, task
 from django_rcoord.queues.results import TaskRecord, get_result
 
 __all__ = [
+    "FanIn",
+    "FanInStatus",
     "PermanentFailure",
     "ScriptedEnqueue",
     "Task",
@@ -64,13 +67,16 @@ __all__ = [
     "aresume_queue",
     "astop_requested",
     "cancel",
+    "cancel_fan_in",
     "current_task_id",
     "dead_letters",
     "delete_dead",
     "enqueue_in_script",
     "enqueue_many",
     "execute_later",
+    "fan_in_status",
     "get_result",
+    "group",
     "pause_queue",
     "queue_stats",
     "recover_and_promote",

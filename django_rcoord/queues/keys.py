@@ -54,6 +54,7 @@ class GroupKeys:
     metrics: str
     workers: str  # SET of the ids of its workers (see ``heartbeat``)
     paused: str  # SET of the names (within the group) of its paused queues (``pause``)
+    fan_ins: str  # the prefix of each fan-in's HASH (``fan_in``): no key of its own
 
     @classmethod
     def of(cls, group: str) -> GroupKeys:
@@ -82,6 +83,7 @@ class GroupKeys:
             metrics=space.key("metrics"),
             workers=space.key("workers"),
             paused=space.key("paused"),
+            fan_ins=space.key("fan-in:"),
         )
 
     def heartbeat(self, worker_id: str) -> str:
@@ -101,6 +103,11 @@ class GroupKeys:
         message and last error: see ``_records.lua``), in the group's slot. The scripts build
         it as this does, from the ``records`` prefix they are given."""
         return self.records + task_id
+
+    def fan_in(self, fan_in_id: str) -> str:
+        """HASH of fan-in ``fan_in_id`` (the id of its callback, a task of this group): its
+        children's ends and its callback, waiting (see ``fan_in_child_ended.lua``)."""
+        return self.fan_ins + fan_in_id
 
     def _key(self, part: str) -> str:
         return KeySpace("queue", self.group).key(part)

@@ -364,19 +364,24 @@ def enqueue_many(
     queue: str | None = None,
     client: Any = None,
 ) -> list[str]:
-    """Queue many tasks in one round trip per queue group: ``calls`` is (task or name,
-    args, kwargs) triples (a task: a ``@task`` of django_rcoord.queues).
+    """Queue many tasks in one round trip per queue group (``send_messages``): ``calls`` is
+    (task or name, args, kwargs) triples (a task: a ``@task`` of django_rcoord.queues; a
+    name needs ``queue``). Returns the ids in order."""
+    runs = [
+        _resolve_target(target, args, kwargs, queue, "enqueue_many")
+        for target, args, kwargs in calls
+    ]
+    return send_messages(resolve_client(client), runs)
 
-    A name (not a Task) needs ``queue``. Returns the ids in order. Each group
-    is one pipeline (on Redis Cluster a group is one slot, on one primary).
-    """
-    client = resolve_client(client)
+
+def send_messages(client: Any, runs: Sequence[Enqueue]) -> list[str]:
+    """Queue ``runs`` in one round trip per queue group (one pipeline: on Redis Cluster a
+    group is one slot, on one primary), each on the shard it goes to; returns their ids in
+    order (a unique task whose claim another holds: that one's)."""
     by_group: dict[str, list[tuple[int, Enqueue]]] = {}
-    count = 0
-    for count, (target, args, kwargs) in enumerate(calls, 1):
-        run = routed(_resolve_target(target, args, kwargs, queue, "enqueue_many"))
-        by_group.setdefault(QueueKeys.of(run.queue).group, []).append((count - 1, run))
-    ids = [""] * count
+    for index, run in enumerate(map(routed, runs)):
+        by_group.setdefault(QueueKeys.of(run.queue).group, []).append((index, run))
+    ids = [""] * len(runs)
     for group in by_group:
         register_group(client, group)
     for entries in by_group.values():

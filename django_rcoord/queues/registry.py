@@ -26,6 +26,7 @@ from django_rcoord.queues.producer import (
     queue_now_in_step,
     send_message,
 )
+from django_rcoord.queues.runs import TaskRun
 from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
 
 
@@ -99,6 +100,12 @@ class Task:
         """A run of this task with these arguments (checked now), for the producer."""
         self.check_arguments(args, kwargs)
         return Enqueue(self.name, self.queue, args, kwargs, when, None, self.priority, self.unique)
+
+    def s(self, *args: Any, **kwargs: Any) -> TaskRun:
+        """A run of this task with these arguments, not queued: a child or the callback of a
+        fan-in (``django_rcoord.queues.fan_in.group``), which checks them (a callback's
+        with its results first)."""
+        return TaskRun(self, args, kwargs)
 
     def delay(self, *args: Any, **kwargs: Any) -> str:
         """Queue a run with these arguments; returns the task id (one round trip). A unique

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from django_rcoord.queues.fan_in import FanInCount
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.outcomes import Kind
@@ -83,10 +84,16 @@ class FinishProtocol:
         args: list[Any] = [wire_json(settings)]
         for item in done:
             record = finish_record(item)
-            step = item.outcome.follow_up
-            if step is not None:
-                keys = [*keys, *step.keys]
-                record["follow_up"] = follow_up_record(step, first_key=len(keys) - 4)
+            count = item.outcome.fan_in
+            if count is not None:
+                keys = [*keys, *count.keys]
+                record["fan_in"] = fan_in_record(count, first_key=len(keys) - 5)
+            steps = item.outcome.follow_ups
+            if steps:
+                record["follow_ups"] = []
+                for step in steps:
+                    keys = [*keys, *step.keys]
+                    record["follow_ups"].append(follow_up_record(step, first_key=len(keys) - 4))
             args.append(wire_json(record))
         return keys, args
 
@@ -142,6 +149,18 @@ def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
         "keep_ms": int(keep_ms),
         "claim": step.claim,
         "claim_ms": step.claim_ms,
+    }
+
+
+def fan_in_record(count: FanInCount, *, first_key: int) -> dict[str, Any]:
+    """A finished task's count in its fan-in (see _fan_in.lua); its six keys are
+    KEYS[first_key] to KEYS[first_key + 5]."""
+    return {
+        "keys": first_key,
+        "id": count.fan_in_id,
+        "n": count.place,
+        "value": count.value,
+        "how": count.how,
     }
 
 

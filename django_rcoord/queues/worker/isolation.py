@@ -122,8 +122,8 @@ class ProcessTaskRunner:
         if begun:
             connection.recv()  # _BEGUN: the time limit counts from now
         if begun and connection.poll(None if limit is None else limit + HARD_LIMIT_GRACE):
-            kind, name, error, error_class, delay_ms, value, follow_up = connection.recv()
-            return Outcome(kind, name, error, error_class, delay_ms, value, follow_up=follow_up)
+            kind, name, error, error_class, delay_ms, value, follow_ups = connection.recv()
+            return Outcome(kind, name, error, error_class, delay_ms, value, follow_ups=follow_ups)
         if not begun:
             why = f"its process did not begin it within {CHILD_START_LIMIT:g} s"
             self._kill(f"task {job.id}: {why}")
@@ -224,7 +224,7 @@ def serve_tasks(connection: Connection, worker_id: str, settings_module: str | N
                     outcome.error_class,
                     outcome.delay_ms,
                     outcome.value_json,
-                    outcome.follow_up,  # queued by the parent's finish script
+                    outcome.follow_ups,  # queued by the parent's finish script
                 )
             )
     finally:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django_rcoord.exceptions import TaskCancelled, TaskNotRunnable
+from django_rcoord.queues.fan_in import FanInCount
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.options import DEFAULT_OPTIONS, RunOptions
@@ -44,7 +45,10 @@ class Outcome:
     value_json: str = "null"
     exception: BaseException | None = None  # what the task raised (logged with its traceback)
     traceback_logged: bool = False  # by the Tasks framework's task_finished receiver already
-    follow_up: QueuedInStep | None = None  # queued by the finish script with this end
+    # Queued by the finish script with this end: its follow-up, the task counting it in its
+    # fan-in (in another group); or counted by that script in its fan-in (``fan_in``).
+    follow_ups: list[QueuedInStep] = field(default_factory=list)
+    fan_in: FanInCount | None = None
 
     def __post_init__(self) -> None:
         if type(self.kind) is not Kind:  # its Lua string is taken too: ValueError for another

@@ -32,6 +32,7 @@ from django_rcoord.connection.errors import (
     log_waited_out,
 )
 from django_rcoord.exceptions import RedisUnavailable, WorkerGaveUp
+from django_rcoord.queues.fan_in import FanInCount, counted_with_end
 from django_rcoord.queues.keys import same_group
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.registry import autodiscover_tasks
@@ -273,6 +274,7 @@ class Worker:
             finally:
                 self.gates.leave(entry)
             self.prefetch.observe(finished.took_ms)
+        self._count_in_fan_in(finished)
         batch_over = self.holdings.finished(finished)
         if finished.outcome.kind is Kind.LATER:
             due = finished.at + finished.outcome.delay_ms / 1000
@@ -283,6 +285,20 @@ class Worker:
             self.budget.ran_one()
         if batch_over or finished.outcome.kind is not Kind.ACK:
             close_old_connections()
+
+    @staticmethod
+    def _count_in_fan_in(done: Done) -> None:
+        """A fan-in's child's final end (however it ended: run here or in a child process,
+        refused, killed) is counted in its fan-in by the step that records it, or queues
+        with it the task that counts it (``fan_in.counted_with_end``)."""
+        outcome, job = done.outcome, done.job
+        if outcome.kind.is_final and job.message is not None:
+            value = outcome.value_json if outcome.kind is Kind.ACK else None
+            count = counted_with_end(job.id, job.queue, job.message, value, outcome.summary)
+            if isinstance(count, FanInCount):
+                outcome.fan_in = count
+            elif count is not None:
+                outcome.follow_ups.append(count)
 
     def take_count(self) -> int:
         """How many tasks the next take asks for (none once stopping)."""

@@ -126,7 +126,7 @@ class TaskRunner:
             if follow_up is not None:
                 step = follow_up.queued_in_step(job.id)
                 if step.queue.group == job.queue.group:
-                    outcome.follow_up = step
+                    outcome.follow_ups.append(step)
                 else:
                     follow_up.delay(job.id)
         except Exception as exc:  # noqa: BLE001 - Redis, or a follow-up this release lacks

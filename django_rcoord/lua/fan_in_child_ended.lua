@@ -1,0 +1,23 @@
+-- Count the end of one child of a fan-in (django_rcoord.queues.fan_in) whose callback is in
+-- another queue group, and queue the callback, with every child's result, once all of them
+-- have ended (see _fan_in). A child's end is counted once however often this runs for it:
+-- the task that runs it is queued with the child's end (in the step that records it) and
+-- runs at least once.
+-- KEYS[1]  fan-in prefix of the callback's group (`rcoord:queue:{<group>}:fan-in:`)
+-- KEYS[2]  the callback's group's messages HASH
+-- KEYS[3]  the callback's queue's ready ZSET
+-- KEYS[4]  the callback's group's queues HASH
+-- KEYS[5]  the callback's group's wake LIST
+-- KEYS[6]  the callback's group's idle ZSET
+-- Builds   KEYS[1] .. <fan-in id>: the fan-in's HASH (see _fan_in)
+-- ARGV[1]  fan-in id (its callback's task id)
+-- ARGV[2]  the child's place, 1 to total
+-- ARGV[3]  the child's place in the results (JSON: its return value, a failure, or null)
+-- ARGV[4]  how it ended: 'ok', 'fail' (it failed, and fails the fan-in), or 'failed' (it
+--          failed, and the fan-in goes on: policy continue or ignore)
+-- Returns  'fired' (the callback is queued), 'failed' (this child failed the fan-in: the
+--          caller cancels the children left), 'counted', 'seen' (counted already) or
+--          'gone' (no such fan-in: it expired)
+--! include _fan_in
+return fan_in_count(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[1], ARGV[2],
+    ARGV[3], ARGV[4])

@@ -211,6 +211,8 @@ def test_bad_groups_are_refused_before_anything_is_queued() -> None:
         group(tasks.square)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="if_failed"):
         tasks.square.s(1).if_it_fails("retry")
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        group(tasks.square.s(1), tasks.square.s(object())).then(tasks.collect.s("bad"))
     assert client.dbsize() == before
 
 

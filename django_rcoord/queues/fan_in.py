@@ -29,7 +29,7 @@ from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
-from django_rcoord.queues.messages import to_json
+from django_rcoord.queues.messages import encode_message, to_json
 from django_rcoord.queues.producer import (
     Enqueue,
     QueuedInStep,
@@ -100,12 +100,17 @@ class Group:
             callback.task.enqueue_request([_HOLE, *callback.args], callback.kwargs)
         )
         fan_in_id = step.task_id
-        _start(client, step, len(self.children))
         runs = [
             _child_run(child, place, fan_in_id, step.queue.name)
             for place, child in enumerate(self.children, 1)
         ]
-        ids = send_messages(client, runs)
+        _start(client, step, len(self.children))
+        try:
+            ids = send_messages(client, runs)
+        except BaseException:
+            # Some children may be queued: the fan-in will not call back for them.
+            run_script("fan_in_cancel", client, keys=[step.queue.fan_ins], args=[fan_in_id])
+            raise
         key = step.queue.fan_in(fan_in_id)
         client.hset(key, "ids", json.dumps(ids))
         if client.hget(key, "state") == b"failed":  # a child failed it before its ids were here
@@ -154,7 +159,10 @@ def _start(client: Any, step: QueuedInStep, total: int) -> None:
 
 
 def _child_run(child: TaskRun, place: int, fan_in_id: str, callback_queue: str) -> Enqueue:
+    """Child ``child``'s run, marked as the ``place``-th of its fan-in; TypeError now for
+    arguments JSON cannot carry."""
     run = child.task.enqueue_request(child.args, child.kwargs)
+    encode_message(run.task_name, run.queue, run.args, run.kwargs)
     mark = {"id": fan_in_id, "n": place, "if_failed": child.if_failed, "queue": callback_queue}
     return run._replace(extra={**(run.extra or {}), FIELD: mark})
 

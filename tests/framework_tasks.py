@@ -64,3 +64,9 @@ def note_finished(result_id: str) -> str:
     seen = f"{result_id} {record.status if record is not None else 'none'}"
     get_client().rpush("test:followed", seen)
     return seen
+
+
+@task()
+def gather(results: list, label: str) -> dict:
+    """A fan-in's callback (tests/test_fan_in.py)."""
+    return {"label": label, "results": results}

@@ -18,11 +18,13 @@ from django_rcoord.queues import (
     fan_in_status,
     get_result,
     group,
+    task_run,
 )
 from django_rcoord.queues.fan_in import child_ended
+from django_rcoord.queues.framework import TaskResultStatus
 from django_rcoord.queues.keys import group_of_task_id
 from django_rcoord.queues.worker import Worker
-from tests import tasks
+from tests import framework_tasks, tasks
 from tests.procs import wait_until
 from tests.test_queues import output_of, start_worker
 
@@ -194,6 +196,22 @@ def test_the_dashboards_look_up_shows_a_fan_ins_progress(client, django_user_mod
     page = client.get(lookup, {"task": job.id}).content.decode()
     assert '<span class="state">fired</span>, 2 ended (0 failed)' in page
     assert 'id="rcoord-task-record"' in page  # the callback's own record
+
+
+def test_tasks_framework_tasks_can_be_children_and_the_callback() -> None:
+    job = group(task_run(framework_tasks.add, 1, b=2), tasks.square.s(3)).then(
+        task_run(framework_tasks.gather, "both")
+    )
+    drain()
+    result = framework_tasks.gather.get_result(job.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == {"label": "both", "results": [3, 9]}
+    child = framework_tasks.add.get_result(job.children[0])
+    assert child.return_value == 3
+    with pytest.raises(TypeError, match="does not accept"):
+        group(task_run(framework_tasks.add, 1))
+    with pytest.raises(TypeError, match="RedisTaskBackend"):
+        group(task_run(len, [1]))
 
 
 def test_bad_groups_are_refused_before_anything_is_queued() -> None:

@@ -304,6 +304,7 @@ DEFERRED_IMPORTS = {
     ("queues/schedules.py", "resolve_target", "django_rcoord.queues.backend"): FRAMEWORK,
     ("queues/worker/isolation.py", "serve_tasks", "django"): "a task process sets Django up",
     ("queues/worker/resolve.py", "resolve", "django_rcoord.queues.framework_runs"): FRAMEWORK,
+    ("queues/fan_in.py", "_request", "django_rcoord.queues.backend"): FRAMEWORK,
     ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues"): FRAMEWORK,
     ("queues/worker/watch.py", "_framework_queues", "django_rcoord.queues.backend"): FRAMEWORK,
 }

@@ -33,7 +33,14 @@ from django_rcoord.queues.cancel import (
     current_task_id,
     stop_requested,
 )
-from django_rcoord.queues.fan_in import FanIn, FanInStatus, cancel_fan_in, fan_in_status, group
+from django_rcoord.queues.fan_in import (
+    FanIn,
+    FanInStatus,
+    cancel_fan_in,
+    fan_in_status,
+    group,
+    task_run,
+)
 from django_rcoord.queues.pause import apause_queue, aresume_queue, pause_queue, resume_queue
 from django_rcoord.queues.producer import (
     ScriptedEnqueue,
@@ -85,6 +92,7 @@ __all__ = [
     "send_sold_email_via_queue",
     "stop_requested",
     "task",
+    "task_run",
 ]
 
 

@@ -18,8 +18,9 @@ allowed), leases, the delayed set, retries, dead letters, result records and
 from __future__ import annotations
 
 import datetime
+import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.core import checks
@@ -27,6 +28,7 @@ from django.utils.module_loading import import_string
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import InvalidName, TaskCancelled
+from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.framework import (
     BaseTaskBackend,
     Task,
@@ -173,6 +175,22 @@ class RedisTaskBackend(BaseTaskBackend):
                 "or keep the queues in one group.",
                 id="rcoord.W003",
             )
+
+
+def framework_request(task: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Enqueue:
+    """The producer's request for a run of framework task ``task`` on its
+    ``RedisTaskBackend`` (a fan-in's child or callback): TypeError when it is no such task
+    or its function does not take these arguments."""
+    backend = task.get_backend() if isinstance(task, Task) else None
+    if not isinstance(backend, RedisTaskBackend):
+        raise TypeError(
+            f"{task!r} is neither a @task nor a Tasks framework task of a RedisTaskBackend"
+        )
+    given = [None, *args] if task.takes_context else list(args)  # its context comes first
+    problem = argument_problem(inspect.signature(task.func), given, kwargs)
+    if problem is not None:
+        raise TypeError(f"task {task.module_path!r} does not accept these arguments: {problem}")
+    return backend.enqueue_request(task, list(args), kwargs)
 
 
 def framework_task(path: str | None) -> Task | None:

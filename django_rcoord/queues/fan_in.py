@@ -44,7 +44,15 @@ from django_rcoord.scripts import run_script
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CHILD_ENDED", "FanIn", "FanInStatus", "cancel_fan_in", "fan_in_status", "group"]
+__all__ = [
+    "CHILD_ENDED",
+    "FanIn",
+    "FanInStatus",
+    "cancel_fan_in",
+    "fan_in_status",
+    "group",
+    "task_run",
+]
 
 #: The field of a child's message that names its fan-in: {"id", "n" (its place, from 1),
 #: "if_failed", "callback_queue"}.
@@ -80,30 +88,26 @@ class FanInStatus:
 
 
 class Group:
-    """Tasks to run side by side (``TaskRun``s: ``task.s(...)``), then ``then`` one task."""
+    """Tasks to run side by side (``TaskRun``s: ``task.s(...)``, or ``task_run(task, ...)``
+    for a Tasks framework task), then ``then`` one task. Every child is checked now: its
+    arguments, and that it is no unique task."""
 
     def __init__(self, *children: TaskRun) -> None:
         if not children:
             raise ValueError("a group needs at least one task")
-        for child in children:
-            _check(child, "child")
-            child.task.check_arguments(child.args, child.kwargs)
         self.children = children
+        self._requests = [_request(child, "child") for child in children]
 
     def then(self, callback: TaskRun, *, client: Any = None) -> FanIn:
         """Queue the children now, and ``callback`` (called with the children's results
         first, then its own arguments) once they have all ended."""
-        _check(callback, "callback")
-        callback.task.check_arguments([None, *callback.args], callback.kwargs)
-        client = resolve_client(client)
-        step = queue_now_in_step(
-            callback.task.enqueue_request([_HOLE, *callback.args], callback.kwargs)
-        )
+        step = queue_now_in_step(_request(callback, "callback"))
         fan_in_id = step.task_id
         runs = [
-            _child_run(child, place, fan_in_id, step.queue.name)
-            for place, child in enumerate(self.children, 1)
+            _marked(run, child.if_failed, place, fan_in_id, step.queue.name)
+            for place, (child, run) in enumerate(zip(self.children, self._requests, strict=True), 1)
         ]
+        client = resolve_client(client)
         _start(client, step, len(self.children))
         try:
             ids = send_messages(client, runs)
@@ -123,12 +127,31 @@ def group(*children: TaskRun) -> Group:
     return Group(*children)
 
 
-def _check(run: TaskRun, role: str) -> None:
-    if not isinstance(run, TaskRun) or not isinstance(run.task, Task):
-        raise TypeError(f"a fan-in's {role} is a @task's run: task.s(*args, **kwargs)")
-    if run.task.unique is not None:
+def task_run(task: Any, *args: Any, **kwargs: Any) -> TaskRun:
+    """A run of ``task`` with these arguments, for a fan-in: a ``@task`` (as ``task.s``), or
+    a Tasks framework task on a ``RedisTaskBackend``."""
+    return TaskRun(task, args, kwargs)
+
+
+def _request(run: TaskRun, role: str) -> Enqueue:
+    """The producer's request for ``run`` (a callback's: its results first), checked:
+    TypeError for arguments its function does not take or JSON cannot carry, ValueError
+    for a unique task."""
+    if not isinstance(run, TaskRun):
+        raise TypeError(f"a fan-in's {role} is a task's run: task.s(*args, **kwargs)")
+    args = (_HOLE, *run.args) if role == "callback" else run.args
+    if isinstance(run.task, Task):
+        request = run.task.enqueue_request(args, run.kwargs)
+    else:
+        # Imported here: it imports the Tasks framework, which a project may not have.
+        from django_rcoord.queues.backend import framework_request
+
+        request = framework_request(run.task, args, run.kwargs)
+    if request.unique is not None:
         # A unique task queued while its claim is held is the other run: not this fan-in's.
-        raise ValueError(f"a fan-in's {role} cannot be a unique task ({run.task.name})")
+        raise ValueError(f"a fan-in's {role} cannot be a unique task ({request.task_name})")
+    encode_message(request.task_name, request.queue, request.args, request.kwargs)
+    return request
 
 
 def _start(client: Any, step: QueuedInStep, total: int) -> None:
@@ -158,12 +181,10 @@ def _start(client: Any, step: QueuedInStep, total: int) -> None:
         pipe.execute()
 
 
-def _child_run(child: TaskRun, place: int, fan_in_id: str, callback_queue: str) -> Enqueue:
-    """Child ``child``'s run, marked as the ``place``-th of its fan-in; TypeError now for
-    arguments JSON cannot carry."""
-    run = child.task.enqueue_request(child.args, child.kwargs)
-    encode_message(run.task_name, run.queue, run.args, run.kwargs)
-    mark = {"id": fan_in_id, "n": place, "if_failed": child.if_failed, "queue": callback_queue}
+def _marked(run: Enqueue, if_failed: str, place: int, fan_in_id: str, queue: str) -> Enqueue:
+    """``run`` marked as the ``place``-th child of fan-in ``fan_in_id`` (its callback on
+    ``queue``)."""
+    mark = {"id": fan_in_id, "n": place, "if_failed": if_failed, "queue": queue}
     return run._replace(extra={**(run.extra or {}), FIELD: mark})
 
 

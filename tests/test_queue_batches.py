@@ -52,15 +52,17 @@ def commands_run(work: Any) -> Counter[str]:
 
 
 @pytest.mark.skipif(cluster.ENABLED, reason="reads one server's command counters")
-def test_a_batch_runs_the_commands_of_one_task_and_two_per_record() -> None:
+@pytest.mark.parametrize("queued", [tasks.record, tasks.unique_report], ids=["plain", "unique"])
+def test_a_batch_runs_the_commands_of_one_task_and_two_per_record(queued: Any) -> None:
     """Taking 1 task or 40 runs the same commands; finishing 40 runs those of finishing 1,
-    and one HSET and one PEXPIRE more per task (each writes its own record)."""
+    and one HSET and one PEXPIRE more per task (each writes its own record). Unique tasks
+    too: their claims are read and dropped by one HMGET and one HDEL for the batch."""
     protocol = FinishProtocol("batcher", [QueueKeys.of("default")])
     exchange(protocol, [], 0)  # the server has the script from now on
     costs = {}
     for size in (1, 40):
         for number in range(size):
-            tasks.record.delay(f"b{size}-{number}")
+            queued.delay(f"b{size}-{number}")
         taken: list[Job] = []
         took = commands_run(
             lambda size=size, taken=taken: taken.extend(exchange(protocol, [], size))
@@ -76,6 +78,7 @@ def test_a_batch_runs_the_commands_of_one_task_and_two_per_record() -> None:
     assert abs(more.pop("cmdstat_pexpire") - 39) <= 1
     assert +more == Counter({"cmdstat_hset": 39})
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert get_client().hkeys(QueueKeys.of("default").results) == []
 
 
 def test_a_batch_larger_than_lua_unpacks_is_taken_and_finished_in_parts() -> None:

@@ -134,11 +134,12 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
     if #waiting > 0 then
         save_live_states(group.results, waiting, waiting_states)
     end
+    if #ended > 0 then
+        -- Acknowledged or dead letters, their claims end.
+        unique_release_all(group.results, ended, kept)
+    end
     if #acked > 0 then
         -- A finished task's message moves into its record.
-        for _, id in ipairs(acked) do
-            unique_release(group.results, id, kept[id])
-        end
         in_chunks('HDEL', group.messages, acked)
         in_chunks('HDEL', group.failures, acked_fields)
         in_chunks('HDEL', group.errors, acked)
@@ -152,9 +153,6 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
     for queue_index, members in pairs(dead) do
         -- A dead letter keeps its message (its record a copy); its claim ends.
         in_chunks('RPUSH', queues[queue_index].dead, members)
-        for _, id in ipairs(members) do
-            unique_release(group.results, id, kept[id])
-        end
     end
     return keep
 end

@@ -16,6 +16,7 @@
 -- A previous release kept a whole record as fields of the results HASH (<id> -> the state,
 -- <id>:v, <id>:e, <id>:m): its state is read where it is, its errors are moved into the
 -- task's record when the task is taken again, and its fields go when the task finishes.
+--! include _variadic
 
 -- How long a group's keys outlive its last task, ms (queues.keys.GROUP_KEYS_MS).
 local GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
@@ -44,25 +45,6 @@ end
 
 -- The fields a previous release kept of a record in the results HASH.
 local LEGACY_SUFFIXES = {'', ':v', ':e', ':m'}
-
--- Members per variadic call: Lua's unpack takes some 8,000 values at most (an even
--- number, so that a field and its value stay in one call).
-local CHUNK = 1000
-
--- Run `command` on `key` with the flat list `items`, CHUNK of them a call at most; returns
--- the replies of a reading command (HMGET, ZMSCORE), concatenated in order.
-local function in_chunks(command, key, items)
-    local replies = {}
-    for first = 1, #items, CHUNK do
-        local reply = redis.call(command, key, unpack(items, first, math.min(#items, first + CHUNK - 1)))
-        if type(reply) == 'table' then
-            for index = 1, #reply do
-                replies[#replies + 1] = reply[index]
-            end
-        end
-    end
-    return replies
-end
 
 -- The results HASH lives a while past its last write (half the group keys' time at least:
 -- refreshed once in that time, not at every write), also when a unique claim (_unique)

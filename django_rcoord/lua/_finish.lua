@@ -141,8 +141,13 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
     if #acked > 0 then
         -- A finished task's message moves into its record.
         in_chunks('HDEL', group.messages, acked)
-        in_chunks('HDEL', group.failures, acked_fields)
-        in_chunks('HDEL', group.errors, acked)
+        -- Most tasks never failed: neither HASH holds anything of theirs, or exists.
+        if redis.call('EXISTS', group.failures) == 1 then
+            in_chunks('HDEL', group.failures, acked_fields)
+        end
+        if redis.call('EXISTS', group.errors) == 1 then
+            in_chunks('HDEL', group.errors, acked)
+        end
     end
     if #errors > 0 then
         in_chunks('HSET', group.errors, errors)

@@ -43,13 +43,17 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
             scores[#scores + 1] = popped[index + 1]
         end
         if #ids > 0 then
-            local fields = {}
-            for index = 1, #ids do
-                fields[#fields + 1] = ids[index]
-                fields[#fields + 1] = ids[index] .. ':lost'
-            end
             local messages = in_chunks('HMGET', group.messages, ids)
-            local failures = in_chunks('HMGET', group.failures, fields)
+            -- Most tasks never failed: no failures HASH, nothing to read per task.
+            local failures = {}
+            if redis.call('EXISTS', group.failures) == 1 then
+                local fields = {}
+                for index = 1, #ids do
+                    fields[#fields + 1] = ids[index]
+                    fields[#fields + 1] = ids[index] .. ':lost'
+                end
+                failures = in_chunks('HMGET', group.failures, fields)
+            end
             local states = load_states(group.records, group.results, ids)
             local leases, owners, put_back, running, states_taken = {}, {}, {}, {}, {}
             local function put_back_from(first)

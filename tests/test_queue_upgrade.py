@@ -196,8 +196,9 @@ def test_the_previous_releases_expired_records_are_dropped_by_this_release() -> 
 
 def test_a_record_the_previous_release_wrote_last_is_the_one_read() -> None:
     """A task this release's worker took, lost (its lease ran out) and the previous
-    release's worker then ran: that worker wrote its record in the results HASH, not
-    knowing this release's. get_result reads that later record, not the stale one."""
+    release's worker then ran: a queued task's state is where that release kept it (a field
+    of the results HASH), so that worker carries its history, and wrote its finished record
+    there. get_result reads that later record."""
     keys = QueueKeys.of("default")
     task_id = tasks.record.delay("mixed")
     protocol = FinishProtocol("new-worker", [keys])
@@ -205,22 +206,24 @@ def test_a_record_the_previous_release_wrote_last_is_the_one_read() -> None:
     assert [entry[0].decode() for entry in taken] == [task_id]
     started = server_ms()
     wait_until(lambda: server_ms() > started + 5, timeout=10)
-    recover_and_promote(keys)  # its lease ran out: READY again, in its own record
-    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    recover_and_promote(keys)  # its lease ran out: READY again, where both releases read it
+    assert get_client().hget(keys.results, task_id).startswith(b"READY|")
+    assert not get_client().exists(keys.record(task_id))
     previous_exchange("old-worker", [], 1, "0")
     previous_exchange("old-worker", [(task_id, "42")], 0, "1")
     record = result_of(task_id)
     assert (record.status, record.return_value, record.worker_ids) == (
         "SUCCESSFUL",
         42,
-        ["old-worker"],
+        ["new-worker", "old-worker"],
     )
 
 
-def test_a_dead_letter_of_the_previous_release_is_requeued_into_its_own_record() -> None:
+def test_a_dead_letter_of_the_previous_release_is_requeued_with_its_history() -> None:
     """Made a dead letter by a previous-release worker (its record FAILED in the results
-    HASH, its expiry in that release's ZSET): requeued by this release, its record moves
-    into its own HASH, READY and no longer expiring anywhere, and runs with its history."""
+    HASH, its expiry in that release's ZSET): requeued by this release, its state is READY
+    where it was, its errors move into its own record, which does not expire, nothing
+    expires any more, and it runs with its history."""
     keys = QueueKeys.of("default")
     task_id = tasks.record.delay("old-dead")
     previous_exchange("old-worker", [], 1, "0")
@@ -230,8 +233,10 @@ def test_a_dead_letter_of_the_previous_release_is_requeued_into_its_own_record()
     assert get_client().zscore(keys.results_expiry, task_id) is not None
     assert requeue_dead("default", task_id) == 1
     assert get_client().zscore(keys.results_expiry, task_id) is None
-    assert not get_client().hexists(keys.results, task_id)
-    assert get_client().hget(keys.record(task_id), "s").startswith(b"READY|")
+    assert get_client().hget(keys.results, task_id).startswith(b"READY|")
+    assert not get_client().hexists(keys.results, f"{task_id}:m")
+    assert not get_client().hexists(keys.results, f"{task_id}:e")
+    assert get_client().hkeys(keys.record(task_id)) == [b"e"]
     assert get_client().pttl(keys.record(task_id)) == -1
     assert Worker(["default"], burst=True).run() == 1
     record = result_of(task_id)

@@ -272,17 +272,21 @@ class CountingAsyncRedis(redis.asyncio.Redis):
 
 def reference_record(task_id: str) -> TaskRecord | None:
     """The record as ``get_result`` reads it, read with plain commands in a pipeline on the
-    slot's primary: the task's message, its record HASH and its last error."""
+    slot's primary: the task's message, its state while queued or running (a field of the
+    group's results HASH), its record HASH and its last error."""
     group = group_of_task_id(task_id)
     if group is None:
         return None
     keys = QueueKeys.of(f"{group}/q")
     with slot_pipeline(get_client(), keys.messages, transaction=False) as pipe:
         pipe.hget(keys.messages, task_id)
+        pipe.hget(keys.results, task_id)
         pipe.hmget(keys.record(task_id), ["s", "v", "e", "m", "x"])
         pipe.hget(keys.errors, task_id)
         pipe.time()
-        message, fields, last_error, now = pipe.execute()
+        message, live, fields, last_error, now = pipe.execute()
+    if live is not None:
+        fields[0], fields[4] = live, None
     return record_from(task_id, message, fields[:4], None, fields[4] or last_error, now)
 
 

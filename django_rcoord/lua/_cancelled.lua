@@ -12,7 +12,7 @@ end
 -- Record task `id` as ended for good by a cancel() at server time `now`, with `status`
 -- (CANCELLED before it ran; FAILED for a running one stopped on request): its message
 -- `message` (nil: gone) moves into its record (see _records: `records`, the record prefix;
--- `results`, the claims and a previous release's records), its unique claim ends, its
+-- `results`, the states, claims and a previous release's records), its unique claim ends, its
 -- entries in `messages`, `failures` and `errors` go, its record expires `result_ttl` ms
 -- from now, and it is counted as cancelled in `metrics` (kept `metrics_ms`) unless `labels`
 -- ('queue<US>task') is ''.
@@ -21,7 +21,7 @@ local function record_cancelled(messages, failures, errors, results, records, me
     local state = load_state(records, results, id)
     state[1] = status
     state[4] = now
-    save_state(records, id, state, message and {'m', message} or {}, result_ttl)
+    save_state(records, results, id, state, message and {'m', message} or {}, result_ttl)
     if message then
         unique_release(results, id, message)
     end

@@ -14,14 +14,14 @@ local function take_back_held(group, queues, worker, tasks)
         by_queue[task.queue] = by_queue[task.queue] or {}
         table.insert(by_queue[task.queue], position)
     end
-    local owners = redis.call('HMGET', group.owners, unpack(ids))
+    local owners = in_chunks('HMGET', group.owners, ids)
     local held, mine = {}, {}
     for queue_index, positions in pairs(by_queue) do
         local queue_ids = {}
         for _, position in ipairs(positions) do
             queue_ids[#queue_ids + 1] = ids[position]
         end
-        local scores = redis.call('ZMSCORE', queues[queue_index].in_flight, unpack(queue_ids))
+        local scores = in_chunks('ZMSCORE', queues[queue_index].in_flight, queue_ids)
         local gone = {}
         for at, position in ipairs(positions) do
             if scores[at] and owners[position] == worker then
@@ -30,7 +30,7 @@ local function take_back_held(group, queues, worker, tasks)
             end
         end
         if #gone > 0 then
-            redis.call('ZREM', queues[queue_index].in_flight, unpack(gone))
+            in_chunks('ZREM', queues[queue_index].in_flight, gone)
         end
     end
     for position, id in ipairs(ids) do
@@ -39,7 +39,7 @@ local function take_back_held(group, queues, worker, tasks)
         end
     end
     if #mine > 0 then
-        redis.call('HDEL', group.owners, unpack(mine))
+        in_chunks('HDEL', group.owners, mine)
     end
     return held, mine
 end
@@ -55,7 +55,7 @@ local function ending_messages(group, tasks, held)
         end
     end
     if #ending > 0 then
-        local messages = redis.call('HMGET', group.messages, unpack(ending))
+        local messages = in_chunks('HMGET', group.messages, ending)
         for position, id in ipairs(ending) do
             kept[id] = messages[position]
         end
@@ -65,37 +65,40 @@ end
 
 -- Finish the held ones among `tasks` at server time `now` (ms): each acknowledged
 -- ('ack'), back in its delayed set ('retry', 'defer', 'later') or a dead letter ('dead'),
--- its record updated (a finished one expires `result_ttl` ms from now). `keep` is how long
+-- its state updated: a finished one's into its record, which expires `result_ttl` ms from
+-- now, one going back into the results HASH (one HSET for them all). `keep` is how long
 -- the group's metrics must live; returns it, longer when a task waits longer than that.
 local function finish_held(group, queues, tasks, held, mine, now, result_ttl, lease, keep)
     local states = {}
     if #mine > 0 then
-        local loaded = load_states(group.records, group.results, mine)
+        local loaded = load_live_states(group.results, mine)  -- this release took them
         for position, id in ipairs(mine) do
             states[id] = loaded[position]
         end
     end
     local kept = ending_messages(group, tasks, held)
-    local acked, acked_fields = {}, {}
+    local acked, acked_fields, ended = {}, {}, {}
     local stamp = tostring(now)  -- converted once, not per task
-    local errors, delayed, dead = {}, {}, {}
+    local errors, delayed, dead, waiting, waiting_states = {}, {}, {}, {}, {}
     local function back_later(task, state)
         state[1] = 'READY'
         delayed[task.queue] = delayed[task.queue] or {}
         table.insert(delayed[task.queue], now + task.delay)
         table.insert(delayed[task.queue], task.id)
+        waiting[#waiting + 1] = task.id
+        waiting_states[#waiting_states + 1] = state
         keep = math.max(keep, result_ttl + lease + task.delay)
     end
     for position, task in ipairs(tasks) do
         if held[position] then
             local id, outcome, state = task.id, task.outcome, states[task.id]
-            local fields, ttl = {}, nil
+            local fields = nil
             if outcome == 'ack' then
                 state[1], state[4] = 'SUCCESSFUL', stamp
                 acked[#acked + 1] = id
                 acked_fields[#acked_fields + 1] = id
                 acked_fields[#acked_fields + 1] = id .. ':lost'
-                fields, ttl = {'v', task.value}, result_ttl
+                fields = {'v', task.value}
             elseif outcome == 'later' then
                 drop_last_delivery(state)
                 back_later(task, state)
@@ -112,37 +115,49 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
                     state[1], state[4] = 'FAILED', stamp
                     dead[task.queue] = dead[task.queue] or {}
                     table.insert(dead[task.queue], id)
-                    fields, ttl = {'x', task.error}, result_ttl
+                    fields = {'x', task.error}
                 end
             end
-            if kept[id] then
-                fields[#fields + 1] = 'm'
-                fields[#fields + 1] = kept[id]
+            if fields then
+                if kept[id] then
+                    fields[3], fields[4] = 'm', kept[id]
+                end
+                save_finished_state(group.records, id, state, fields, result_ttl)
+                ended[#ended + 1] = id
             end
-            save_state(group.records, id, state, fields, ttl)
         end
+    end
+    if #ended > 0 then
+        -- Their states are in their records now.
+        in_chunks('HDEL', group.results, ended)
+    end
+    if #waiting > 0 then
+        save_live_states(group.results, waiting, waiting_states)
+    end
+    if #ended > 0 then
+        -- Acknowledged or dead letters, their claims end.
+        unique_release_all(group.results, ended, kept)
     end
     if #acked > 0 then
         -- A finished task's message moves into its record.
-        for _, id in ipairs(acked) do
-            unique_release(group.results, id, kept[id])
+        in_chunks('HDEL', group.messages, acked)
+        -- Most tasks never failed: neither HASH holds anything of theirs, or exists.
+        if redis.call('EXISTS', group.failures) == 1 then
+            in_chunks('HDEL', group.failures, acked_fields)
         end
-        redis.call('HDEL', group.messages, unpack(acked))
-        redis.call('HDEL', group.failures, unpack(acked_fields))
-        redis.call('HDEL', group.errors, unpack(acked))
+        if redis.call('EXISTS', group.errors) == 1 then
+            in_chunks('HDEL', group.errors, acked)
+        end
     end
     if #errors > 0 then
-        redis.call('HSET', group.errors, unpack(errors))
+        in_chunks('HSET', group.errors, errors)
     end
     for queue_index, members in pairs(delayed) do
-        redis.call('ZADD', queues[queue_index].delayed, unpack(members))
+        in_chunks('ZADD', queues[queue_index].delayed, members)
     end
     for queue_index, members in pairs(dead) do
         -- A dead letter keeps its message (its record a copy); its claim ends.
-        redis.call('RPUSH', queues[queue_index].dead, unpack(members))
-        for _, id in ipairs(members) do
-            unique_release(group.results, id, kept[id])
-        end
+        in_chunks('RPUSH', queues[queue_index].dead, members)
     end
     return keep
 end

@@ -1,14 +1,22 @@
--- Result records (included by the scripts that take, finish and recover tasks). Each task's
--- record is a HASH of its own, built from the group's record prefix, a key the caller
--- declares (`rcoord:queue:{<group>}:r:`), so that it shares the group's hash slot:
--- Builds   records .. <task id>: the record HASH of a task. s -> 'STATUS|started|last
---          attempted|finished|worker ids' (times in server ms), v -> its return value JSON,
---          e -> the JSON list of the errors of its failed attempts, m -> the message of a
---          finished task, x -> the last error of a dead letter. A finished record expires
---          its result TTL after it finished; an unfinished one has no expiry (as the group's
---          messages: it ends finished, or goes with a cancel or a dead letter's expiry).
--- A previous release kept a record as fields of the group's results HASH (<id> -> the
--- state, <id>:v, <id>:e, <id>:m): loading a task's state moves those into its record.
+-- Result records (included by the scripts that take, finish and recover tasks). A task's
+-- state ('STATUS|started|last attempted|finished|worker ids', times in server ms) lives in
+-- one of two places, so that a batch of tasks is read and written with one command:
+--   queued or running (READY, RUNNING): a field of the group's results HASH, <id> -> its
+--     state, which one HMGET reads and one HSET writes for a whole batch (the place a
+--     previous release kept it too, so both releases read it);
+--   finished (SUCCESSFUL, FAILED, CANCELLED): its record HASH, built from the group's record
+--     prefix, a key the caller declares (`rcoord:queue:{<group>}:r:`), so that it shares the
+--     group's hash slot:
+-- Builds   records .. <task id>: the record HASH of a task. s -> its state once finished,
+--          v -> its return value JSON, e -> the JSON list of the errors of its failed
+--          attempts (from the first failure on), m -> the message of a finished task,
+--          x -> the last error of a dead letter. A finished record expires its result TTL
+--          after it finished; one holding only the errors of a task still to run has no
+--          expiry (as the group's messages: it ends finished, or goes with a cancel).
+-- A previous release kept a whole record as fields of the results HASH (<id> -> the state,
+-- <id>:v, <id>:e, <id>:m): its state is read where it is, its errors are moved into the
+-- task's record when the task is taken again, and its fields go when the task finishes.
+--! include _variadic
 
 -- How long a group's keys outlive its last task, ms (queues.keys.GROUP_KEYS_MS).
 local GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
@@ -35,53 +43,56 @@ local function parse_state(raw)
     return state
 end
 
--- The fields a previous release kept of a record in the results HASH, and their names in
--- the record.
+-- The fields a previous release kept of a record in the results HASH.
 local LEGACY_SUFFIXES = {'', ':v', ':e', ':m'}
-local RECORD_FIELDS = {'s', 'v', 'e', 'm'}
 
--- Move task `id`'s record that a previous release wrote in `results` (its state `raw`) into
--- its own HASH. The legacy state wins: a previous release wrote it after this release's
--- last write (which removes the legacy fields); its errors follow those already recorded.
-local function adopt_legacy(records, results, id, raw)
-    local key = records .. id
-    local legacy = {}
-    for index, suffix in ipairs(LEGACY_SUFFIXES) do
-        legacy[index] = id .. suffix
+-- The results HASH lives a while past its last write (half the group keys' time at least:
+-- refreshed once in that time, not at every write), also when a unique claim (_unique)
+-- gave it a shorter expiry.
+local function keep_results(results)
+    if redis.call('PTTL', results) < GROUP_KEYS_MS / 2 then
+        redis.call('PEXPIRE', results, GROUP_KEYS_MS)
     end
-    local old = redis.call('HMGET', results, unpack(legacy))
-    local fields = {}
-    for index = 2, 4 do
-        local value = old[index]
-        if value and index == 3 then
-            local recorded = redis.call('HGET', key, 'e')
-            if recorded then
-                value = string.sub(recorded, 1, -2) .. ',' .. string.sub(value, 2)
-            end
-        end
-        if value then
-            fields[#fields + 1] = RECORD_FIELDS[index]
-            fields[#fields + 1] = value
-        end
-    end
-    redis.call('HSET', key, 's', raw, unpack(fields))
-    redis.call('HDEL', results, unpack(legacy))
 end
 
--- The states of the records of `ids` (five fields each, see parse_state), in order; one
--- HMGET of `results` finds the records a previous release wrote (see adopt_legacy).
+-- Append the errors JSON list `errors` (of later attempts) to the task's list of errors.
+local function append_errors(records, id, errors)
+    local key = records .. id
+    local recorded = redis.call('HGET', key, 'e')
+    if recorded then
+        errors = string.sub(recorded, 1, -2) .. ',' .. string.sub(errors, 2)
+    end
+    redis.call('HSET', key, 'e', errors)
+end
+
+-- The states of the tasks `ids` (five fields each, see parse_state), in order, read with one
+-- HMGET of `results` (a new task has none yet); errors a previous release kept there
+-- (<id>:e) move into the task's record, after those recorded.
 local function load_states(records, results, ids)
-    local legacy = redis.call('HMGET', results, unpack(ids))
+    local fields = {}
+    for index, id in ipairs(ids) do
+        fields[2 * index - 1] = id
+        fields[2 * index] = id .. ':e'
+    end
+    local found = in_chunks('HMGET', results, fields)
     local states = {}
     for index, id in ipairs(ids) do
-        local raw = legacy[index]
-        if raw then
-            adopt_legacy(records, results, id, raw)
-        else
-            local key = records .. id
-            raw = redis.call('HGET', key, 's')
+        if found[2 * index] then
+            append_errors(records, id, found[2 * index])
+            redis.call('HDEL', results, id .. ':e')
         end
-        states[index] = parse_state(raw)
+        states[index] = parse_state(found[2 * index - 1])
+    end
+    return states
+end
+
+-- The states of the tasks `ids` that this release took (whose errors are in their records
+-- already), in order, with one HMGET of `results`.
+local function load_live_states(results, ids)
+    local raws = in_chunks('HMGET', results, ids)
+    local states = {}
+    for index = 1, #ids do
+        states[index] = parse_state(raws[index])
     end
     return states
 end
@@ -90,39 +101,66 @@ local function load_state(records, results, id)
     return load_states(records, results, {id})[1]
 end
 
--- The raw state of task `id`'s record (nil: none), for a task this release wrote last.
-local function read_state(records, id)
-    local key = records .. id
-    return redis.call('HGET', key, 's')
+-- The state of a finished task `id`, wherever it is: a previous release's in `results`
+-- (it wrote it last), else its record's.
+local function load_finished_state(records, results, id)
+    local state = load_state(records, results, id)
+    if state[1] == '' then
+        local key = records .. id
+        state = parse_state(redis.call('HGET', key, 's'))
+    end
+    return state
 end
 
--- Write task `id`'s `state` and the further `fields` ({name, value, ...}) into its record;
--- `ttl` (ms, for a finished task): the record expires that long from now.
-local function save_state(records, id, state, fields, ttl)
+-- Write the states of the queued or running tasks `ids` (`states`, in order) into `results`,
+-- one HSET for them all.
+local function save_live_states(results, ids, states)
+    local fields = {}
+    for index, id in ipairs(ids) do
+        fields[2 * index - 1] = id
+        fields[2 * index] = table.concat(states[index], '|')
+    end
+    in_chunks('HSET', results, fields)
+    keep_results(results)
+end
+
+-- Write finished task `id`'s `state` and the further `fields` ({name, value, ...}) into its
+-- record, which expires `ttl` ms from now. Its fields in `results` are the caller's to drop
+-- (one HDEL for a batch).
+local function save_finished_state(records, id, state, fields, ttl)
     local key = records .. id
-    redis.call('HSET', key, 's', table.concat(state, '|'), unpack(fields or {}))
+    redis.call('HSET', key, 's', table.concat(state, '|'), unpack(fields))
+    redis.call('PEXPIRE', key, ttl)
+end
+
+-- Write task `id`'s `state`: finished when `ttl` (ms) is given (into its record, with the
+-- further `fields`, and out of `results`, a previous release's fields too), else queued or
+-- running (into `results`).
+local function save_state(records, results, id, state, fields, ttl)
     if ttl then
-        redis.call('PEXPIRE', key, ttl)
+        save_finished_state(records, id, state, fields or {}, ttl)
+        local legacy = {}
+        for index, suffix in ipairs(LEGACY_SUFFIXES) do
+            legacy[index] = id .. suffix
+        end
+        redis.call('HDEL', results, unpack(legacy))
+    else
+        save_live_states(results, {id}, {state})
     end
 end
 
--- A finished record that is not any more (its dead letter was requeued): no expiry, and no
--- last error of a dead letter.
+-- A finished record that is not any more (its dead letter was requeued: its state goes back
+-- to `results`): no state, message or last error of a dead letter, and no expiry (its
+-- errors stay).
 local function reopen_record(records, id)
     local key = records .. id
+    redis.call('HDEL', key, 's', 'm', 'x')
     redis.call('PERSIST', key)
-    redis.call('HDEL', key, 'x')
 end
 
 -- Append the error entry JSON `entry` to the task's list of errors.
 local function add_error(records, id, entry)
-    local key = records .. id
-    local errors = redis.call('HGET', key, 'e')
-    if errors then
-        redis.call('HSET', key, 'e', string.sub(errors, 1, -2) .. ',' .. entry .. ']')
-    else
-        redis.call('HSET', key, 'e', '[' .. entry .. ']')
-    end
+    append_errors(records, id, '[' .. entry .. ']')
 end
 
 -- Drop at most `limit` of the records a previous release wrote in `results` whose time in

@@ -20,8 +20,10 @@ end
 
 -- Take up to `wanted` tasks for `worker` at server time `now` (ms), highest-priority queue
 -- first, none from the queues `skip` holds (paused): each leased for `lease` ms, owned by
--- `worker`, its record (see _records) RUNNING with this delivery; the in-flight ZSET and
--- the owners HASH keep their long member (_in_flight).
+-- `worker`, its state (see _records) RUNNING with this delivery; the in-flight ZSET and
+-- the owners HASH keep their long member (_in_flight). A queue's tasks taken share each
+-- command: their messages, failures and states read by one HMGET each, their leases,
+-- owners and states written by one ZADD and two HSETs.
 -- Returns the tasks taken ({id, message, queue index, failures, record state} each) and
 -- how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
@@ -41,15 +43,19 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
             scores[#scores + 1] = popped[index + 1]
         end
         if #ids > 0 then
-            local fields = {}
-            for index = 1, #ids do
-                fields[#fields + 1] = ids[index]
-                fields[#fields + 1] = ids[index] .. ':lost'
+            local messages = in_chunks('HMGET', group.messages, ids)
+            -- Most tasks never failed: no failures HASH, nothing to read per task.
+            local failures = {}
+            if redis.call('EXISTS', group.failures) == 1 then
+                local fields = {}
+                for index = 1, #ids do
+                    fields[#fields + 1] = ids[index]
+                    fields[#fields + 1] = ids[index] .. ':lost'
+                end
+                failures = in_chunks('HMGET', group.failures, fields)
             end
-            local messages = redis.call('HMGET', group.messages, unpack(ids))
-            local failures = redis.call('HMGET', group.failures, unpack(fields))
             local states = load_states(group.records, group.results, ids)
-            local leases, owners, put_back = {}, {}, {}
+            local leases, owners, put_back, running, states_taken = {}, {}, {}, {}, {}
             local function put_back_from(first)
                 for rest = first, #ids do
                     put_back[#put_back + 1] = scores[rest]
@@ -79,7 +85,8 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
                     end
                     state[3] = stamp
                     state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
-                    save_state(group.records, id, state)
+                    running[#running + 1] = id
+                    states_taken[#states_taken + 1] = state
                     taken[#taken + 1] = {
                         id, messages[index], queue_index,
                         tonumber(failures[index * 2 - 1] or '0'), table.concat(state, '|')
@@ -95,11 +102,12 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
                 leases[#leases + 1] = LARGE_ENCODING
                 owners[#owners + 1] = LARGE_ENCODING
                 owners[#owners + 1] = ''
-                redis.call('ZADD', queues[queue_index].in_flight, unpack(leases))
-                redis.call('HSET', group.owners, unpack(owners))
+                in_chunks('ZADD', queues[queue_index].in_flight, leases)
+                in_chunks('HSET', group.owners, owners)
+                save_live_states(group.results, running, states_taken)
             end
             if #put_back > 0 then
-                redis.call('ZADD', queues[queue_index].ready, unpack(put_back))
+                in_chunks('ZADD', queues[queue_index].ready, put_back)
             end
         end
     end

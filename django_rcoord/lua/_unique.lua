@@ -2,6 +2,7 @@
 -- tasks). A claim is a field of the group's results HASH: 'u:<sha256>' -> '<task id>|<until,
 -- ms>'; the message of the task holding it names the field ("unique": "u:...") and how
 -- long a claim of it lasts ("unique_ms").
+--! include _variadic
 
 -- The id of the task holding claim `field` in `results`, or nil: a claim past its time (ms,
 -- server clock `now`), or whose task's message is gone from `messages`, holds nothing.
@@ -40,14 +41,35 @@ local function unique_field(message)
     return nil
 end
 
--- Task `id` (its message `message`) ended: drop its claim, if it still holds it (a claim
--- past its time may have been taken over by a later task of the same key).
-local function unique_release(results, id, message)
-    local field = unique_field(message)
-    if field then
-        local claim = redis.call('HGET', results, field)
-        if claim and string.sub(claim, 1, #id + 1) == id .. '|' then
-            redis.call('HDEL', results, field)
+-- The tasks `ids` (their messages in `messages`, by id) ended: drop the claim of each that
+-- still holds one (a claim past its time may have been taken over by a later task of the
+-- same key), with one HMGET and one HDEL for them all.
+local function unique_release_all(results, ids, messages)
+    local fields, holders = {}, {}
+    for _, id in ipairs(ids) do
+        local field = unique_field(messages[id])
+        if field then
+            fields[#fields + 1] = field
+            holders[#holders + 1] = id
         end
     end
+    if #fields == 0 then
+        return
+    end
+    local claims = in_chunks('HMGET', results, fields)
+    local held = {}
+    for index, field in ipairs(fields) do
+        local claim, id = claims[index], holders[index]
+        if claim and string.sub(claim, 1, #id + 1) == id .. '|' then
+            held[#held + 1] = field
+        end
+    end
+    if #held > 0 then
+        in_chunks('HDEL', results, held)
+    end
+end
+
+-- Task `id` (its message `message`) ended: drop its claim, if it still holds it.
+local function unique_release(results, id, message)
+    unique_release_all(results, {id}, {[id] = message})
 end

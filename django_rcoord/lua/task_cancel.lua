@@ -5,7 +5,8 @@
 -- reads with stop_requested(). A finished task, a dead letter or an unknown one is left
 -- alone. A cancellation is counted in the group's metrics HASH, in the same step.
 -- KEYS[1]  messages HASH   KEYS[2] ready ZSET of its queue   KEYS[3] delayed ZSET of its queue
--- KEYS[4]  results HASH of the group (claims; a previous release's records)
+-- KEYS[4]  results HASH of the group (the states of queued tasks; claims; a previous
+--          release's records)
 -- KEYS[5]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
 -- Builds   KEYS[5] .. <task id>: the task's record HASH (see _records)
 -- KEYS[6]  failures HASH   KEYS[7] errors HASH   KEYS[8] in-flight ZSET of its queue

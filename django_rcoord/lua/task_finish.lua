@@ -8,13 +8,14 @@
 -- KEYS[1]  messages HASH (id -> message JSON)   KEYS[2] owners HASH (id -> worker id)
 -- KEYS[3]  failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[4]  errors HASH (id -> last error)
--- KEYS[5]  results HASH of the group: the claims of unique tasks (see _unique), and the
+-- KEYS[5]  results HASH of the group: the state of each queued or running task
+--          (<id> -> 'STATUS|started|last attempted|finished|workers', times in server ms,
+--          worker ids comma-separated), the claims of unique tasks (see _unique), and the
 --          records a previous release wrote (see _records)
 -- KEYS[6]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
--- Builds   KEYS[6] .. <task id>: each task's record HASH (see _records): its state
---          'STATUS|started|last attempted|finished|workers' (times in server ms, worker ids
---          comma-separated), return value JSON, errors JSON list, the message and last
---          error of a finished task; a finished one expires result_ttl after it finished
+-- Builds   KEYS[6] .. <task id>: each task's record HASH (see _records): the errors of its
+--          failed attempts; once finished its state, return value, message and a dead
+--          letter's last error, expiring result_ttl after it finished
 -- KEYS[7]  idle ZSET of the group (worker id -> until when it waits for a wake-up, ms)
 -- KEYS[8]  metrics HASH of the group: 'n<US>queue<US>task<US>outcome<US>bucket' -> runs that
 --          ended so, by duration bucket; 's<US>queue<US>task<US>outcome' -> their run time, us;
@@ -97,7 +98,7 @@ if nonce ~= '' then
                     redis.call('HGET', group.messages, id),
                     queue_index,
                     tonumber(redis.call('HGET', group.failures, id) or '0'),
-                    read_state(group.records, id),
+                    redis.call('HGET', group.results, id),
                 }
             end
         end

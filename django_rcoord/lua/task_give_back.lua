@@ -4,9 +4,12 @@
 -- worker's attempt; an idle worker is woken for them.
 -- KEYS[1]  owners HASH   KEYS[2] in-flight ZSET of their queue
 -- KEYS[3]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
--- Builds   KEYS[3] .. <task id>: each task's record HASH (see _records)
+-- Builds   KEYS[3] .. <task id>: each task's record HASH (see _records; not written here: a
+--          task given back is not finished)
 -- KEYS[4]  ready ZSET of their queue   KEYS[5] queues HASH of the group (queue counters)
 -- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
+-- KEYS[9]  results HASH of the group (<id> -> the state of a queued or running task, see
+--          _records)
 -- ARGV[1]  the call's JSON record (queues/worker/calls.py give_back_call): worker (its id),
 --          queue (the queue's name in its group), keep_ms (how long the group's list of
 --          queues outlives its last task), wake_ms (wake-up tokens' lifetime)
@@ -30,16 +33,13 @@ if #mine == 0 then
     return 0
 end
 take_out_of_flight(KEYS[2], KEYS[1], mine)
-for _, id in ipairs(mine) do
-    -- Its record is this release's: its taking wrote it.
-    local raw = read_state(KEYS[3], id)
-    if raw then
-        local state = parse_state(raw)
-        state[1] = 'READY'
-        drop_last_delivery(state)  -- this worker's
-        save_state(KEYS[3], id, state)
-    end
+-- Their states are this release's: their taking wrote them (one HMGET, one HSET).
+local states = load_live_states(KEYS[9], mine)
+for _, state in ipairs(states) do
+    state[1] = 'READY'
+    drop_last_delivery(state)  -- this worker's
 end
+save_live_states(KEYS[9], mine, states)
 ready_add(KEYS[4], KEYS[5], call.queue, call.keep_ms, mine, priorities_of(KEYS[6], mine), true)
 if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then
     redis.call('RPUSH', KEYS[7], 1)

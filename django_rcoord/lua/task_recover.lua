@@ -5,7 +5,8 @@
 -- by workers when idle and by the delayed-task poller.
 -- KEYS[1]  owners HASH   KEYS[2] ready ZSET   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
 -- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
--- KEYS[7]  results HASH of the group (a task put back is READY again)
+-- KEYS[7]  results HASH of the group (a task put back is READY again: its state, see
+--          _records)
 -- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
 -- KEYS[10] failures HASH (id -> failed attempts; id:lost -> deliveries whose worker died)
 -- KEYS[11] errors HASH (id -> last error)   KEYS[12] dead LIST of the queue
@@ -60,12 +61,12 @@ for _, id in ipairs(expired) do
         if message then
             fields[3], fields[4] = 'm', message
         end
-        save_state(KEYS[13], id, state, fields, result_ttl)
+        save_state(KEYS[13], KEYS[7], id, state, fields, result_ttl)
     else
         put_back[#put_back + 1] = id
         if state[1] ~= '' then
             state[1] = 'READY'
-            save_state(KEYS[13], id, state)
+            save_state(KEYS[13], KEYS[7], id, state)
         end
     end
 end

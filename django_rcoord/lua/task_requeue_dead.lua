@@ -3,11 +3,12 @@
 -- long as its message says ("unique_ms"), from now, unless another run of it holds the
 -- claim: that run keeps it (a new enqueue answers its id), and both run.
 -- KEYS[1]  dead LIST   KEYS[2] ready ZSET   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: READY again;
---          the unique claims)
+-- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: its state
+--          READY again there, see _records; the unique claims)
 -- KEYS[7]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
--- Builds   KEYS[7] .. <task id>: each task's record HASH (see _records: requeued, READY
---          again and no longer expiring; KEYS[6] holds the records a previous release wrote)
+-- Builds   KEYS[7] .. <task id>: each task's record HASH (see _records: requeued, it keeps
+--          its errors only, no longer expiring; KEYS[6] holds the records a previous release
+--          wrote)
 -- KEYS[8]  messages HASH (priorities, claims)   KEYS[9] queues HASH of the group (counters)
 -- KEYS[10] results expiry ZSET of a previous release (a record of its own that is requeued
 --          no longer expires there)
@@ -34,11 +35,13 @@ if moved > 0 then
     ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false)
     for _, id in ipairs(ids) do
         redis.call('HDEL', KEYS[3], id, id .. ':lost')
-        local state = load_state(KEYS[7], KEYS[6], id)
+        local state = load_finished_state(KEYS[7], KEYS[6], id)
         if state[1] ~= '' then
             state[1] = 'READY'
-            save_state(KEYS[7], id, state)
+            save_state(KEYS[7], KEYS[6], id, state)
             reopen_record(KEYS[7], id)
+            -- A previous release's record: its state is READY where it was, the rest goes.
+            redis.call('HDEL', KEYS[6], id .. ':v', id .. ':m')
         end
     end
     local time = redis.call('TIME')

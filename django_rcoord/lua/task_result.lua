@@ -2,9 +2,10 @@
 -- message, its record and its last error say, in one step. get_result reads a finished
 -- record with one HGETALL; this script answers for the others.
 -- KEYS[1]  messages HASH (task id -> its message while it is queued)
--- KEYS[2]  results HASH: the records a previous release wrote (<id> -> 'STATUS|started|last
---          attempted|finished|worker ids', <id>:v -> return value, <id>:e -> errors,
---          <id>:m -> message of a finished task), read first: it wrote them last
+-- KEYS[2]  results HASH: the state of a queued or running task (<id> -> 'STATUS|started|
+--          last attempted|finished|worker ids'), and the records a previous release wrote
+--          (<id> -> the state, <id>:v -> return value, <id>:e -> errors, <id>:m -> message
+--          of a finished task), read first: it wrote them last
 -- KEYS[3]  results expiry ZSET of a previous release (task id -> server ms at which its
 --          record expires)
 -- KEYS[4]  errors HASH (task id -> the last error of a failed attempt)
@@ -16,7 +17,10 @@
 --          swept yet).
 local id = ARGV[1]
 local fields = redis.call('HMGET', KEYS[2], id, id .. ':v', id .. ':e', id .. ':m')
+local record = KEYS[5] .. id
+local own = redis.call('HMGET', record, 's', 'v', 'e', 'm', 'x')
 local expired = 0
+local last_error = false
 if fields[1] then
     -- Only a finished record expires (a requeued dead letter's expiry goes with it).
     local status = string.match(fields[1], '^[^|]*')
@@ -28,14 +32,20 @@ if fields[1] then
             expired = 1
         end
     end
+    -- The errors of this release's attempts are in the record, before a previous release's.
+    if own[3] and fields[3] then
+        fields[3] = string.sub(own[3], 1, -2) .. ',' .. string.sub(fields[3], 2)
+    else
+        fields[3] = fields[3] or own[3]
+    end
 else
-    local record = KEYS[5] .. id
-    fields = redis.call('HMGET', record, 's', 'v', 'e', 'm', 'x')
+    fields = own
+    last_error = fields[5] or false
 end
 local status = fields[1] and string.match(fields[1], '^[^|]*')
 -- An acknowledged task's message is in its record and its errors hold no entry: neither is
 -- read again.
-local message, last_error = false, fields[5] or false
+local message = false
 if not fields[4] then
     message = redis.call('HGET', KEYS[1], id)
 end

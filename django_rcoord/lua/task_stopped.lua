@@ -5,7 +5,8 @@
 -- and it is counted as cancelled in the group's metrics. Nothing changes unless the worker
 -- still holds it (owner and lease).
 -- KEYS[1]  messages HASH   KEYS[2] owners HASH   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  results HASH of the group (claims; a previous release's records)
+-- KEYS[5]  results HASH of the group (the states of running tasks; claims; a previous
+--          release's records)
 -- KEYS[6]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
 -- Builds   KEYS[6] .. <task id>: the task's record HASH (see _records)
 -- KEYS[7]  in-flight ZSET of its queue   KEYS[8] the task's stop STRING

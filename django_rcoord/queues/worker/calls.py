@@ -34,6 +34,7 @@ def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) ->
         queue.messages,
         queue.wake,
         queue.idle,
+        queue.results,
     ]
     record = {
         "worker": worker_id,

@@ -38,7 +38,7 @@ from django_rcoord.queues.producer import (
     send_messages,
 )
 from django_rcoord.queues.records import result_ttl_ms
-from django_rcoord.queues.registry import Task, task
+from django_rcoord.queues.registry import Task, internal_task
 from django_rcoord.queues.runs import TaskRun
 from django_rcoord.scripts import run_script
 
@@ -242,7 +242,7 @@ def _counted(task_id: str, if_failed: Any, value_json: str | None, error: str) -
     return "null", "failed" if if_failed == "ignore" else "fail"
 
 
-@task(name=CHILD_ENDED, queue="default", max_retries=10)
+@internal_task(CHILD_ENDED, max_retries=10)
 def child_ended(
     fan_in_id: str,
     place: int,

@@ -35,6 +35,8 @@ class PermanentFailure(Exception):
 
 
 _registry: dict[str, Task] = {}
+#: django-rcoord's own tasks that run on the queue they are queued on (``internal_task``).
+_internal: dict[str, Task] = {}
 
 
 class Task:
@@ -262,13 +264,26 @@ def _register(made: Task) -> Task:
     return made
 
 
+def internal_task(name: str, *, max_retries: int) -> Callable[[Callable[..., Any]], Task]:
+    """``@task`` for a task of django-rcoord's own that runs on whichever queue it is queued
+    on (a fan-in's count, on its child's queue): workers find it by name, and it is left
+    out of ``registered_tasks`` (it has no queue of its own to watch or to show)."""
+
+    def register(function: Callable[..., Any]) -> Task:
+        made = Task(function, name, "default", max_retries)
+        _internal[name] = made
+        return made
+
+    return register
+
+
 def registered_tasks() -> list[Task]:
     """Every task registered so far, in the order they were."""
     return list(_registry.values())
 
 
 def get_task(name: str) -> Task | None:
-    return _registry.get(name)
+    return _registry.get(name) or _internal.get(name)
 
 
 def tasks_modules() -> list[str]:

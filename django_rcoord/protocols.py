@@ -24,9 +24,10 @@ from django_rcoord.keys import KeySpace
 
 #: Each family's protocol in this release. Lock 2: hand-overs under a grant lease that the
 #: waiter confirms, acquires resent with the caller's identifier answered, counters that
-#: expire. Semaphore 2: keys that expire, acquires resent answered. Queue 2: each task's
-#: result record a HASH of its own (1 kept them in the group's results HASH, where 2 still
-#: reads them and takes them over: tasks run beside 1 as before, 1 does not see 2's records).
+#: expire. Semaphore 2: keys that expire, acquires resent answered. Queue 2: a finished
+#: task's result record a HASH of its own (1 kept every record in the group's results HASH,
+#: where 2 keeps a queued or running task's state: tasks run beside 1 as before, and 1
+#: reads the states of 2's unfinished tasks, not its finished records).
 PROTOCOLS: dict[str, int] = {"lock": 2, "semaphore": 2, "queue": 2, "periodic": 1}
 #: The oldest protocol of each family this release runs beside.
 OLDEST_COMPATIBLE: dict[str, int] = {"lock": 1, "semaphore": 1, "queue": 1, "periodic": 1}

@@ -8,12 +8,12 @@ value in the children's order. ``job.id`` is the callback's task id: ``get_resul
 the callback's record once it is queued, ``fan_in_status`` the fan-in's progress, and
 ``cancel_fan_in`` cancels the children that have not started and the callback.
 
-How it holds under crashes: a child's end queues a small task (``CHILD_ENDED``) on the
-child's own queue in the step that records that end, so it is queued exactly when the
-end is recorded, and runs at least once. That task counts the child in the fan-in's HASH,
-which sits in the callback's slot (``fan_in_child_ended.lua``): a child is counted once
-however often it runs (a worker killed after the end was recorded runs it again), and
-the script that counts the last child queues the callback in the same step.
+How it holds under crashes: a child is counted in the fan-in's HASH, which sits in the
+callback's queue group (its slot), by one script (``_fan_in.lua``) that counts a child
+once however often it is asked to and queues the callback with the last count. A child
+in the callback's group is counted by the finish call that records its end, in the same
+atomic step; one in another group (or one that fails the fan-in) queues, in that step, a
+task on its own queue (``CHILD_ENDED``) that counts it, and runs at least once.
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ __all__ = [
 ]
 
 #: The field of a child's message that names its fan-in: {"id", "n" (its place, from 1),
-#: "if_failed", "callback_queue"}.
+#: "if_failed", "queue" (its callback's)}.
 FIELD = "fan_in"
 #: The task a child's end queues on the child's queue: it counts the child.
 CHILD_ENDED = "rcoord.fan_in.child_ended"
-#: Where the callback's results go in its message until they are known (the script puts
-#: them in place of its JSON text): no argument of a task can be this string.
+#: Where the callback's results go in its message until they are known: the script puts
+#: them in place of the first occurrence of its JSON text, which is the callback's first
+#: argument (the message's id, task and queue come before it and cannot hold a NUL).
 _HOLE = "\x00rcoord:fan-in results\x00"
 
 

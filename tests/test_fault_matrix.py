@@ -29,7 +29,14 @@ from redis.retry import Retry
 from django_rcoord.connection import get_client
 from django_rcoord.exceptions import TaskTimeLimitExceeded
 from django_rcoord.locks import Lock, LockLost
-from django_rcoord.queues import enqueue_many, execute_later, queue_stats, recover_and_promote
+from django_rcoord.queues import (
+    enqueue_many,
+    execute_later,
+    fan_in_status,
+    group,
+    queue_stats,
+    recover_and_promote,
+)
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.periodic import fire_due
 from django_rcoord.queues.schedules import Schedule
@@ -427,6 +434,26 @@ def test_a_finish_with_its_reply_cut(proxy: FaultProxy, resent: bool) -> None:
     assert proxy.cut == 1
     assert sorted(ran()) == [f"f{n}" for n in range(6)]
     assert queue_stats("default") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+    assert lost_deliveries() == []
+
+
+@WORKER_DB
+@RESENT
+def test_a_finish_that_counts_fan_in_children_with_its_reply_cut(
+    proxy: FaultProxy, resent: bool
+) -> None:
+    """The call that records the ends of a fan-in's children also counts them (they are in
+    their callback's queue group), and its reply is cut: answered as it ran, each child is
+    counted once and the callback runs once, with every result."""
+    job = group(*(tasks.square.s(n) for n in range(6))).then(tasks.collect.s("cut"))
+    worker = Worker(["default"], burst=True, client=through(proxy, resent=resent))
+    proxy.cut_reply_to(sha("task_finish"))
+    assert worker.run() == 7  # the six children, then the callback
+    assert proxy.cut == 1
+    status = fan_in_status(job.id)
+    assert status is not None
+    assert (status.state, status.ended, status.failed) == ("fired", 6, 0)
+    assert get_client().lrange(f"{tasks.FAN_IN}:cut", 0, -1) == [b"[0, 1, 4, 9, 16, 25]"]
     assert lost_deliveries() == []
 
 

@@ -27,12 +27,16 @@
 --          so that a call retried after its reply was lost answers as the first one did
 -- KEYS[10] paused SET of the group: the names (within the group) of its queues that no
 --          worker takes from (pause_queue); their tasks wait in their ready ZSETs
--- KEYS[11..] four per queue the worker watches, in priority order: ready ZSET (highest
+-- KEYS[11] queues HASH of the group (each queue's counter: a fair key's next task joins
+--          its ready ZSET with a fresh one)
+-- KEYS[12..] four per queue the worker watches, in priority order: ready ZSET (highest
 --          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the follow-ups'
 --          and the fan-in counts' keys (each says where its own start)
 -- Builds   KEYS[k] .. <fan-in id>: the HASH of the fan-in a finished task is a child of,
 --          KEYS[k] its fan-in count's first key, the fan-in prefix of this group (see
 --          _fan_in)
+-- Builds   KEYS[12] .. ' key:<fair key>', KEYS[12] .. ' heads', KEYS[12] .. ' waiting' (and
+--          so for each queue's ready ZSET): the lines of a queue's fair keys (see _ready)
 -- ARGV[1]  the call, JSON: worker (its id), lease (ms), result_ttl (how long a finished
 --          result is kept, ms), idle_ms (how long this worker waits for a wake-up when it
 --          finds nothing: it is registered idle for that long, so that producers wake it;
@@ -73,11 +77,11 @@ local worker, nonce = call.worker, call.nonce
 local group = {
     messages = KEYS[1], owners = KEYS[2], failures = KEYS[3], errors = KEYS[4],
     results = KEYS[5], records = KEYS[6], idle = KEYS[7], metrics = KEYS[8],
-    exchange = KEYS[9], paused = KEYS[10],
+    exchange = KEYS[9], paused = KEYS[10], queues = KEYS[11],
 }
 local queues = {}
 for index = 1, call.queues do
-    local first = 10 + (index - 1) * 4
+    local first = 11 + (index - 1) * 4
     queues[index] = {
         ready = KEYS[first + 1], in_flight = KEYS[first + 2],
         delayed = KEYS[first + 3], dead = KEYS[first + 4],
@@ -126,7 +130,8 @@ end
 
 -- A call that takes nothing (a task finished alone) does not look for paused queues.
 local skip = call.take > 0 and paused_queues(group.paused, call.names) or {}
-local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease, skip)
+local taken, wanted = take_tasks(group, queues, call.names, worker, call.take, now, call.lease,
+    skip)
 if #tasks > 0 then
     -- After the take, which may have added to them: the keys go with their last task.
     local touched = {}

@@ -32,8 +32,8 @@ class FinishProtocol:
         self.worker_id = worker_id
         self.queues = list(queues)
         group = self.queues[0]
-        # The group's keys, this worker's last exchange, the group's paused queues, then
-        # four per queue.
+        # The group's keys, this worker's last exchange, the group's paused queues, its
+        # queue counters (a fair key's next task takes a fresh one), then four per queue.
         self.keys: list[Any] = [
             group.messages,
             group.owners,
@@ -45,6 +45,7 @@ class FinishProtocol:
             group.metrics,
             group.exchange(worker_id),
             group.paused,
+            group.queues,
             *(
                 key
                 for queue in self.queues

@@ -469,3 +469,14 @@ def tenant_fails_once(tenant: str, marker: str) -> None:
     client.rpush(FAIR_STARTED, f"{tenant}:{marker}")
     if client.incr(f"test:attempts:{marker}") == 1:
         raise RuntimeError("the first attempt fails on purpose")
+
+
+@task(queue="fair", fair_key=lambda tenant, marker: tenant, max_running_per_key=1)
+def tenant_one_at_a_time(tenant: str, marker: str) -> None:
+    """Records how many of its key run as it starts (the server counts), then works a little."""
+    client = get_client()
+    running = client.incr(f"test:running:{tenant}")
+    client.rpush(f"test:running-seen:{tenant}", running)
+    client.rpush(FAIR_STARTED, f"{tenant}:{marker}")
+    time.sleep(0.05)
+    client.decr(f"test:running:{tenant}")

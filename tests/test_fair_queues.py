@@ -151,3 +151,52 @@ def test_a_fair_key_must_be_a_short_str() -> None:
         tasks.record_tenant.delay(7, "x")
     with pytest.raises(InvalidName):
         tasks.record_tenant.delay("x" * 201, "x")
+
+
+def seen_running(tenant: str) -> list[int]:
+    return [int(n) for n in get_client().lrange(f"test:running-seen:{tenant}", 0, -1)]
+
+
+def test_a_key_limited_to_one_running_never_runs_two_while_other_keys_do() -> None:
+    """max_running_per_key=1 across three worker processes: the key's tasks run one at a
+    time (each counts, on the server, how many of its key run as it starts), while the
+    other keys' tasks run beside them."""
+    pause_queue("fair")
+    enqueue_many([(tasks.tenant_one_at_a_time, ("solo", str(n)), {}) for n in range(12)])
+    enqueue_many([(tasks.tenant_one_at_a_time, (f"other{n}", "x"), {}) for n in range(12)])
+    assert queue_stats("fair")["ready"] == 24
+    workers = [start_worker(queues=("fair",)) for _ in range(3)]
+    try:
+        workers_key = QueueKeys.of("fair").workers
+        wait_until(lambda: get_client().scard(workers_key) == 3, timeout=60)
+        resume_queue("fair")
+        wait_until(lambda: len(started()) == 24, timeout=120)
+    finally:
+        for worker in workers:
+            stop(worker)
+    assert seen_running("solo") == [1] * 12
+    order = started()
+    # The others were not held behind the limited key: all of them ran before its last.
+    assert max(order.index(f"other{n}:x") for n in range(12)) < order.index("solo:11")
+    keys = QueueKeys.of("fair")
+    assert not get_client().exists(keys.fair_heads, keys.fair_waiting, keys.fair_running)
+    assert queue_stats("fair") == {"ready": 0, "in_flight": 0, "delayed": 0, "dead": 0}
+
+
+def test_a_limited_keys_run_given_back_or_lost_lets_its_next_run() -> None:
+    enqueue_many([(tasks.tenant_one_at_a_time, ("solo", str(n)), {}) for n in range(3)])
+    worker = Worker(["fair"])
+    first = worker.session.take(3)  # one only: the key is at its limit
+    assert first is not None
+    assert worker.session.take(3) is None
+    worker.session.give_back([first])  # its run ended: the key's first task is ready again
+    lost = worker.session.take(3)
+    assert lost is not None
+    assert lost.id == first.id
+    keys = QueueKeys.of("fair")
+    get_client().zadd(keys.in_flight, {lost.id: 0}, xx=True)  # its lease ran out
+    assert recover_and_promote(keys)[0] == 1
+    assert drain() == 3
+    assert started() == ["solo:0", "solo:1", "solo:2"]
+    assert seen_running("solo") == [1, 1, 1]
+    assert not get_client().exists(keys.fair_heads, keys.fair_waiting, keys.fair_running)

@@ -11,15 +11,19 @@
 -- cannot be in a queue's key part, encoded: they spell no other queue's keys):
 -- `<ready> key:<fair key>` ZSET, the key's tasks behind its head (scored as in `ready`);
 -- `<ready> heads` HASH, 'k:<fair key>' -> its head's id and 'i:<head id>' -> its key;
--- `<ready> waiting` STRING, how many tasks wait behind heads (queue_stats adds them).
--- Builds   ready .. ' key:<fair key>', ready .. ' heads', ready .. ' waiting' (`ready`: a
---          queue's ready ZSET as its caller gives it)
+-- `<ready> waiting` STRING, how many tasks wait behind heads (queue_stats adds them);
+-- `<ready> running` HASH, fair key -> its tasks taken and not ended, for a key whose tasks
+-- carry a limit ("fair_limit", max_running_per_key): at its limit, the key's head is ''
+-- (blocked) and its next task waits in its line until one of its runs ends (fair_ended).
+-- Builds   ready .. ' key:<fair key>', ready .. ' heads', ready .. ' waiting', ready ..
+--          ' running' (`ready`: a queue's ready ZSET as its caller gives it)
 local READY_BAND = 35184372088832
 local READY_FRONT = 17592186044416
 local FAIR_FIELD = '"fair_key"'
 
--- The fair key a task message names (nil: none, or unreadable). A plain search first: a
--- message without one (most) is not decoded.
+-- The fair key a task message names (nil: none, or unreadable), and its key's limit of
+-- running tasks (nil: none). A plain search first: a message without one (most) is not
+-- decoded.
 local function message_fair_key(message)
     if not message or not string.find(message, FAIR_FIELD, 1, true) then
         return nil
@@ -29,7 +33,7 @@ local function message_fair_key(message)
     if type(key) ~= 'string' or key == '' then
         return nil
     end
-    return key
+    return key, tonumber(decoded.fair_limit)
 end
 
 -- One task fewer waits behind the heads of `ready` (the count goes with the last one).
@@ -56,7 +60,13 @@ end
 local function fair_add(ready, key, id, score)
     local heads = ready .. ' heads'
     local head = redis.call('HGET', heads, 'k:' .. key)
-    local head_score = head and redis.call('ZSCORE', ready, head)
+    local head_score = head and head ~= '' and redis.call('ZSCORE', ready, head)
+    if head == '' then
+        -- The key is at its limit of running tasks: its line waits (fair_ended).
+        redis.call('ZADD', ready .. ' key:' .. key, score, id)
+        redis.call('INCR', ready .. ' waiting')
+        return
+    end
     if not head_score then
         -- No head, or one a previous release took without moving the line: this task is.
         if head then
@@ -77,19 +87,12 @@ local function fair_add(ready, key, id, score)
     redis.call('INCR', ready .. ' waiting')
 end
 
--- Task `id` left `ready` (taken, or cancelled): when it was the head of key `key` (nil:
--- look it up, the task's message is gone), the key's next task joins `ready` behind the
--- tasks ready at its priority (the queue's counter: field `queue` of the HASH `queues`).
--- Returns true when a task joined.
-local function fair_advance(ready, queues, queue, key, id)
+-- The next task of key `key`'s line joins `ready` as its head, behind the tasks ready at
+-- its priority (a fresh seq: field `queue` of the HASH `queues`); with none, the key has
+-- no head. Returns true when a task joined.
+local function fair_admit(ready, queues, queue, key)
     local heads = ready .. ' heads'
-    key = key or redis.call('HGET', heads, 'i:' .. id)
-    if not key or redis.call('HGET', heads, 'k:' .. key) ~= id then
-        return false
-    end
-    redis.call('HDEL', heads, 'i:' .. id)
-    local line = ready .. ' key:' .. key
-    local next_up = redis.call('ZPOPMIN', line)
+    local next_up = redis.call('ZPOPMIN', ready .. ' key:' .. key)
     if #next_up == 0 then
         redis.call('HDEL', heads, 'k:' .. key)
         return false
@@ -98,6 +101,39 @@ local function fair_advance(ready, queues, queue, key, id)
     local score = band_of(next_up[2]) * READY_BAND + redis.call('HINCRBY', queues, queue, 1)
     fair_head(ready, heads, key, next_up[1], string.format('%.0f', score))
     return true
+end
+
+-- Task `id` left `ready` (taken, or cancelled): when it was the head of key `key` (nil:
+-- look it up, the task's message is gone), the key's next task joins `ready`
+-- (fair_admit), unless `limit` (taken: its key's limit of running tasks, nil for none) is
+-- reached: then the key is blocked (its head '') until one of its runs ends. Returns true
+-- when a task joined.
+local function fair_advance(ready, queues, queue, key, id, limit)
+    local heads = ready .. ' heads'
+    -- Counted whether or not it was the head: fair_ended counts each run's end.
+    local blocked = limit and redis.call('HINCRBY', ready .. ' running', key, 1) >= limit
+    key = key or redis.call('HGET', heads, 'i:' .. id)
+    if not key or redis.call('HGET', heads, 'k:' .. key) ~= id then
+        return false
+    end
+    redis.call('HDEL', heads, 'i:' .. id)
+    if blocked then
+        redis.call('HSET', heads, 'k:' .. key, '')
+        return false
+    end
+    return fair_admit(ready, queues, queue, key)
+end
+
+-- A run of key `key`, which has a limit of running tasks, ended (finished, put back, given
+-- back, stopped): the key counts one fewer, and a key that was blocked admits its next
+-- task (fair_admit).
+local function fair_ended(ready, queues, queue, key)
+    if redis.call('HINCRBY', ready .. ' running', key, -1) <= 0 then
+        redis.call('HDEL', ready .. ' running', key)
+    end
+    if redis.call('HGET', ready .. ' heads', 'k:' .. key) == '' then
+        fair_admit(ready, queues, queue, key)
+    end
 end
 
 -- Task `id` (of key `key`) leaves its queue (cancelled): out of `ready`, moving its key's
@@ -128,15 +164,26 @@ local function message_priority(message)
 end
 
 -- The priorities of the tasks `ids` (at least one), read from their messages in `messages`,
--- and their fair keys ({[index] = key} for those that have one).
+-- their fair keys ({[index] = key} for those that have one) and their keys' limits of
+-- running tasks ({[index] = limit} for those that have one).
 local function priorities_of(messages, ids)
     local bodies = redis.call('HMGET', messages, unpack(ids))
-    local priorities, fair_keys = {}, {}
+    local priorities, fair_keys, fair_limits = {}, {}, {}
     for index = 1, #ids do
         priorities[index] = message_priority(bodies[index])
-        fair_keys[index] = message_fair_key(bodies[index])
+        fair_keys[index], fair_limits[index] = message_fair_key(bodies[index])
     end
-    return priorities, fair_keys
+    return priorities, fair_keys, fair_limits
+end
+
+-- Runs of queue `queue` put back on `ready` ended (fair_ended for each of those whose key
+-- has a limit, `fair_keys` and `fair_limits` as priorities_of returns them).
+local function fair_runs_ended(ready, queues, queue, fair_keys, fair_limits)
+    for index, limit in pairs(fair_limits) do
+        if limit and fair_keys[index] then
+            fair_ended(ready, queues, queue, fair_keys[index])
+        end
+    end
 end
 
 -- Queue the tasks `ids` (at least one, in this order; `priorities` theirs) on the ready ZSET

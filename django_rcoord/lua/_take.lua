@@ -78,10 +78,10 @@ local function take_tasks(group, queues, names, worker, wanted, now, lease, skip
                     put_back_from(index)
                     break
                 end
-                local fair_key = message_fair_key(messages[index])
+                local fair_key, fair_limit = message_fair_key(messages[index])
                 if fair_key or not messages[index] then
                     again = fair_advance(queues[queue_index].ready, group.queues,
-                        names[queue_index], fair_key, id) or again
+                        names[queue_index], fair_key, id, fair_limit) or again
                 end
                 -- An id whose message is gone was acknowledged already (a duplicate): skip it.
                 if messages[index] then

@@ -14,8 +14,8 @@
 -- KEYS[10] metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_finish)
 -- KEYS[11] queues HASH of the group (queue counters: a cancelled head of a fair key's line
 --          lets the key's next task in, with a fresh one)
--- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting': the
---          lines of the queue's fair keys (see _ready)
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
 -- ARGV[3]  how long a stop request is kept, ms
 -- ARGV[4]  metric labels 'queue<US>task' ('': not counted)

@@ -35,8 +35,9 @@
 -- Builds   KEYS[k] .. <fan-in id>: the HASH of the fan-in a finished task is a child of,
 --          KEYS[k] its fan-in count's first key, the fan-in prefix of this group (see
 --          _fan_in)
--- Builds   KEYS[12] .. ' key:<fair key>', KEYS[12] .. ' heads', KEYS[12] .. ' waiting' (and
---          so for each queue's ready ZSET): the lines of a queue's fair keys (see _ready)
+-- Builds   KEYS[12] .. ' key:<fair key>', KEYS[12] .. ' heads', KEYS[12] .. ' waiting',
+--          KEYS[12] .. ' running' (and so for each queue's ready ZSET): the lines of a
+--          queue's fair keys (see _ready)
 -- ARGV[1]  the call, JSON: worker (its id), lease (ms), result_ttl (how long a finished
 --          result is kept, ms), idle_ms (how long this worker waits for a wake-up when it
 --          finds nothing: it is registered idle for that long, so that producers wake it;
@@ -57,7 +58,9 @@
 --          retry, dead); labels ('queue<US>task', '' for none), bucket (the run time's
 --          duration bucket) and us (the run time) for the metrics; and optionally
 --          follow_ups, the tasks it queues when it is acknowledged or made a dead letter,
---          and fan_in, its count in its fan-in (see _follow_ups). A unique task
+--          and fan_in, its count in its fan-in (see _follow_ups); and fair_key, the run's
+--          fair key when its key has a limit of running tasks (max_running_per_key): its
+--          end lets the key's next task in (see _ready). A unique task
 --          acknowledged or made a dead letter drops its claim (a 'u:' field of KEYS[5] its
 --          message names, see _unique); one retried or deferred keeps it.
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
@@ -124,6 +127,13 @@ if #tasks > 0 then
         finished[position] = held[position] and 1 or 0
     end
     keep = finish_held(group, queues, tasks, held, mine, now, call.result_ttl, call.lease, keep)
+    for position, task in ipairs(tasks) do
+        -- A run of a key with a limit of running tasks ended: its key may admit the next.
+        if held[position] and task.fair_key then
+            fair_ended(queues[task.queue].ready, group.queues, call.names[task.queue],
+                task.fair_key)
+        end
+    end
     queue_follow_ups(group.results, tasks, held, now)
     count_runs(group.metrics, tasks, held, now, keep)
 end

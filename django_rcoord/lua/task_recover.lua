@@ -15,8 +15,8 @@
 --          the records a previous release wrote)
 -- KEYS[14] results expiry ZSET of a previous release (its records' expiry: those past it
 --          are dropped, at most `most tasks to move` a call)
--- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting': the
---          lines of the queue's fair keys (see _ready)
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
@@ -54,6 +54,10 @@ for _, id in ipairs(expired) do
         redis.call('RPUSH', KEYS[12], id)
         local message = redis.call('HGET', KEYS[8], id)
         unique_release(KEYS[7], id, message)
+        local fair_key, fair_limit = message_fair_key(message)
+        if fair_limit then
+            fair_ended(KEYS[2], KEYS[9], ARGV[5], fair_key)
+        end
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
         })
@@ -73,8 +77,9 @@ for _, id in ipairs(expired) do
     end
 end
 if #put_back > 0 then
-    local priorities, fair_keys = priorities_of(KEYS[8], put_back)
+    local priorities, fair_keys, fair_limits = priorities_of(KEYS[8], put_back)
     ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities, true, fair_keys)
+    fair_runs_ended(KEYS[2], KEYS[9], ARGV[5], fair_keys, fair_limits)
 end
 if #expired > 0 then
     take_out_of_flight(KEYS[3], KEYS[1], expired)

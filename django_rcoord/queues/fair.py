@@ -22,6 +22,9 @@ from django_rcoord.keys import encode_name
 
 #: The message field holding a task's fair key (read by the Lua helper ``_ready``).
 FAIR_KEY_FIELD = "fair_key"
+#: The message field holding the most tasks of its key that may run at once
+#: (``max_running_per_key``): the take holds the key's line while that many run.
+FAIR_LIMIT_FIELD = "fair_limit"
 
 #: What ``@task(fair_key=...)`` takes: a key for every run, or a function of a run's
 #: arguments returning its key (None: that run has none).
@@ -30,13 +33,16 @@ FairKeySource = str | Callable[..., str | None]
 
 @dataclass(frozen=True)
 class FairKey:
-    """How a task's runs are keyed: ``source`` is a str, or a function of the arguments."""
+    """How a task's runs are keyed: ``source`` is a str, or a function of the arguments;
+    ``limit``: at most that many runs of one key at once, across every worker (None: no
+    limit)."""
 
     source: FairKeySource
+    limit: int | None = None
 
     def message_fields(
         self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> dict[str, str] | None:
+    ) -> dict[str, Any] | None:
         """The message fields of a run with these arguments (None: it has no key).
         TypeError when the function returns something else than a str or None; InvalidName
         for an empty key or one over 200 characters."""
@@ -48,12 +54,23 @@ class FairKey:
                 f"the fair_key of task {task_name!r} must return a str or None, "
                 f"not {type(key).__name__}"
             )
-        return {FAIR_KEY_FIELD: encode_name(key)}
+        fields: dict[str, Any] = {FAIR_KEY_FIELD: encode_name(key)}
+        if self.limit is not None:
+            fields[FAIR_LIMIT_FIELD] = self.limit
+        return fields
 
 
-def make_fair_key(source: FairKeySource | None) -> FairKey | None:
-    """``@task``'s ``fair_key``, checked at import: a non-empty str, a callable, or None."""
+def make_fair_key(
+    source: FairKeySource | None, max_running_per_key: int | None = None
+) -> FairKey | None:
+    """``@task``'s ``fair_key`` and ``max_running_per_key``, checked at import: a non-empty
+    str, a callable, or None; an int >= 1 or None, which needs a ``fair_key``."""
+    limit = max_running_per_key
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"max_running_per_key must be an int >= 1, or None, not {limit!r}")
     if source is None:
+        if limit is not None:
+            raise ValueError("max_running_per_key needs a fair_key")
         return None
     if isinstance(source, str):
         encode_name(source)  # InvalidName now for an empty or over-long key
@@ -61,4 +78,14 @@ def make_fair_key(source: FairKeySource | None) -> FairKey | None:
         raise TypeError(
             f"fair_key takes a str or a function of the task's arguments, not {source!r}"
         )
-    return FairKey(source)
+    return FairKey(source, limit)
+
+
+def finished_fields(message: dict[str, Any] | None) -> dict[str, str]:
+    """What the finish script needs of a run's message to end it (see ``_ready.lua``): its
+    fair key when its key has a limit of running tasks, so that its end lets the key's next
+    task in; nothing for most runs."""
+    if message is None or message.get(FAIR_LIMIT_FIELD) is None:
+        return {}
+    key = message.get(FAIR_KEY_FIELD)
+    return {FAIR_KEY_FIELD: key} if isinstance(key, str) and key else {}

@@ -162,6 +162,11 @@ class QueueKeys(GroupKeys):
         """HASH of the heads of the queue's fair keys ('k:<key>' -> id, 'i:<id>' -> key)."""
         return self.ready + " heads"
 
+    @property
+    def fair_running(self) -> str:
+        """HASH: fair key -> its runs not ended, for keys with ``max_running_per_key``."""
+        return self.ready + " running"
+
     def fair_line(self, encoded_key: str) -> str:
         """ZSET of the tasks of fair key ``encoded_key`` (as its messages hold it) waiting
         behind its head."""

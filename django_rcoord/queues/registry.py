@@ -201,6 +201,7 @@ def task(
     unique_for: float | None = None,
     unique_key: Callable[..., str] | None = None,
     fair_key: FairKeySource | None = None,
+    max_running_per_key: int | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task: call it to run it here, ``delay()`` to queue it on
     ``queue``, where a higher ``priority`` (-100..100) runs first (equal ones in the order
@@ -213,7 +214,8 @@ def task(
     **kwargs)``, a str) is ready, delayed or running, for at most that long, queueing the
     task again returns that run's id and queues nothing. ``fair_key`` (a str, or a function
     of the arguments returning one or None): its runs are served round-robin across keys
-    within the queue (see ``django_rcoord.queues.fair``)."""
+    within the queue, at most ``max_running_per_key`` of one key at once across every
+    worker (see ``django_rcoord.queues.fair``)."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     # Each value is checked now, at import time: a ValueError or TypeError for a bad one.
@@ -228,7 +230,7 @@ def task(
         limit_key=limit_key,
     )
     unique = make_uniqueness(unique_for, unique_key)
-    fair = make_fair_key(fair_key)
+    fair = make_fair_key(fair_key, max_running_per_key)
     follow_ups = (on_success, on_failure)
     return _registering(name, queue, priority, options, follow_ups, unique, fair)
 

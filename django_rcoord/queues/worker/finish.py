@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from django_rcoord.queues.fair import finished_fields
 from django_rcoord.queues.fan_in import FanInCount
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels
@@ -126,6 +127,9 @@ def finish_record(done: Done) -> dict[str, Any]:
         "bucket": duration_bucket(done.took_ms / 1000),
         "us": round(done.took_ms * 1000),
     }
+    # A run of a fair key with a limit: its end lets the key's next task in (the message
+    # was decoded when the run was resolved).
+    record.update(finished_fields(done.job.message))
     if outcome.kind is Kind.ACK:
         record["value"] = outcome.value_json
         return record

@@ -151,6 +151,11 @@ def test_a_fair_key_must_be_a_short_str() -> None:
         tasks.record_tenant.delay(7, "x")
     with pytest.raises(InvalidName):
         tasks.record_tenant.delay("x" * 201, "x")
+    with pytest.raises(ValueError, match="needs a fair_key"):
+        task(queue="fair", max_running_per_key=1)
+    for limit in (0, 1.5, True):
+        with pytest.raises(ValueError, match="max_running_per_key"):
+            task(queue="fair", fair_key="k", max_running_per_key=limit)  # type: ignore[arg-type]
 
 
 def seen_running(tenant: str) -> list[int]:

@@ -7,7 +7,7 @@
 -- in its key's line; the ready ZSET holds one task of each key, its head (the key's highest
 -- priority, then oldest). When the take (or cancel) takes a head, the key's next task joins
 -- the ready ZSET behind the tasks already ready at its priority (a fresh seq): the keys are
--- served round-robin. Three keys per queue, built from its ready ZSET's name (a space
+-- served round-robin. Four keys per queue, built from its ready ZSET's name (a space
 -- cannot be in a queue's key part, encoded: they spell no other queue's keys):
 -- `<ready> key:<fair key>` ZSET, the key's tasks behind its head (scored as in `ready`);
 -- `<ready> heads` HASH, 'k:<fair key>' -> its head's id and 'i:<head id>' -> its key;

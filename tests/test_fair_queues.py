@@ -14,6 +14,7 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues import (
     cancel,
     enqueue_many,
+    execute_later,
     pause_queue,
     queue_stats,
     resume_queue,
@@ -212,3 +213,13 @@ def test_a_limited_keys_run_given_back_or_lost_lets_its_next_run() -> None:
     assert started() == ["solo:0", "solo:1", "solo:2"]
     assert seen_running("solo") == [1, 1, 1]
     assert not get_client().exists(keys.fair_heads, keys.fair_waiting, keys.fair_running)
+
+
+def test_a_task_queued_by_name_has_its_key() -> None:
+    name = tasks.record_tenant.name
+    enqueue_many([(name, ("n", "0"), {}), (name, ("n", "1"), {})], queue="fair")
+    execute_later("fair", name, ["m", "0"])
+    assert queue_stats("fair")["ready"] == 3
+    assert get_client().get(QueueKeys.of("fair").fair_waiting) == b"1"  # n:1, behind n:0
+    assert drain() == 3
+    assert started() == ["n:0", "m:0", "n:1"]

@@ -13,16 +13,16 @@ from django.apps import apps
 from django.db import transaction
 
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.queues import fair as fair_keys
 from django_rcoord.queues.arguments import argument_problem
 from django_rcoord.queues.fair import FairKey, FairKeySource, make_fair_key
 from django_rcoord.queues.keys import check_queue_name, group_of_task_id
-from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.messages import check_priority, encode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
     Enqueue,
     QueuedInStep,
     asend_message,
-    check_priority,
     due_time,
     queue_now_in_step,
     send_message,
@@ -105,8 +105,7 @@ class Task:
     ) -> Enqueue:
         """A run of this task with these arguments (checked now), for the producer."""
         self.check_arguments(args, kwargs)
-        extra = self.fair.message_fields(self.name, args, kwargs) if self.fair else None
-        return Enqueue(self.name, self.queue, args, kwargs, when, extra, self.priority, self.unique)
+        return Enqueue(self.name, self.queue, args, kwargs, when, None, self.priority, self.unique)
 
     def s(self, *args: Any, **kwargs: Any) -> TaskRun:
         """A run of this task with these arguments, not queued: a child or the callback of a
@@ -172,6 +171,8 @@ class Task:
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
         if self.unique is not None:
             self.unique.claim(self.name, args, kwargs)  # so does a unique_key that raises
+        if self.fair is not None:
+            self.fair.message_fields(self.name, args, kwargs)  # and a fair_key
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 
     def __repr__(self) -> str:
@@ -274,6 +275,7 @@ def _register(made: Task) -> Task:
             raise ValueError(f"two tasks are named {made.name!r}")
     _registry[made.name] = made
     remember(made.name, made.unique)
+    fair_keys.remember(made.name, made.fair)
     return made
 
 

@@ -223,3 +223,9 @@ def test_a_task_queued_by_name_has_its_key() -> None:
     assert get_client().get(QueueKeys.of("fair").fair_waiting) == b"1"  # n:1, behind n:0
     assert drain() == 3
     assert started() == ["n:0", "m:0", "n:1"]
+
+
+async def test_a_task_queued_from_async_code_has_its_key() -> None:
+    await tasks.record_tenant.adelay("async", "0")
+    await tasks.record_tenant.adelay("async", "1")
+    assert get_client().get(QueueKeys.of("fair").fair_waiting) == b"1"  # behind its head

@@ -47,6 +47,7 @@ SCENARIOS = (
     "tasks",
     "delayed",
     "fan_in",
+    "fair",
     "periodic",
     "market",
     "asgi",

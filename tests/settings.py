@@ -84,6 +84,8 @@ RCOORD = {
     "TASK_LEASE": float(os.environ.get("RCOORD_TEST_TASK_LEASE", "60")),
     "TASK_RETRY_BACKOFF": 0.05,
     "TASK_MAX_DELIVERIES": int(os.environ.get("RCOORD_TEST_MAX_DELIVERIES", "5")),
+    # How many tasks the worker processes the tests start take at a time (the default's).
+    "TASK_PREFETCH": int(os.environ.get("RCOORD_TEST_TASK_PREFETCH", "32")),
     # Periodic tasks of the poller processes the tests start (JSON).
     "PERIODIC_TASKS": json.loads(os.environ.get("RCOORD_TEST_PERIODIC", "[]")),
     # Sharded queue groups of the worker processes the tests start (JSON).

@@ -447,3 +447,36 @@ def collect_urgently(results: list, label: str) -> None:
 @task(queue="elsewhere/default")
 def collect_elsewhere(results: list, label: str) -> None:
     get_client().rpush(f"{FAN_IN}:{label}", json.dumps(results))
+
+
+#: The order fair tasks started in, as the server recorded it (tests/test_fair_queues.py).
+FAIR_STARTED = "test:fair-started"
+
+
+@task(queue="fair", fair_key=lambda tenant, marker: tenant)
+def record_tenant(tenant: str, marker: str) -> None:
+    get_client().rpush(FAIR_STARTED, f"{tenant}:{marker}")
+
+
+@task(queue="fair", priority=50, fair_key=lambda tenant, marker: tenant)
+def record_tenant_urgently(tenant: str, marker: str) -> None:
+    get_client().rpush(FAIR_STARTED, f"{tenant}:{marker}")
+
+
+@task(queue="fair", max_retries=3, retry_backoff=0.1, fair_key=lambda tenant, marker: tenant)
+def tenant_fails_once(tenant: str, marker: str) -> None:
+    client = get_client()
+    client.rpush(FAIR_STARTED, f"{tenant}:{marker}")
+    if client.incr(f"test:attempts:{marker}") == 1:
+        raise RuntimeError("the first attempt fails on purpose")
+
+
+@task(queue="fair", fair_key=lambda tenant, marker: tenant, max_running_per_key=1)
+def tenant_one_at_a_time(tenant: str, marker: str) -> None:
+    """Records how many of its key run as it starts (the server counts), then works a little."""
+    client = get_client()
+    running = client.incr(f"test:running:{tenant}")
+    client.rpush(f"test:running-seen:{tenant}", running)
+    client.rpush(FAIR_STARTED, f"{tenant}:{marker}")
+    time.sleep(0.05)
+    client.decr(f"test:running:{tenant}")

@@ -37,7 +37,8 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
     assert keys == protocol.keys  # no follow-up: the worker's keys, as they are
     assert keys[8] == high.exchange("w1")
     assert keys[9] == high.paused
-    assert keys[10:] == [high.ready, high.in_flight, high.delayed, high.dead, *keys[14:]]
+    assert keys[10] == high.queues  # a fair key's next task takes a fresh counter
+    assert keys[11:] == [high.ready, high.in_flight, high.delayed, high.dead, *keys[15:]]
     settings = json.loads(args[0])
     assert settings | {"result_ttl": 0} == {
         "worker": "w1",
@@ -101,7 +102,7 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
     ]
     keys, args = protocol.call(finished, 0, lease_ms=1000)
     assert len(keys) == len(protocol.keys) + 10
-    assert len(protocol.keys) == 14  # the worker's own keys are left as they were
+    assert len(protocol.keys) == 15  # the worker's own keys are left as they were
     for arg, step in zip((args[1], args[3]), steps, strict=True):
         (record,) = json.loads(arg)["follow_ups"]
         start = record["keys"] - 1  # KEYS are 1-based

@@ -1,5 +1,6 @@
 -- Taking tasks: task_finish.lua's last step. `group` holds the group's keys by name and
 -- `queues[index]` a queue's (ready, in_flight, delayed, dead), in priority order.
+--! include _ready
 --! include _records
 --! include _in_flight
 
@@ -27,16 +28,21 @@ end
 -- Returns the tasks taken ({id, message, queue index, failures, record state} each) and
 -- how many were wanted in the end: a task that lost a worker before (id:lost)
 -- is taken alone (first, or back for a later call with the tasks after it), so that a task
--- killing its workers does not count against the tasks taken with it.
-local function take_tasks(group, queues, worker, wanted, now, lease, skip)
+-- killing its workers does not count against the tasks taken with it. A task taken that
+-- heads its fair key's line lets the key's next one in (fair_advance: `names` holds each
+-- queue's name within the group, its counter's field in group.queues), behind the tasks
+-- ready at its priority; the queue is then popped again while tasks are wanted.
+local function take_tasks(group, queues, names, worker, wanted, now, lease, skip)
     local taken = {}
     local stamp = tostring(now)  -- converted once, not per task
-    for queue_index = 1, #queues do
+    local queue_index, again = 1, false
+    while queue_index <= #queues do
         if #taken >= wanted then
             break
         end
         local popped = skip[queue_index] and {}
             or redis.call('ZPOPMIN', queues[queue_index].ready, wanted - #taken)
+        again = false
         local ids, scores = {}, {}
         for index = 1, #popped, 2 do
             ids[#ids + 1] = popped[index]
@@ -71,6 +77,11 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
                     -- and no lower-priority queue fills the batch ahead of them.
                     put_back_from(index)
                     break
+                end
+                local fair_key, fair_limit = message_fair_key(messages[index])
+                if fair_key or not messages[index] then
+                    again = fair_advance(queues[queue_index].ready, group.queues,
+                        names[queue_index], fair_key, id, fair_limit) or again
                 end
                 -- An id whose message is gone was acknowledged already (a duplicate): skip it.
                 if messages[index] then
@@ -109,6 +120,9 @@ local function take_tasks(group, queues, worker, wanted, now, lease, skip)
             if #put_back > 0 then
                 in_chunks('ZADD', queues[queue_index].ready, put_back)
             end
+        end
+        if not again then
+            queue_index = queue_index + 1
         end
     end
     return taken, wanted

@@ -10,6 +10,8 @@
 -- KEYS[5]  the callback's group's wake LIST
 -- KEYS[6]  the callback's group's idle ZSET
 -- Builds   KEYS[1] .. <fan-in id>: the fan-in's HASH (see _fan_in)
+-- Builds   KEYS[3] .. ' key:<fair key>', KEYS[3] .. ' heads', KEYS[3] .. ' waiting',
+--          KEYS[3] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  fan-in id (its callback's task id)
 -- ARGV[2]  the child's place, 1 to total
 -- ARGV[3]  the child's place in the results (JSON: its return value, a failure, or null)

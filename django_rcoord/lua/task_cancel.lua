@@ -12,11 +12,17 @@
 -- KEYS[6]  failures HASH   KEYS[7] errors HASH   KEYS[8] in-flight ZSET of its queue
 -- KEYS[9]  the task's stop STRING
 -- KEYS[10] metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_finish)
+-- KEYS[11] queues HASH of the group (queue counters: a cancelled head of a fair key's line
+--          lets the key's next task in, with a fresh one)
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
 -- ARGV[3]  how long a stop request is kept, ms
 -- ARGV[4]  metric labels 'queue<US>task' ('': not counted)
 -- ARGV[5]  how long the metrics HASH outlives its last write at least, ms
+-- ARGV[6]  the queue's name within its group (its counter's field in KEYS[11])
 -- Returns  1 when it was cancelled, 2 when it is running and was asked to stop, 0 otherwise
+--! include _ready
 --! include _records
 --! include _unique
 --! include _cancelled
@@ -25,7 +31,14 @@ local message = redis.call('HGET', KEYS[1], id)
 if not message then
     return 0
 end
-if redis.call('ZREM', KEYS[2], id) + redis.call('ZREM', KEYS[3], id) == 0 then
+local fair_key = message_fair_key(message)
+local queued
+if fair_key then
+    queued = fair_remove(KEYS[2], KEYS[11], ARGV[6], fair_key, id)
+else
+    queued = redis.call('ZREM', KEYS[2], id) == 1
+end
+if redis.call('ZREM', KEYS[3], id) == 0 and not queued then
     if redis.call('ZSCORE', KEYS[8], id) then
         redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
         return 2

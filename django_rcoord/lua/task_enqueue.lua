@@ -19,6 +19,8 @@
 -- KEYS[8]  results HASH of the group (it holds the claims of unique tasks, see _unique)
 -- ARGV[9]  the claim's field ('u:<sha256>', also in the message as "unique")
 -- ARGV[10] how long the claim lasts at most, ms
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- Returns  1, or 2 when the group's list of queues was created by this call (the producer
 --          then records the group in the registry pollers read); in the unique form, the
 --          id of the task holding the claim instead, when one does (nothing is queued)

@@ -27,12 +27,17 @@
 --          so that a call retried after its reply was lost answers as the first one did
 -- KEYS[10] paused SET of the group: the names (within the group) of its queues that no
 --          worker takes from (pause_queue); their tasks wait in their ready ZSETs
--- KEYS[11..] four per queue the worker watches, in priority order: ready ZSET (highest
+-- KEYS[11] queues HASH of the group (each queue's counter: a fair key's next task joins
+--          its ready ZSET with a fresh one)
+-- KEYS[12..] four per queue the worker watches, in priority order: ready ZSET (highest
 --          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the follow-ups'
 --          and the fan-in counts' keys (each says where its own start)
 -- Builds   KEYS[k] .. <fan-in id>: the HASH of the fan-in a finished task is a child of,
 --          KEYS[k] its fan-in count's first key, the fan-in prefix of this group (see
 --          _fan_in)
+-- Builds   KEYS[12] .. ' key:<fair key>', KEYS[12] .. ' heads', KEYS[12] .. ' waiting',
+--          KEYS[12] .. ' running' (and so for each queue's ready ZSET): the lines of a
+--          queue's fair keys (see _ready)
 -- ARGV[1]  the call, JSON: worker (its id), lease (ms), result_ttl (how long a finished
 --          result is kept, ms), idle_ms (how long this worker waits for a wake-up when it
 --          finds nothing: it is registered idle for that long, so that producers wake it;
@@ -53,7 +58,9 @@
 --          retry, dead); labels ('queue<US>task', '' for none), bucket (the run time's
 --          duration bucket) and us (the run time) for the metrics; and optionally
 --          follow_ups, the tasks it queues when it is acknowledged or made a dead letter,
---          and fan_in, its count in its fan-in (see _follow_ups). A unique task
+--          and fan_in, its count in its fan-in (see _follow_ups); and fair_key, the run's
+--          fair key when its key has a limit of running tasks (max_running_per_key): its
+--          end lets the key's next task in (see _ready). A unique task
 --          acknowledged or made a dead letter drops its claim (a 'u:' field of KEYS[5] its
 --          message names, see _unique); one retried or deferred keeps it.
 -- Returns  {finished, taken}: finished holds 1 per finished task, or 0 when this worker no
@@ -73,11 +80,11 @@ local worker, nonce = call.worker, call.nonce
 local group = {
     messages = KEYS[1], owners = KEYS[2], failures = KEYS[3], errors = KEYS[4],
     results = KEYS[5], records = KEYS[6], idle = KEYS[7], metrics = KEYS[8],
-    exchange = KEYS[9], paused = KEYS[10],
+    exchange = KEYS[9], paused = KEYS[10], queues = KEYS[11],
 }
 local queues = {}
 for index = 1, call.queues do
-    local first = 10 + (index - 1) * 4
+    local first = 11 + (index - 1) * 4
     queues[index] = {
         ready = KEYS[first + 1], in_flight = KEYS[first + 2],
         delayed = KEYS[first + 3], dead = KEYS[first + 4],
@@ -120,13 +127,21 @@ if #tasks > 0 then
         finished[position] = held[position] and 1 or 0
     end
     keep = finish_held(group, queues, tasks, held, mine, now, call.result_ttl, call.lease, keep)
+    for position, task in ipairs(tasks) do
+        -- A run of a key with a limit of running tasks ended: its key may admit the next.
+        if held[position] and task.fair_key then
+            fair_ended(queues[task.queue].ready, group.queues, call.names[task.queue],
+                task.fair_key)
+        end
+    end
     queue_follow_ups(group.results, tasks, held, now)
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
 -- A call that takes nothing (a task finished alone) does not look for paused queues.
 local skip = call.take > 0 and paused_queues(group.paused, call.names) or {}
-local taken, wanted = take_tasks(group, queues, worker, call.take, now, call.lease, skip)
+local taken, wanted = take_tasks(group, queues, call.names, worker, call.take, now, call.lease,
+    skip)
 if #tasks > 0 then
     -- After the take, which may have added to them: the keys go with their last task.
     local touched = {}

@@ -10,6 +10,8 @@
 -- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
 -- KEYS[9]  results HASH of the group (<id> -> the state of a queued or running task, see
 --          _records)
+-- Builds   KEYS[4] .. ' key:<fair key>', KEYS[4] .. ' heads', KEYS[4] .. ' waiting',
+--          KEYS[4] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  the call's JSON record (queues/worker/calls.py give_back_call): worker (its id),
 --          queue (the queue's name in its group), keep_ms (how long the group's list of
 --          queues outlives its last task), wake_ms (wake-up tokens' lifetime)
@@ -40,7 +42,10 @@ for _, state in ipairs(states) do
     drop_last_delivery(state)  -- this worker's
 end
 save_live_states(KEYS[9], mine, states)
-ready_add(KEYS[4], KEYS[5], call.queue, call.keep_ms, mine, priorities_of(KEYS[6], mine), true)
+local priorities, fair_keys, fair_limits = priorities_of(KEYS[6], mine)
+ready_add(KEYS[4], KEYS[5], call.queue, call.keep_ms, mine, priorities, true, fair_keys)
+-- After they are lined up: a key that was at its limit admits the first of its line.
+fair_runs_ended(KEYS[4], KEYS[5], call.queue, fair_keys, fair_limits)
 if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then
     redis.call('RPUSH', KEYS[7], 1)
     redis.call('LTRIM', KEYS[7], -64, -1)

@@ -15,6 +15,8 @@
 --          the records a previous release wrote)
 -- KEYS[14] results expiry ZSET of a previous release (its records' expiry: those past it
 --          are dropped, at most `most tasks to move` a call)
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
@@ -52,6 +54,10 @@ for _, id in ipairs(expired) do
         redis.call('RPUSH', KEYS[12], id)
         local message = redis.call('HGET', KEYS[8], id)
         unique_release(KEYS[7], id, message)
+        local fair_key, fair_limit = message_fair_key(message)
+        if fair_limit then
+            fair_ended(KEYS[2], KEYS[9], ARGV[5], fair_key)
+        end
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
         })
@@ -71,7 +77,9 @@ for _, id in ipairs(expired) do
     end
 end
 if #put_back > 0 then
-    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities_of(KEYS[8], put_back), true)
+    local priorities, fair_keys, fair_limits = priorities_of(KEYS[8], put_back)
+    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities, true, fair_keys)
+    fair_runs_ended(KEYS[2], KEYS[9], ARGV[5], fair_keys, fair_limits)
 end
 if #expired > 0 then
     take_out_of_flight(KEYS[3], KEYS[1], expired)
@@ -85,7 +93,8 @@ if promoted > 0 then
         lateness[#lateness + 1] = now - tonumber(due[i + 1])
     end
     redis.call('ZREM', KEYS[4], unpack(ids))
-    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, ids, priorities_of(KEYS[8], ids), false)
+    local priorities, fair_keys = priorities_of(KEYS[8], ids)
+    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, ids, priorities, false, fair_keys)
     redis.call('LPUSH', KEYS[6], unpack(lateness))
     redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
     redis.call('PEXPIRE', KEYS[6], ARGV[4])

@@ -12,6 +12,8 @@
 -- KEYS[8]  messages HASH (priorities, claims)   KEYS[9] queues HASH of the group (counters)
 -- KEYS[10] results expiry ZSET of a previous release (a record of its own that is requeued
 --          no longer expires there)
+-- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
+--          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
@@ -31,8 +33,8 @@ else
 end
 local moved = #ids
 if moved > 0 then
-    local priorities = priorities_of(KEYS[8], ids)
-    ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false)
+    local priorities, fair_keys = priorities_of(KEYS[8], ids)
+    ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false, fair_keys)
     for _, id in ipairs(ids) do
         redis.call('HDEL', KEYS[3], id, id .. ':lost')
         local state = load_finished_state(KEYS[7], KEYS[6], id)

@@ -11,11 +11,17 @@
 -- Builds   KEYS[6] .. <task id>: the task's record HASH (see _records)
 -- KEYS[7]  in-flight ZSET of its queue   KEYS[8] the task's stop STRING
 -- KEYS[9]  metrics HASH of the group: 'c<US>queue<US>task' -> tasks cancelled (see task_cancel)
+-- KEYS[10] ready ZSET of its queue   KEYS[11] queues HASH of the group (queue counters): a
+--          run of a fair key with a limit of running tasks ended (see _ready)
+-- Builds   KEYS[10] .. ' key:<fair key>', KEYS[10] .. ' heads', KEYS[10] .. ' waiting',
+--          KEYS[10] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  worker id   ARGV[2] task id   ARGV[3] how long a finished result is kept, ms
 -- ARGV[4]  error entry JSON (appended to the record's errors)
 -- ARGV[5]  metric labels 'queue<US>task' ('': not counted)
 -- ARGV[6]  how long the metrics HASH outlives its last write at least, ms
+-- ARGV[7]  the queue's name within its group (its counter's field in KEYS[11])
 -- Returns  1 when it was finished, 0 when the worker no longer held it (nothing changed)
+--! include _ready
 --! include _records
 --! include _unique
 --! include _cancelled
@@ -30,6 +36,10 @@ take_out_of_flight(KEYS[7], KEYS[2], {id})
 redis.call('DEL', KEYS[8])
 add_error(KEYS[6], id, ARGV[4])
 local message = redis.call('HGET', KEYS[1], id)
+local fair_key, fair_limit = message_fair_key(message)
+if fair_limit then
+    fair_ended(KEYS[10], KEYS[11], ARGV[7], fair_key)
+end
 record_cancelled(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], id, message, 'FAILED',
     now, tonumber(ARGV[3]), ARGV[5], tonumber(ARGV[6]))
 return 1

@@ -83,6 +83,7 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.in_flight,
             keys.stop(task_id),
             keys.metrics,
+            keys.queues,
         ],
         [
             task_id,
@@ -91,6 +92,7 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             # Counted as the finish script counts runs (rcoord_tasks_cancelled_total).
             metric_labels(keys.name, task_name if isinstance(task_name, str) else "?"),
             GROUP_KEYS_MS,
+            keys.queue,
         ],
     )
 

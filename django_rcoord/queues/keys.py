@@ -151,6 +151,27 @@ class QueueKeys(GroupKeys):
             dead=space.key(f"dead:{queue}"),
         )
 
+    @property
+    def fair_waiting(self) -> str:
+        """STRING: how many tasks with a fair key wait behind their key's head, outside the
+        ready ZSET (see ``fair``). The scripts build it as this does, from ``ready``."""
+        return self.ready + " waiting"
+
+    @property
+    def fair_heads(self) -> str:
+        """HASH of the heads of the queue's fair keys ('k:<key>' -> id, 'i:<id>' -> key)."""
+        return self.ready + " heads"
+
+    @property
+    def fair_running(self) -> str:
+        """HASH: fair key -> its runs not ended, for keys with ``max_running_per_key``."""
+        return self.ready + " running"
+
+    def fair_line(self, encoded_key: str) -> str:
+        """ZSET of the tasks of fair key ``encoded_key`` (as its messages hold it) waiting
+        behind its head."""
+        return f"{self.ready} key:{encoded_key}"
+
     @functools.cached_property
     def enqueue_now(self) -> tuple[bytes, ...]:
         """The KEYS of task_enqueue's short form (queue a task now), encoded once per queue

@@ -102,3 +102,10 @@ def as_text(value: bytes | str | None) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return value
+
+
+def check_priority(priority: Any) -> int:
+    """``priority`` if it is a whole number in -100..100 (the Tasks framework's range)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
+        raise ValueError(f"a task priority is an int from -100 to 100, not {priority!r}")
+    return priority

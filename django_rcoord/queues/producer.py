@@ -15,13 +15,14 @@ from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues.fair import with_fair_key
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
     WAKE_TOKEN_MS,
     QueueKeys,
     registry_keys,
 )
-from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.messages import check_priority, encode_message
 from django_rcoord.queues.shards import placed
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
 from django_rcoord.scripts import arun_script, run_script
@@ -71,6 +72,7 @@ def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str,
     """(the queue's keys, a new task id, its message JSON, its unique claim or None);
     ``near`` as ``queue_now_in_step`` takes it."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
+    extra = with_fair_key(task_name, args, kwargs, extra)  # its @task's, however it is queued
     claim = unique.claim(task_name, args, kwargs) if unique is not None else None
     queue, extra = placed(queue, extra, claim, near=near)  # a shard's, when it has shards
     keys = QueueKeys.of(queue)
@@ -146,13 +148,6 @@ def _full_args(
 # Constant arguments of every enqueue, encoded once.
 _WAKE_TOKEN_MS = str(WAKE_TOKEN_MS).encode()
 _GROUP_KEYS_MS = str(GROUP_KEYS_MS).encode()
-
-
-def check_priority(priority: Any) -> int:
-    """``priority`` if it is a whole number in -100..100 (the Tasks framework's range)."""
-    if isinstance(priority, bool) or not isinstance(priority, int) or not -100 <= priority <= 100:
-        raise ValueError(f"a task priority is an int from -100 to 100, not {priority!r}")
-    return priority
 
 
 #: Seconds a process trusts its last registration of a group (see ``register_group``).

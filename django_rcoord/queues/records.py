@@ -5,6 +5,7 @@ and the overview ``rcoord_status`` prints. A task's record, and reading it, are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from django_rcoord.conf import conf
@@ -93,9 +94,9 @@ def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     with resolve_client(client).pipeline(transaction=False) as pipe:
         for keys in shards:
             count_tasks(pipe, keys)
-        counts = pipe.execute()
-    width = len(TASK_COUNTS)
-    return {name: sum(counts[index::width]) for index, name in enumerate(TASK_COUNTS)}
+        replies = iter(pipe.execute())
+    counts = [read_task_counts(replies) for _ in shards]
+    return {name: sum(count[name] for count in counts) for name in TASK_COUNTS}
 
 
 #: The counts of ``queue_stats``, in the order ``count_tasks`` asks for them.
@@ -103,12 +104,21 @@ TASK_COUNTS = ("ready", "in_flight", "delayed", "dead")
 
 
 def count_tasks(pipe: Any, keys: QueueKeys) -> None:
-    """Queue on ``pipe`` the reads of a queue's ``TASK_COUNTS``, one reply each."""
+    """Queue on ``pipe`` the reads of a queue's ``TASK_COUNTS`` (``read_task_counts``
+    reads their replies)."""
     pipe.zcard(keys.ready)
+    pipe.get(keys.fair_waiting)  # ready too: behind their fair key's head (see fair)
     # Below +inf: the in-flight ZSET keeps one member there (see _in_flight.lua).
     pipe.zcount(keys.in_flight, "-inf", "(+inf")
     pipe.zcard(keys.delayed)
     pipe.llen(keys.dead)
+
+
+def read_task_counts(replies: Iterator[Any]) -> dict[str, int]:
+    """The ``TASK_COUNTS`` of one queue, from the replies ``count_tasks`` asked for."""
+    ready, waiting, in_flight, delayed, dead = (next(replies) for _ in range(5))
+    ready += max(0, int(waiting or 0))
+    return dict(zip(TASK_COUNTS, (ready, in_flight, delayed, dead), strict=True))
 
 
 def dead_letters(

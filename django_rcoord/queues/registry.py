@@ -13,15 +13,16 @@ from django.apps import apps
 from django.db import transaction
 
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.queues import fair as fair_keys
 from django_rcoord.queues.arguments import argument_problem
+from django_rcoord.queues.fair import FairKey, FairKeySource, make_fair_key
 from django_rcoord.queues.keys import check_queue_name, group_of_task_id
-from django_rcoord.queues.messages import encode_message
+from django_rcoord.queues.messages import check_priority, encode_message
 from django_rcoord.queues.options import RunOptions
 from django_rcoord.queues.producer import (
     Enqueue,
     QueuedInStep,
     asend_message,
-    check_priority,
     due_time,
     queue_now_in_step,
     send_message,
@@ -53,6 +54,7 @@ class Task:
         on_success: Task | str | None = None,
         on_failure: Task | str | None = None,
         unique: Uniqueness | None = None,
+        fair: FairKey | None = None,
     ) -> None:
         self.function = function
         #: By default, the function's dotted path.
@@ -67,6 +69,8 @@ class Task:
         #: While a run with the same arguments (or key) is ready, delayed or running, for
         #: at most its seconds, queueing another returns that run's id (see ``unique``).
         self.unique = unique
+        #: Its runs' fair key (see ``fair``): served round-robin across keys in its queue.
+        self.fair = fair
         self.signature = inspect.signature(function)
         # How many positional arguments a call needs when that is all there is to check
         # (only plain parameters, none optional): such a call skips Signature.bind.
@@ -167,6 +171,8 @@ class Task:
         encode_message(self.name, self.queue, args, kwargs)  # a bad argument fails here, now
         if self.unique is not None:
             self.unique.claim(self.name, args, kwargs)  # so does a unique_key that raises
+        if self.fair is not None:
+            self.fair.message_fields(self.name, args, kwargs)  # and a fair_key
         transaction.on_commit(lambda: self.delay(*args, **kwargs), using=using)
 
     def __repr__(self) -> str:
@@ -195,6 +201,8 @@ def task(
     on_failure: Task | str | None = None,
     unique_for: float | None = None,
     unique_key: Callable[..., str] | None = None,
+    fair_key: FairKeySource | None = None,
+    max_running_per_key: int | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task: call it to run it here, ``delay()`` to queue it on
     ``queue``, where a higher ``priority`` (-100..100) runs first (equal ones in the order
@@ -205,7 +213,10 @@ def task(
     task's id when it succeeds, or fails for good (no retries left). ``unique_for``
     (seconds): while a run with the same arguments (or the same ``unique_key(*args,
     **kwargs)``, a str) is ready, delayed or running, for at most that long, queueing the
-    task again returns that run's id and queues nothing."""
+    task again returns that run's id and queues nothing. ``fair_key`` (a str, or a function
+    of the arguments returning one or None): its runs are served round-robin across keys
+    within the queue, at most ``max_running_per_key`` of one key at once across every
+    worker (see ``django_rcoord.queues.fair``)."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     # Each value is checked now, at import time: a ValueError or TypeError for a bad one.
@@ -220,7 +231,9 @@ def task(
         limit_key=limit_key,
     )
     unique = make_uniqueness(unique_for, unique_key)
-    return _registering(name, queue, priority, options, (on_success, on_failure), unique)
+    fair = make_fair_key(fair_key, max_running_per_key)
+    follow_ups = (on_success, on_failure)
+    return _registering(name, queue, priority, options, follow_ups, unique, fair)
 
 
 def _registering(
@@ -230,6 +243,7 @@ def _registering(
     options: RunOptions,
     follow_ups: tuple[Task | str | None, Task | str | None],
     unique: Uniqueness | None,
+    fair: FairKey | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """The decorator ``@task`` returns, once it checked where the task is queued and what
     follows it (a follow-up named is looked up when it is queued: it may be registered
@@ -241,7 +255,7 @@ def _registering(
 
     def register(function: Callable[..., Any]) -> Task:
         retries = options.max_retries
-        made = Task(function, name, queue, retries, priority, options, *follow_ups, unique)
+        made = Task(function, name, queue, retries, priority, options, *follow_ups, unique, fair)
         return _register(made)
 
     return register
@@ -261,6 +275,7 @@ def _register(made: Task) -> Task:
             raise ValueError(f"two tasks are named {made.name!r}")
     _registry[made.name] = made
     remember(made.name, made.unique)
+    fair_keys.remember(made.name, made.fair)
     return made
 
 

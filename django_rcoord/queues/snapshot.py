@@ -15,7 +15,7 @@ from django_rcoord.connection import slot_pipeline
 from django_rcoord.queues.keys import DEFAULT_GROUP, GroupKeys, QueueKeys
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.metrics import QueueMetrics, metrics_from_hash
-from django_rcoord.queues.records import TASK_COUNTS, count_tasks
+from django_rcoord.queues.records import count_tasks, read_task_counts
 
 __all__ = ["MAX_MESSAGE_READ", "MAX_OWNERS_SHOWN", "GroupSnapshot", "QueueState", "read_group"]
 
@@ -119,7 +119,7 @@ def _group_holds(client: Any, group: str, group_keys: GroupKeys) -> _Holds:
 
 
 def _queue_state(queue: QueueKeys, replies: Any, paused: set[str]) -> QueueState:
-    counts = dict(zip(TASK_COUNTS, [next(replies) for _ in TASK_COUNTS], strict=True))
+    counts = read_task_counts(replies)
     head, first_due = next(replies), next(replies)
     due_ms = first_due[0][1] if first_due else None
     return QueueState(queue, counts, head[0] if head else None, due_ms, queue.queue in paused)

@@ -6,6 +6,9 @@
 -- KEYS[4]  seller HASH (funds)
 -- KEYS[5]  buyer inventory SET
 -- KEYS[6..12]  optional: the e-mail task's queue keys (django_rcoord.queues.producer.enqueue_in_script)
+-- Builds   KEYS[7] .. ' key:<fair key>', KEYS[7] .. ' heads', KEYS[7] .. ' waiting',
+--          KEYS[7] .. ' running': the fair keys' lines of the e-mail task's queue (KEYS[7]
+--          its ready ZSET, see _ready)
 -- ARGV[1]  lock name   ARGV[2] fencing token   ARGV[3] market member   ARGV[4] item id
 -- ARGV[5]  price the buyer saw
 -- ARGV[6..13]  with KEYS[6..12]: the e-mail task's arguments (enqueue_in_script)

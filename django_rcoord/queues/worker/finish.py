@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from django_rcoord.queues.fair import finished_fields
 from django_rcoord.queues.fan_in import FanInCount
 from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.metrics import duration_bucket, metric_labels
@@ -32,8 +33,8 @@ class FinishProtocol:
         self.worker_id = worker_id
         self.queues = list(queues)
         group = self.queues[0]
-        # The group's keys, this worker's last exchange, the group's paused queues, then
-        # four per queue.
+        # The group's keys, this worker's last exchange, the group's paused queues, its
+        # queue counters (a fair key's next task takes a fresh one), then four per queue.
         self.keys: list[Any] = [
             group.messages,
             group.owners,
@@ -45,6 +46,7 @@ class FinishProtocol:
             group.metrics,
             group.exchange(worker_id),
             group.paused,
+            group.queues,
             *(
                 key
                 for queue in self.queues
@@ -125,6 +127,9 @@ def finish_record(done: Done) -> dict[str, Any]:
         "bucket": duration_bucket(done.took_ms / 1000),
         "us": round(done.took_ms * 1000),
     }
+    # A run of a fair key with a limit: its end lets the key's next task in (the message
+    # was decoded when the run was resolved).
+    record.update(finished_fields(done.job.message))
     if outcome.kind is Kind.ACK:
         record["value"] = outcome.value_json
         return record

@@ -169,6 +169,8 @@ class QueueSession:
                 queue.in_flight,
                 queue.stop(job.id),
                 queue.metrics,
+                queue.ready,
+                queue.queues,
             ],
             args=[
                 self.worker_id,
@@ -177,6 +179,7 @@ class QueueSession:
                 done.outcome.error_entry,
                 metric_labels(queue.name, done.outcome.task_name),
                 GROUP_KEYS_MS,
+                queue.queue,
             ],
         )
         log_outcome(done, bool(held))

@@ -81,25 +81,17 @@ def make_fair_key(
     return FairKey(source, limit)
 
 
-#: The fair keys ``@task`` gave, by task name: a task queued by name has its key too.
-_by_task: dict[str, FairKey] = {}
-
-
-def remember(task_name: str, fair: FairKey | None) -> None:
-    """Record the fair key ``@task`` gave the task ``task_name`` (None: it has none)."""
-    if fair is None:
-        _by_task.pop(task_name, None)
-    else:
-        _by_task[task_name] = fair
-
-
 def with_fair_key(
-    task_name: str, args: Sequence[Any], kwargs: dict[str, Any], extra: dict[str, Any] | None
+    fair: FairKey | None,
+    task_name: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    extra: dict[str, Any] | None,
 ) -> dict[str, Any] | None:
-    """``extra`` (a new message's added fields) with the fair key of the registered ``@task``
-    named ``task_name`` for these arguments, when it has one: every producer's run gets its
-    key at the one door that builds messages (``producer``), by its task or by name."""
-    fair = _by_task.get(task_name)
+    """``extra`` (a new message's added fields) with ``fair``'s key (the fair key the
+    registered ``@task`` named ``task_name`` declared) for these arguments, when it has
+    one: every producer's run gets its key at the one door that builds messages
+    (``producer``), by its task or by name."""
     fields = fair.message_fields(task_name, args, kwargs) if fair is not None else None
     return {**(extra or {}), **fields} if fields else extra
 

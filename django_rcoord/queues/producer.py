@@ -15,6 +15,7 @@ from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues.declared import declared_by
 from django_rcoord.queues.fair import with_fair_key
 from django_rcoord.queues.keys import (
     GROUP_KEYS_MS,
@@ -24,7 +25,7 @@ from django_rcoord.queues.keys import (
 )
 from django_rcoord.queues.messages import check_priority, encode_message
 from django_rcoord.queues.shards import placed
-from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness, of_task
+from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness
 from django_rcoord.scripts import arun_script, run_script
 
 
@@ -72,7 +73,8 @@ def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str,
     """(the queue's keys, a new task id, its message JSON, its unique claim or None);
     ``near`` as ``queue_now_in_step`` takes it."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
-    extra = with_fair_key(task_name, args, kwargs, extra)  # its @task's, however it is queued
+    fair = declared_by(task_name).fair  # its @task's, however it is queued
+    extra = with_fair_key(fair, task_name, args, kwargs, extra)
     claim = unique.claim(task_name, args, kwargs) if unique is not None else None
     queue, extra = placed(queue, extra, claim, near=near)  # a shard's, when it has shards
     keys = QueueKeys.of(queue)
@@ -262,7 +264,7 @@ def execute_later(
 
     Returns the task id (a unique ``@task``'s already queued, when it is). One round trip.
     """
-    run = Enqueue(name, queue, args, {}, due_time(delay), unique=of_task(name))
+    run = Enqueue(name, queue, args, {}, due_time(delay), unique=declared_by(name).unique)
     return send_message(resolve_client(client), run).task_id
 
 
@@ -270,7 +272,7 @@ async def aexecute_later(
     queue: str, name: str, args: Sequence[Any] = (), delay: float = 0, *, client: Any = None
 ) -> str:
     """``execute_later`` for async code (redis.asyncio, one round trip)."""
-    run = Enqueue(name, queue, args, {}, due_time(delay), unique=of_task(name))
+    run = Enqueue(name, queue, args, {}, due_time(delay), unique=declared_by(name).unique)
     return (await asend_message(client, run)).task_id
 
 
@@ -318,7 +320,7 @@ def _resolve_target(
         return target.enqueue_request(args, kwargs)._replace(queue=queue or target.queue)
     if queue is None:
         raise ValueError(f"{caller} needs queue= for a task given by name")
-    return Enqueue(target, queue, args, kwargs, unique=of_task(target))
+    return Enqueue(target, queue, args, kwargs, unique=declared_by(target).unique)
 
 
 def enqueue_in_script(

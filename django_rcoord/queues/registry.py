@@ -13,8 +13,8 @@ from django.apps import apps
 from django.db import transaction
 
 from django_rcoord.connection.clients import resolve_client
-from django_rcoord.queues import fair as fair_keys
 from django_rcoord.queues.arguments import argument_problem
+from django_rcoord.queues.declared import Declared, remember
 from django_rcoord.queues.fair import FairKey, FairKeySource, make_fair_key
 from django_rcoord.queues.keys import check_queue_name, group_of_task_id
 from django_rcoord.queues.messages import check_priority, encode_message
@@ -28,7 +28,7 @@ from django_rcoord.queues.producer import (
     send_message,
 )
 from django_rcoord.queues.runs import TaskRun
-from django_rcoord.queues.unique import Uniqueness, make_uniqueness, remember
+from django_rcoord.queues.unique import Uniqueness, make_uniqueness
 
 
 class PermanentFailure(Exception):
@@ -274,8 +274,7 @@ def _register(made: Task) -> Task:
         ):
             raise ValueError(f"two tasks are named {made.name!r}")
     _registry[made.name] = made
-    remember(made.name, made.unique)
-    fair_keys.remember(made.name, made.fair)
+    remember(made.name, Declared(made.unique, made.fair))
     return made
 
 

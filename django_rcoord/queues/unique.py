@@ -85,21 +85,3 @@ def unique_for_problem(value: Any) -> str | None:
     if value > 366 * 24 * 3600:
         return f"must be at most a year (366 days), not {value!r}"
     return None
-
-
-#: The uniqueness of each registered ``@task`` that has one, by task name: producers given
-#: a task by name (``execute_later``, ``enqueue_many``) look it up here.
-_by_task: dict[str, Uniqueness] = {}
-
-
-def remember(task_name: str, uniqueness: Uniqueness | None) -> None:
-    """Record the uniqueness ``@task`` gave the task ``task_name`` (None: it has none)."""
-    if uniqueness is None:
-        _by_task.pop(task_name, None)
-    else:
-        _by_task[task_name] = uniqueness
-
-
-def of_task(task_name: str) -> Uniqueness | None:
-    """The uniqueness of the registered ``@task`` named ``task_name``, if it has one."""
-    return _by_task.get(task_name)

@@ -59,7 +59,15 @@ def test_the_callback_runs_once_with_every_result_in_the_childrens_order() -> No
         0,
         job.children,
     )
-    assert get_result(job.id) is None  # the callback is not queued yet
+    # The callback is not queued yet: its record reads READY, with the fan-in's progress.
+    waiting = get_result(job.id)
+    assert waiting is not None
+    assert (waiting.status, waiting.task, waiting.args) == (
+        "READY",
+        "tests.tasks.collect",
+        ["squares"],
+    )
+    assert (waiting.fan_in.state, waiting.fan_in.total, waiting.fan_in.ended) == ("waiting", 12, 0)
     drain()
     assert collected("squares") == [[n * n for n in range(12)]]
     status = fan_in_status(job.id)
@@ -68,6 +76,7 @@ def test_the_callback_runs_once_with_every_result_in_the_childrens_order() -> No
     record = get_result(job.id)
     assert record is not None
     assert (record.task, record.status) == ("tests.tasks.collect", "SUCCESSFUL")
+    assert record.fan_in is None  # its own record now
 
 
 def test_children_on_other_queues_and_groups_are_counted_in_the_callbacks_slot() -> None:
@@ -172,7 +181,9 @@ def test_a_failed_child_fails_the_fan_in_and_cancels_the_children_not_started() 
         assert record.status == "CANCELLED"
     assert drain("fan-in/later", "default") == 0
     assert collected("failed") == []
-    assert get_result(job.id) is None
+    never = get_result(job.id)  # the callback's record: it will not run
+    assert never is not None
+    assert (never.status, never.fan_in.state) == ("CANCELLED", "failed")
 
 
 def test_cancel_fan_in_cancels_its_children_and_its_callback() -> None:

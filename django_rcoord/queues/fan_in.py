@@ -28,6 +28,7 @@ from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues.cancel import cancel
+from django_rcoord.queues.fan_in_state import STATUS_FIELDS, FanInStatus, fan_in_key, status_of
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import encode_message, to_json
 from django_rcoord.queues.producer import (
@@ -71,20 +72,6 @@ class FanIn:
     in order."""
 
     id: str
-    children: list[str]
-
-
-@dataclass(frozen=True)
-class FanInStatus:
-    """Where fan-in ``id`` stands: ``state`` is ``waiting`` (for children), ``fired`` (its
-    callback is queued), ``failed`` (a child with ``if_failed="fail"`` failed: the callback
-    will not run) or ``cancelled``."""
-
-    id: str
-    state: str
-    total: int
-    ended: int
-    failed: int
     children: list[str]
 
 
@@ -273,16 +260,12 @@ def child_ended(
 
 def fan_in_status(fan_in_id: str, *, client: Any = None) -> FanInStatus | None:
     """Where fan-in ``fan_in_id`` stands, or None when it is not known (or expired: it is
-    kept ``RCOORD["TASK_RESULT_TTL"]`` once over)."""
-    group = group_of_task_id(fan_in_id)
-    if group is None:
+    kept ``RCOORD["TASK_RESULT_TTL"]`` once over). ``get_result(fan_in_id)`` gives the same
+    as its record's ``fan_in`` until the callback is queued."""
+    key = fan_in_key(fan_in_id)
+    if key is None:
         return None
-    key = GroupKeys.of(group).fan_in(fan_in_id)
-    fields = resolve_client(client).hmget(key, "state", "total", "ended", "failed", "ids")
-    if fields[0] is None:
-        return None
-    state, total, ended, failed, ids = (field.decode() for field in fields)
-    return FanInStatus(fan_in_id, state, int(total), int(ended), int(failed), json.loads(ids))
+    return status_of(fan_in_id, resolve_client(client).hmget(key, *STATUS_FIELDS))
 
 
 def cancel_fan_in(fan_in_id: str, *, client: Any = None) -> bool:

@@ -16,6 +16,7 @@ from redis.exceptions import ResponseError
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues.fan_in_state import STATUS_FIELDS, fan_in_key, status_of
 from django_rcoord.queues.keys import GroupKeys, group_of_task_id
 from django_rcoord.queues.messages import as_text, decode_message
 from django_rcoord.queues.shards import QUEUED_AS
@@ -52,6 +53,10 @@ class TaskRecord:
     worker_ids: list[str] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     return_value: Any = None
+    #: A fan-in's callback not queued yet (its id is the fan-in's): the fan-in's progress,
+    #: a ``FanInStatus``; the record reads READY while the fan-in waits, CANCELLED once it
+    #: failed or was cancelled.
+    fan_in: Any = None
 
     @property
     def attempts(self) -> int:
@@ -66,7 +71,8 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
     """The record of task ``task_id`` (an id ``delay()`` returned), or None when no such
     task is known: never queued, expired ``RCOORD["TASK_RESULT_TTL"]`` after it finished,
     or not a task id. A finished task's: one ``HGETALL`` of its record; any other's: one
-    more round trip, a read-only script call that reads its message too."""
+    more round trip, a read-only script call that reads its message too; an id that call
+    does not know, one more (a fan-in's callback not queued yet: see ``TaskRecord.fan_in``)."""
     keys = record_keys(task_id)
     if keys is None:
         return None
@@ -81,7 +87,10 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
         if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
         reply = run_script("task_result", client, keys=keys, args=(task_id,))
-    return _record_from_reply(task_id, reply)
+    found = _record_from_reply(task_id, reply)
+    if found is not None:
+        return found
+    return _callback_waiting(task_id, client.hmget(_fan_in_key(task_id), *STATUS_FIELDS))
 
 
 async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
@@ -100,7 +109,44 @@ async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
         if not read_only or not SCRIPT_FLAGS.refused(client, error):
             raise
         reply = await arun_script("task_result", client, keys=keys, args=(task_id,))
-    return _record_from_reply(task_id, reply)
+    found = _record_from_reply(task_id, reply)
+    if found is not None:
+        return found
+    fields = await client.hmget(_fan_in_key(task_id), *STATUS_FIELDS)
+    return _callback_waiting(task_id, fields)
+
+
+def _fan_in_key(task_id: str) -> str:
+    """The key of the fan-in ``task_id`` may name (its callback's id): a task id's."""
+    key = fan_in_key(task_id)
+    assert key is not None  # record_keys found its group
+    return key
+
+
+def _callback_waiting(task_id: str, fields: list[bytes | None]) -> TaskRecord | None:
+    """The record of a fan-in's callback not queued yet (``task_id`` is the fan-in's), from
+    the fan-in's ``STATUS_FIELDS``; None when there is no such fan-in, or its callback was
+    queued (its record is gone: expired)."""
+    status = status_of(task_id, fields)
+    if status is None or status.state == "fired":
+        return None
+    body = decode_message(fields[5]) or {}
+    get = body.get
+    return TaskRecord(
+        id=task_id,
+        task=get("task"),
+        queue=get(QUEUED_AS) or get("queue"),
+        backend=get("backend"),
+        priority=get("priority", 0),
+        status=READY if status.state == "waiting" else CANCELLED,
+        args=(get("args") or [])[1:],  # the children's results go first, once known
+        kwargs=get("kwargs") or {},
+        enqueued_at=_to_the_ms(get("enqueued_at")),
+        started_at=None,
+        last_attempted_at=None,
+        finished_at=None,
+        fan_in=status,
+    )
 
 
 def record_keys(task_id: str) -> tuple[str, str, str, str, str] | None:

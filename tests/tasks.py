@@ -480,3 +480,10 @@ def tenant_one_at_a_time(tenant: str, marker: str) -> None:
     client.rpush(FAIR_STARTED, f"{tenant}:{marker}")
     time.sleep(0.05)
     client.decr(f"test:running:{tenant}")
+
+
+@task(queue="default", fair_key=lambda key, n: key, rate_per_key="2/h", max_retries=0)
+def keyed_rate_start(key: str, n: int) -> None:
+    """At most two starts of one key an hour (so a test reads the limit's decision, not a
+    clock): each start is recorded in RAN as '<key><n>'."""
+    get_client().rpush(RAN, f"{key}{n}")

@@ -25,7 +25,7 @@ from django_rcoord.queues.records import recover_and_promote
 from django_rcoord.queues.worker import Worker
 from tests import tasks
 from tests.procs import wait_until
-from tests.test_queues import output_of, start_worker
+from tests.test_queues import output_of, ran, start_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)  # workers close connections per task
 
@@ -229,3 +229,29 @@ async def test_a_task_queued_from_async_code_has_its_key() -> None:
     await tasks.record_tenant.adelay("async", "0")
     await tasks.record_tenant.adelay("async", "1")
     assert get_client().get(QueueKeys.of("fair").fair_waiting) == b"1"  # behind its head
+
+
+def test_a_rate_per_key_holds_each_key_to_its_own_window() -> None:
+    """``rate_per_key="2/h"``: the third start of key a in the hour waits (back to the
+    delayed set), while key b's first runs: the limit's decision, read from what ran, with
+    worker processes."""
+    for n in range(3):
+        tasks.keyed_rate_start.delay("a", n)
+    tasks.keyed_rate_start.delay("b", 0)
+    # Not --burst: a burst worker waits for the run it held back (an hour here).
+    worker = start_worker()
+    try:
+        wait_until(lambda: len(ran()) == 3 and queue_stats("default")["delayed"] == 1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        output = output_of(worker, 30)
+    assert sorted(ran()) == ["a0", "a1", "b0"]
+    assert queue_stats("default")["delayed"] == 1  # a2, held back by its key's rate
+    assert "waiting for its rate 2/h" in output, output[-3000:]
+
+
+def test_a_rate_per_key_needs_a_fair_key_and_a_rate() -> None:
+    with pytest.raises(ValueError, match="rate_per_key needs a fair_key"):
+        task(name="tests.no_key_rate", rate_per_key="2/s")(len)
+    with pytest.raises(ValueError, match="often"):
+        task(name="tests.bad_key_rate", fair_key="k", rate_per_key="often")(len)

@@ -61,16 +61,20 @@ class FairKey:
 
 
 def make_fair_key(
-    source: FairKeySource | None, max_running_per_key: int | None = None
+    source: FairKeySource | None,
+    max_running_per_key: int | None = None,
+    rate_per_key: str | None = None,
 ) -> FairKey | None:
     """``@task``'s ``fair_key`` and ``max_running_per_key``, checked at import: a non-empty
-    str, a callable, or None; an int >= 1 or None, which needs a ``fair_key``."""
+    str, a callable, or None; an int >= 1 or None, which needs a ``fair_key``, as
+    ``rate_per_key`` does (``RunOptions`` checks its value)."""
     limit = max_running_per_key
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"max_running_per_key must be an int >= 1, or None, not {limit!r}")
     if source is None:
-        if limit is not None:
-            raise ValueError("max_running_per_key needs a fair_key")
+        for name, given in (("max_running_per_key", limit), ("rate_per_key", rate_per_key)):
+            if given is not None:
+                raise ValueError(f"{name} needs a fair_key")
         return None
     if isinstance(source, str):
         encode_name(source)  # InvalidName now for an empty or over-long key

@@ -23,7 +23,8 @@ class RunOptions:
 
     ``rate`` (``"100/m"``: per ``s``, ``m``, ``h`` or ``d``) and ``concurrency`` (runs at
     once) limit the task across every worker; tasks that give the same ``limit_key`` share
-    their limits (default: each task its own, by name)."""
+    their limits (default: each task its own, by name). ``rate_per_key`` limits the runs of
+    each fair key (a task's ``fair_key``) the same way, each key in its own window."""
 
     max_retries: int = 3
     timeout: float | None = None
@@ -33,6 +34,7 @@ class RunOptions:
     rate: str | None = None
     concurrency: int | None = None
     limit_key: str | None = None
+    rate_per_key: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_retries, int) or isinstance(self.max_retries, bool):
@@ -46,8 +48,9 @@ class RunOptions:
         jitter = self.retry_jitter
         if jitter is not None and (not is_number(jitter) or not 0 <= jitter <= 1):
             raise ValueError("retry_jitter must be a number from 0 to 1, or None")
-        if self.rate is not None:
-            parse_rate(self.rate)
+        for rate in (self.rate, self.rate_per_key):
+            if rate is not None:
+                parse_rate(rate)
         concurrency = self.concurrency
         if concurrency is not None and (
             not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1

@@ -203,20 +203,20 @@ def task(
     unique_key: Callable[..., str] | None = None,
     fair_key: FairKeySource | None = None,
     max_running_per_key: int | None = None,
+    rate_per_key: str | None = None,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Register a function as a task: call it to run it here, ``delay()`` to queue it on
     ``queue``, where a higher ``priority`` (-100..100) runs first (equal ones in the order
-    they were queued). ``max_retries``, ``timeout``, ``retry_backoff``,
-    ``retry_backoff_max``, ``retry_jitter``, ``rate``, ``concurrency`` and ``limit_key``
-    say how workers run it (``RunOptions`` tells each; None: its ``RCOORD`` setting).
+    they were queued). ``max_retries`` to ``limit_key`` say how workers run it
+    (``RunOptions`` tells each; None: its ``RCOORD`` setting).
     ``on_success`` and ``on_failure`` (a task, or a task's name) are queued with the
     task's id when it succeeds, or fails for good (no retries left). ``unique_for``
     (seconds): while a run with the same arguments (or the same ``unique_key(*args,
     **kwargs)``, a str) is ready, delayed or running, for at most that long, queueing the
     task again returns that run's id and queues nothing. ``fair_key`` (a str, or a function
-    of the arguments returning one or None): its runs are served round-robin across keys
-    within the queue, at most ``max_running_per_key`` of one key at once across every
-    worker (see ``django_rcoord.queues.fair``)."""
+    of the arguments returning one or None): runs served round-robin across keys, at most
+    ``max_running_per_key`` of a key at once and ``rate_per_key`` starts of a key
+    (``"10/m"``) across every worker (see ``django_rcoord.queues.fair``)."""
     if callable(name):
         raise TypeError("use @task() or @task(name=...), with parentheses")
     # Each value is checked now, at import time: a ValueError or TypeError for a bad one.
@@ -229,11 +229,11 @@ def task(
         rate=rate,
         concurrency=concurrency,
         limit_key=limit_key,
+        rate_per_key=rate_per_key,
     )
     unique = make_uniqueness(unique_for, unique_key)
-    fair = make_fair_key(fair_key, max_running_per_key)
-    follow_ups = (on_success, on_failure)
-    return _registering(name, queue, priority, options, follow_ups, unique, fair)
+    fair = make_fair_key(fair_key, max_running_per_key, rate_per_key)
+    return _registering(name, queue, priority, options, (on_success, on_failure), unique, fair)
 
 
 def _registering(

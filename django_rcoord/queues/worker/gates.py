@@ -12,13 +12,16 @@ the worker runs the tasks behind it. Tasks that give the same ``limit_key`` shar
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from django_rcoord.connection.errors import REDIS_ERRORS
-from django_rcoord.queues.options import RunOptions
+from django_rcoord.keys import MAX_NAME_LENGTH
+from django_rcoord.queues.fair import FAIR_KEY_FIELD
+from django_rcoord.queues.options import RunOptions, parse_rate
 from django_rcoord.queues.worker.jobs import Job
 from django_rcoord.ratelimit import hit
 from django_rcoord.renewal import Renewal
@@ -60,17 +63,18 @@ class TaskGates:
     def enter(self, job: Job, options: RunOptions) -> Pass | Wait:
         """A ``Pass`` when ``job``, with its task's ``options``, may run now, else a
         ``Wait``. Never raises."""
-        if options.rate is None and options.concurrency is None:
+        if options.rate is None and options.concurrency is None and options.rate_per_key is None:
             return Pass()
         key = f"task:{options.limit_key or job.task_name}"
         try:
-            return self._enter(key, options)
+            per_key = _per_key(key, job.message) if options.rate_per_key else None
+            return self._enter(key, options, per_key)
         except REDIS_ERRORS as exc:
             return Wait(
                 int(LIMITS_UNREADABLE_RECHECK * 1000), f"its limits could not be read ({exc})"
             )
 
-    def _enter(self, key: str, options: RunOptions) -> Pass | Wait:
+    def _enter(self, key: str, options: RunOptions, key_of_run: str | None) -> Pass | Wait:
         # The permit first: a run held back by its concurrency must not use up a start of
         # its rate (the sliding window counts every allowed hit).
         taken = Pass()
@@ -81,11 +85,15 @@ class TaskGates:
                 recheck = CONCURRENCY_RECHECK * (0.5 + random.random() / 2)
                 return Wait(int(recheck * 1000), f"its concurrency of {options.concurrency}")
             taken = Pass(semaphore, identifier)
-        rate = options.rate_limit
-        if rate is not None:
-            runs, seconds = rate
+        rates = [(key, options.rate)]
+        if key_of_run is not None:  # its fair key's own window
+            rates.append((key_of_run, options.rate_per_key))
+        for bucket, rate in rates:
+            if rate is None:
+                continue
+            runs, seconds = parse_rate(rate)
             try:
-                result = hit(key, runs, seconds, algorithm="sliding", client=self._client)
+                result = hit(bucket, runs, seconds, algorithm="sliding", client=self._client)
             except BaseException:
                 # A Redis error, or anything else (the time limit's alarm, a KeyboardInterrupt):
                 # the permit goes back now, not at its lease's end.
@@ -93,7 +101,7 @@ class TaskGates:
                 raise
             if not result.allowed:
                 self.leave(taken)
-                return Wait(max(1, round(result.retry_after * 1000)), f"its rate {options.rate}")
+                return Wait(max(1, round(result.retry_after * 1000)), f"its rate {rate}")
         if taken.semaphore is not None and taken.identifier is not None:
             taken.renewal = taken.semaphore.keep(taken.identifier)
         return taken
@@ -113,3 +121,14 @@ class TaskGates:
                 taken.semaphore.name,
                 exc,
             )
+
+
+def _per_key(key: str, message: dict[str, Any] | None) -> str | None:
+    """The name of the window of a run's fair key under the task's ``key`` (its
+    ``rate_per_key``), or None for a run without a fair key. The key is hashed: any
+    text, any length, stays one short name."""
+    fair = (message or {}).get(FAIR_KEY_FIELD)
+    if not isinstance(fair, str) or not fair:
+        return None
+    digest = hashlib.sha256(fair.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return f"{key[: MAX_NAME_LENGTH - 30]}:key:{digest}"

@@ -82,6 +82,9 @@ SERVER_SURFACE = (  # what a server release can change: the scripts and the comm
     "tests/test_embedded.py",
     "tests/test_results.py",
     "tests/test_unique_cancel.py",
+    "tests/test_queue_batches.py",
+    "tests/test_fan_in.py",
+    "tests/test_fair_queues.py",
 )
 CLIENT_SURFACE = (  # what a client release can change: connections, sync and async, Sentinel
     "tests/test_connection.py",

@@ -62,11 +62,6 @@ class RunOptions:
             raise ValueError("limit_key must be a non-empty str, or None")
 
     @property
-    def rate_limit(self) -> tuple[int, float] | None:
-        """(runs, per seconds) of ``rate``, or None."""
-        return None if self.rate is None else parse_rate(self.rate)
-
-    @property
     def time_limit(self) -> float | None:
         """Seconds the task may run, or None for no limit."""
         limit = conf.TASK_TIMEOUT if self.timeout is None else self.timeout

@@ -5,8 +5,9 @@
 queues the children now (on their own queues, sharded or not) and ``publish(results,
 photo)`` once every child has ended, exactly once: ``results`` holds each child's return
 value in the children's order. ``job.id`` is the callback's task id: ``get_result`` reads
-the callback's record once it is queued, ``fan_in_status`` the fan-in's progress, and
-``cancel_fan_in`` cancels the children that have not started and the callback.
+the callback's record (before it is queued: READY, with the fan-in's progress),
+``fan_in_status`` the fan-in's progress, and ``cancel_fan_in`` cancels the children that
+have not started and the callback.
 
 How it holds under crashes: a child is counted in the fan-in's HASH, which sits in the
 callback's queue group (its slot), by one script (``_fan_in.lua``) that counts a child
@@ -104,8 +105,11 @@ class Group:
             run_script("fan_in_cancel", client, keys=[step.queue.fan_ins], args=[fan_in_id])
             raise
         key = step.queue.fan_in(fan_in_id)
-        client.hset(key, "ids", json.dumps(ids))
-        if client.hget(key, "state") == b"failed":  # a child failed it before its ids were here
+        with slot_pipeline(client, key, transaction=False) as pipe:
+            pipe.hset(key, "ids", json.dumps(ids))
+            pipe.hget(key, "state")
+            _, state = pipe.execute()
+        if state == b"failed":  # a child failed it before its ids were here
             _cancel_children(fan_in_id, step.queue, client)
         return FanIn(fan_in_id, ids)
 

@@ -15,10 +15,11 @@ FAILURE_POLICIES = ("fail", "continue", "ignore")
 
 @dataclass(frozen=True)
 class TaskRun:
-    """``task`` with these arguments (checked when it is made), and ``if_failed``: what its
-    failure does to the fan-in it is a child of (``FAILURE_POLICIES``)."""
+    """``task`` with these arguments (checked when a fan-in is made of it), and
+    ``if_failed``: what its failure does to the fan-in it is a child of
+    (``FAILURE_POLICIES``)."""
 
-    task: Any  # a django_rcoord.queues.registry.Task
+    task: Any  # a @task (registry.Task), or a Tasks framework task of a RedisTaskBackend
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     if_failed: str = "fail"

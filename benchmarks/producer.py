@@ -1,16 +1,19 @@
-"""Producer benchmark: what ``delay()`` costs beside a bare EVALSHA of its script.
+"""Producer benchmark: what ``delay()`` costs beside the bare command it sends.
 
     python -m benchmarks.producer [--quick] [--repeats R]
 
-Every ``@task``'s ``delay()`` is one EVALSHA of ``task_enqueue.lua``; the Python around
-it checks the arguments against the function's signature, builds the message (a fresh
-id, JSON), and picks the script's keys and arguments. This measures that Python, side by
-side (interleaved) with:
+A plain ``@task``'s ``delay()`` is one ``RPUSH`` of an entry to its group's incoming list
+while a worker of this release serves the group, else one EVALSHA of
+``task_enqueue.lua``; the Python around it checks the arguments against the function's
+signature, builds the message (a fresh id, JSON), and the entry or the script's keys and
+arguments. This measures that Python, side by side (interleaved) with:
 
 - PING, the floor of one round trip;
-- the same EVALSHA sent bare, each call with a fresh id and message prepared beforehand
-  (what the script costs with no Python of ours around it);
-- ``delay()`` and ``execute_later()`` (the book's call, by task name).
+- the same RPUSH and EVALSHA sent bare, each call with a fresh id and message prepared
+  beforehand (what the command costs with no Python of ours around it);
+- ``delay()`` on a group a worker serves (its ``serving`` key set, as a worker's heartbeat
+  sets it: the RPUSH), on a group none serves (the script), and ``execute_later()`` (the
+  book's call, by task name, on the served group).
 
 The queue is emptied between tables; each call queues a real task (the work a producer
 does in production).
@@ -37,6 +40,7 @@ from benchmarks.runner import run_benchmark
 
 NAME = "producer"
 QUEUE = "bench"
+ALONE = "unserved/bench"  # a group no worker serves
 TASK = "bench.produced"
 
 
@@ -44,60 +48,77 @@ def produced(number: int) -> None:
     """The task queued (never run here)."""
 
 
-def bare_evalsha(bench: Bench, prepared: int) -> Callable[[], object]:
-    """EVALSHA of the enqueue script with keys and arguments built beforehand, a fresh task
-    id and message per call (``prepared`` of them, reused round-robin after)."""
-    from django_rcoord.queues.producer import Enqueue, enqueue_call
+def bare_calls(bench: Bench, prepared: int, queue: str) -> tuple[Callable[[], object], ...]:
+    """The bare RPUSH of an incoming entry and the bare EVALSHA of the enqueue script, each
+    call with a fresh task id and message built beforehand (``prepared`` of them, reused
+    round-robin after)."""
+    from django_rcoord.queues.incoming import entry
+    from django_rcoord.queues.producer import Enqueue, new_message, task_enqueue_call
     from django_rcoord.scripts import get_script
 
-    calls = [enqueue_call(Enqueue(TASK, QUEUE, (number,), {})) for number in range(prepared)]
+    runs = [Enqueue(TASK, queue, (number,), {}) for number in range(prepared)]
+    messages = [new_message(run) for run in runs]
+    pushes = [(message.keys.incoming, entry(message.keys, message.task_id, message.body, 0))
+              for message in messages]  # fmt: skip
+    calls = [task_enqueue_call(message, run) for message, run in zip(messages, runs, strict=True)]
     sha = get_script("task_enqueue").sha
+    prepared_calls = [(len(keys), *keys, *argv) for keys, argv in calls]
     client = bench.client
-    prepared_calls = [(len(keys), *keys, *argv) for _, _, keys, argv in calls]
+    push_turns, call_turns = _cycle(pushes), _cycle(prepared_calls)
 
-    def cycle() -> Iterator[tuple]:
-        while True:
-            yield from prepared_calls
-
-    turns = cycle()
+    def rpush() -> object:
+        return client.rpush(*next(push_turns))
 
     def evalsha() -> object:
-        return client.evalsha(sha, *next(turns))
+        return client.evalsha(sha, *next(call_turns))
 
-    return evalsha
+    return rpush, evalsha
+
+
+def _cycle(items: list[tuple]) -> Iterator[tuple]:
+    while True:
+        yield from items
 
 
 def run(bench: Bench) -> ScenarioResult:
     configure_django(bench.url)
     from django_rcoord.queues import execute_later, task
+    from django_rcoord.queues.keys import QueueKeys
 
     count = bench.pick(quick=300, full=3000)
     repeats = bench.repeats_or(bench.pick(quick=3, full=5))
-    job = task(name=TASK, queue=QUEUE)(produced)
-    job.delay(0)  # the group registered, the script loaded
+    served = task(name=TASK, queue=QUEUE)(produced)
+    alone = task(name=f"{TASK}.alone", queue=ALONE)(produced)
+    # A worker of this release serves QUEUE's group (what its heartbeat keeps), none ALONE's.
+    bench.client.set(QueueKeys.of(QUEUE).serving, 1, ex=3600)
+    served.delay(0)  # the group registered, the script loaded, the serving key read
+    alone.delay(0)
+    rpush, evalsha = bare_calls(bench, count, QUEUE)
     operations = [
         ping_operation(bench.client, 1),
-        ("bare EVALSHA of task_enqueue (arguments prepared)", "1", bare_evalsha(bench, count)),
-        ("@task delay()", "1", lambda: job.delay(1)),
-        ("execute_later() (by name)", "1", lambda: execute_later(QUEUE, TASK, [1])),
+        ("bare RPUSH of an incoming entry (prepared)", "1", rpush),
+        ("@task delay(), a worker serves the group (RPUSH)", "1", lambda: served.delay(1)),
+        ("execute_later() (by name), the same group", "1", lambda: execute_later(QUEUE, TASK, [1])),
+        ("bare EVALSHA of task_enqueue (arguments prepared)", "1", evalsha),
+        ("@task delay(), no worker serves the group (script)", "1", lambda: alone.delay(1)),
     ]
     rows: list[Measurement] = measure_side_by_side(operations, count=count, repeats=repeats)
-    bare = rows[1]
-    for row in rows[2:]:
-        if bare.median:
-            row.extra["vs bare EVALSHA"] = f"{row.median / bare.median:.2f}x"
+    for bare, paired in ((rows[1], rows[2:4]), (rows[4], rows[5:])):
+        for row in paired:
+            if bare.median:
+                row.extra["vs bare"] = f"{row.median / bare.median:.2f}x"
     bench.client.flushdb()
     table = Table(
         f"Enqueue: one task per call, {repeats} x {count}",
         "tasks/s",
         rows,
         floor=rows[0].name,
-        extra_columns=("vs bare EVALSHA",),
-        note="vs bare EVALSHA = the row's tasks/s / the bare EVALSHA's: what our Python costs",
+        extra_columns=("vs bare",),
+        note="vs bare = the row's tasks/s / the bare command's above it: what our Python costs",
     )
     return ScenarioResult(
         NAME,
-        "Producer: delay() beside a bare EVALSHA of its script",
+        "Producer: delay() beside the bare command it sends",
         [table, script_table(bench, count, repeats)],
         params={"count": count},
         repeats=repeats,

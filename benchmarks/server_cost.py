@@ -13,9 +13,12 @@ They count the server's work only, so the client running on the same machine doe
 count, whatever the machine's load (a busy machine makes both a little dearer).
 
 Per no-op task, three phases, each in a table of its own beside its floor, measured in
-the same run: **enqueue** (one ``delay()`` each) beside one ``RPUSH`` per round trip (what
-any enqueue of one call pays); **drain** (a burst worker in this process: it takes up to
-32 at a time and acknowledges them with the next take, results kept) beside ``LPOP``
+the same run: **enqueue** (one ``delay()`` each: a plain task is one ``RPUSH`` to its
+group's incoming list while a worker serves the group, which the benchmark's ``serving``
+key says as a worker's heartbeat does, and the first call of each run reads by the script)
+beside one ``RPUSH`` per round trip (what any enqueue of one call pays); **drain** (a
+burst worker in this process, whose takes place what the incoming list holds: it takes up
+to 32 at a time and acknowledges them with the next take, results kept) beside ``LPOP``
 pipelined 100 at a time; **end to end**, their sum, beside ``RPUSH`` + ``LPOP`` pipelined
 (a list with no lease, no result, no retry). The lists users run as queues are measured
 the same way, one call per round trip as they run them (``server_cost_lists``): the
@@ -171,7 +174,7 @@ PHASES: dict[str, list[tuple[str, str, str]]] = {
         ("floor", "RPUSH, pipelined 100 at a time", "1 per 100 tasks"),
         ("book", "the book's queue: RPUSH", "1 per task"),
         ("reliable", "reliable list: LPUSH", "1 per task"),
-        ("plain", "django-rcoord: enqueue (delay)", "1 script"),
+        ("plain", "django-rcoord: enqueue (delay)", "1 RPUSH"),
         ("options", "with unique_for and timeout: enqueue", "1 script"),
     ],
     "drain": [
@@ -211,6 +214,7 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
             add(pattern, enqueued, None if take is None else per_task_us(client, count, take))
         for kind, noop in by_task.items():
             client.flushdb()
+            serve(client)
             enqueued = per_task_us(
                 client, count, lambda noop=noop, kind=kind: enqueue(noop, kind, count)
             )
@@ -220,6 +224,17 @@ def measure(bench: Bench, count: int, repeats: int) -> list[Measurement]:
         for phase, rows in PHASES.items()
         for pattern, name, round_trips in rows
     ]
+
+
+def serve(client: Any) -> None:
+    """Set the group's ``serving`` key, as a worker's heartbeat keeps it (a worker serves the
+    queue in production), and forget it was seen: the first ``delay()`` reads it, by the
+    script, as a producer does every few seconds; the others push (``queues.incoming``)."""
+    from django_rcoord.queues import incoming
+    from django_rcoord.queues.keys import QueueKeys
+
+    client.set(QueueKeys.of(QUEUE).serving, 1, ex=3600)
+    incoming.forget_serving()
 
 
 def drain(client: Any, count: int) -> Counters:

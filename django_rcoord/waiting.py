@@ -77,6 +77,14 @@ def wait_for_signal(client: Any, key: str, seconds: float) -> bool:
     return pop_signal(client, key, seconds) is not None
 
 
+def wait_for_entry(client: Any, key: str, seconds: float) -> bool:
+    """Block until the list ``key`` holds something, for up to ``seconds``, taking nothing
+    (a BLMOVE of its head back onto its head): every waiter wakes, and what woke them stays
+    for the one that takes it. True when the list held something."""
+    timeout = max(MIN_BLOCK, min(seconds, socket_timeout_cap(client)))
+    return client.blmove(key, key, timeout, "LEFT", "LEFT") is not None
+
+
 def pop_signal(client: Any, key: str, seconds: float) -> bytes | None:
     """Block on the wake-up list ``key`` for up to ``seconds``; the token taken, or None."""
     timeout = max(MIN_BLOCK, min(seconds, socket_timeout_cap(client)))

@@ -27,6 +27,7 @@ from redis.retry import Retry
 from django_rcoord.connection import get_client
 from django_rcoord.embedded import EmbeddedCluster, EmbeddedRedis
 from django_rcoord.exceptions import EmbeddedRedisError
+from django_rcoord.queues import incoming
 from tests import cluster, procs
 
 
@@ -89,6 +90,8 @@ def _use_test_redis(redis_url: str) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _flush_redis(_use_test_redis: None) -> None:
     get_client().flushdb()
+    # A new Redis for each test: what this process saw of the last test's workers is gone.
+    incoming.forget_serving()
 
 
 @pytest.fixture(autouse=True)

@@ -38,7 +38,12 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
     assert keys[8] == high.exchange("w1")
     assert keys[9] == high.paused
     assert keys[10] == high.queues  # a fair key's next task takes a fresh counter
-    assert keys[11:] == [high.ready, high.in_flight, high.delayed, high.dead, *keys[15:]]
+    assert keys[11:] == [
+        *(high.ready, high.in_flight, high.delayed, high.dead),
+        *(low.ready, low.in_flight, low.delayed, low.dead),
+        high.incoming,  # the group's incoming list and ready prefix: the take places first
+        high.readies,
+    ]
     settings = json.loads(args[0])
     assert settings | {"result_ttl": 0} == {
         "worker": "w1",
@@ -49,6 +54,7 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
         "take": 8,
         "queues": 2,
         "names": ["high", "low"],
+        "incoming": 20,  # 1-based, as KEYS
         "nonce": "7",
     }
     first, second = (json.loads(arg) for arg in args[1:])
@@ -102,7 +108,7 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
     ]
     keys, args = protocol.call(finished, 0, lease_ms=1000)
     assert len(keys) == len(protocol.keys) + 10
-    assert len(protocol.keys) == 15  # the worker's own keys are left as they were
+    assert len(protocol.keys) == 17  # the worker's own keys are left as they were
     for arg, step in zip((args[1], args[3]), steps, strict=True):
         (record,) = json.loads(arg)["follow_ups"]
         start = record["keys"] - 1  # KEYS are 1-based

@@ -120,7 +120,7 @@ def test_the_claim_of_a_tick_is_once_and_on_the_servers_clock() -> None:
 
 def test_a_groups_record_queues_a_claimed_tick_once() -> None:
     keys = QueueKeys.of("default")
-    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle]
+    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.incoming, keys.idle]
 
     def queue(tick: int, task_id: str) -> list[int]:
         args = ["s", tick, task_id, "{}", "default", 0, 1000, 60_000]

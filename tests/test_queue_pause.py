@@ -129,10 +129,11 @@ def test_resume_wakes_the_idle_workers_of_the_group_at_once(redis_client) -> Non
     pause_queue("low")
     redis_client.zadd(keys.idle, {"w1": server_ms() + 60_000, "w2": server_ms() + 60_000})
     resume_queue("low")
-    assert redis_client.llen(keys.wake) == 2  # a token each: each BLPOPs one
-    redis_client.delete(keys.wake)
+    # One token wakes them all: they wait on the incoming list without taking from it.
+    assert redis_client.lrange(keys.incoming, 0, -1) == [b""]
+    redis_client.delete(keys.incoming)
     resume_queue("low")  # not paused: nobody to wake for it
-    assert redis_client.llen(keys.wake) == 0
+    assert redis_client.llen(keys.incoming) == 0
 
 
 async def test_the_async_twins_pause_and_resume() -> None:

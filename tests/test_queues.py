@@ -375,7 +375,7 @@ def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> 
             pipe.rpush(keys.dead, *ids[start : start + 1000])
         pipe.execute()
     script_keys = [
-        keys.dead, keys.ready, keys.failures, keys.errors, keys.wake, keys.results,
+        keys.dead, keys.ready, keys.failures, keys.errors, keys.incoming, keys.results,
         keys.records, keys.messages, keys.queues, keys.results_expiry,
     ]  # fmt: skip
     args = [1000, keys.queue, 60_000, REQUEUE_BATCH]
@@ -465,18 +465,20 @@ def test_producers_push_a_wake_up_only_while_a_worker_waits_for_one() -> None:
     keys = QueueKeys.of("default")
     client = get_client()
     tasks.record.delay("a")
-    assert client.llen(keys.wake) == 0  # no worker waits: no wake-up
+    assert client.llen(keys.incoming) == 0  # no worker waits: no wake-up
     worker = Worker(["default"])
     assert worker.session.take() is not None  # busy: not registered idle
     assert worker.session.take() is None  # nothing left: registered idle in the same call
     assert client.zscore(keys.idle, worker.id) is not None
     tasks.record.delay("b")
-    assert client.llen(keys.wake) == 1
-    assert worker.session.take() is not None  # taking unregisters it
+    tasks.record.delay("b2")
+    # One token on the incoming list idle workers wait on, however many tasks came.
+    assert client.lrange(keys.incoming, 0, -1) == [b""]
+    assert worker.session.take() is not None  # taking unregisters it, and drops the token
     assert client.zscore(keys.idle, worker.id) is None
-    client.delete(keys.wake)
+    assert client.llen(keys.incoming) == 0
     tasks.record.delay("c")
-    assert client.llen(keys.wake) == 0
+    assert client.llen(keys.incoming) == 0
 
 
 def test_a_worker_whose_lease_ran_out_cannot_finish_the_task_twice() -> None:
@@ -717,6 +719,9 @@ def test_max_tasks_and_concurrency_options() -> None:
 
 
 # -- a task queued by a project's own script (the example market's purchase) --------------
+STEP = "queue_in_step"  # tests/lua: a project's own script
+
+
 def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_client) -> None:
     from django_rcoord.queues import enqueue_in_script
 
@@ -727,13 +732,13 @@ def test_enqueue_in_script_gives_the_enqueue_helpers_keys_and_arguments(redis_cl
     later = enqueue_in_script(tasks.record, ["later"], delay=60, queue="scripted/q")
     assert later.group == "scripted"
     assert later.hash_tag == "scripted"
-    # Its keys and arguments are the enqueue helper's, in order: task_enqueue is a script
-    # that passes its KEYS and ARGV straight on to it.
-    assert run_script("task_enqueue", redis_client, keys=later.keys, args=later.args) == 2
+    # Its keys and arguments are the enqueue helper's, in order: tests/lua/queue_in_step.lua
+    # passes its KEYS and ARGV straight on to it.
+    assert run_script(STEP, redis_client, keys=later.keys, args=later.args, package="tests") == 2
     later.registered(redis_client, 2)
     assert queue_stats("scripted/q")["delayed"] == 1
     now = enqueue_in_script(tasks.record, ["now"])
-    assert run_script("task_enqueue", redis_client, keys=now.keys, args=now.args) in (1, 2)
+    assert run_script(STEP, redis_client, keys=now.keys, args=now.args, package="tests") in (1, 2)
     Worker(["default"], burst=True).run()
     assert redis_client.lrange(tasks.RAN, 0, -1) == [b"now"]
 

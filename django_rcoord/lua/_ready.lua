@@ -219,21 +219,29 @@ local function ready_add(ready, queues, queue, keep_ms, ids, priorities, front, 
     return ttl == -1
 end
 
+-- Wake the group's idle workers: they wait on its incoming LIST (`incoming`: a BLMOVE of
+-- the list onto itself, which takes nothing), so anything in it wakes them all. A token ('',
+-- which the take drops, see _incoming) is pushed only when the list is empty: one is enough.
+local function wake_workers(incoming)
+    if redis.call('LLEN', incoming) == 0 then
+        redis.call('RPUSH', incoming, '')
+    end
+end
+
 -- Store message `body` of task `id` and queue it now on queue `queue` (keys as in
--- ready_add; `messages` the group's HASH of messages), then wake a worker if one is
--- registered idle in the ZSET `idle` (its wake-ups in the LIST `wake`, kept `wake_ms`). A
--- worker leaves `idle` when it takes a task; a registration of a worker that died lingers
--- until another worker registers or the ZSET expires, costing a needless wake-up at most.
--- Returns true when the group's `queues` HASH was created by this call.
-local function enqueue_now(messages, ready, queues, wake, idle, queue, keep_ms, id, body,
+-- ready_add; `messages` the group's HASH of messages), then wake the workers
+-- (wake_workers: `incoming` the group's incoming LIST) if one is registered idle in the ZSET
+-- `idle`. A worker leaves `idle` when it takes a task; a registration of a worker that died
+-- lingers until another worker registers or the ZSET expires, costing a needless wake-up
+-- at most. `wake_ms` is unused (a previous release's wake-up tokens expired). Returns true
+-- when the group's `queues` HASH was created by this call.
+local function enqueue_now(messages, ready, queues, incoming, idle, queue, keep_ms, id, body,
                            priority, wake_ms)
     redis.call('HSET', messages, id, body)
     local created = ready_add(ready, queues, queue, keep_ms, {id}, {priority}, false,
         {message_fair_key(body)})
     if redis.call('EXISTS', idle) == 1 then
-        redis.call('RPUSH', wake, 1)
-        redis.call('LTRIM', wake, -64, -1)
-        redis.call('PEXPIRE', wake, wake_ms)
+        wake_workers(incoming)
     end
     return created
 end

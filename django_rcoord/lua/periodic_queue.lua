@@ -5,7 +5,7 @@
 -- KEYS[1]  periodic HASH of the group: <schedule name> -> the latest tick queued here (ms),
 --          <schedule name>:at -> when it was queued (ms)
 -- KEYS[2]  messages HASH   KEYS[3] ready ZSET of the task's queue   KEYS[4] queues HASH
--- KEYS[5]  wake LIST of the group   KEYS[6] idle ZSET of the group
+-- KEYS[5]  incoming LIST of the group (wakes idle workers)   KEYS[6] idle ZSET of the group
 -- Builds   KEYS[3] .. ' key:<fair key>', KEYS[3] .. ' heads', KEYS[3] .. ' waiting',
 --          KEYS[3] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  schedule name   ARGV[2] tick, ms since the epoch

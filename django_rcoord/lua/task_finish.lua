@@ -30,8 +30,12 @@
 -- KEYS[11] queues HASH of the group (each queue's counter: a fair key's next task joins
 --          its ready ZSET with a fresh one)
 -- KEYS[12..] four per queue the worker watches, in priority order: ready ZSET (highest
---          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the follow-ups'
+--          priority first), in-flight ZSET, delayed ZSET, dead LIST; then the group's
+--          incoming LIST and its ready prefix (`rcoord:queue:{<group>}:ready:`, no key of its
+--          own; ARGV[1]'s incoming says where they are: see _incoming); then the follow-ups'
 --          and the fan-in counts' keys (each says where its own start)
+-- Builds   <ready prefix> .. <queue>: the ready ZSET of each queue of the group an incoming
+--          entry names (see _incoming)
 -- Builds   KEYS[k] .. <fan-in id>: the HASH of the fan-in a finished task is a child of,
 --          KEYS[k] its fan-in count's first key, the fan-in prefix of this group (see
 --          _fan_in)
@@ -44,7 +48,9 @@
 --          0: do not register), registered (true when it is registered idle: taking a task
 --          unregisters it), take (how many tasks to take at most, 0: none), queues (how
 --          many queues it watches), names (each queue's name within its group, in the
---          order of its keys: the members of KEYS[10]), nonce ('' for none: a call whose
+--          order of its keys: the members of KEYS[10]), incoming (the position of the
+--          incoming LIST among KEYS, its ready prefix next: a call that takes places what
+--          it holds first), nonce ('' for none: a call whose
 --          nonce is the last one stored in KEYS[9] changes nothing and answers the stored
 --          finished flags and the tasks it took that this worker still holds)
 -- ARGV[2..] one JSON record per finished task (a field named with outcomes is read for
@@ -75,6 +81,7 @@
 --! include _metrics
 --! include _in_flight
 --! include _take
+--! include _incoming
 local call = cjson.decode(ARGV[1])
 local worker, nonce = call.worker, call.nonce
 local group = {
@@ -138,7 +145,12 @@ if #tasks > 0 then
     count_runs(group.metrics, tasks, held, now, keep)
 end
 
--- A call that takes nothing (a task finished alone) does not look for paused queues.
+-- A call that takes nothing (a task finished alone) does not look for paused queues, nor
+-- place what producers pushed.
+if call.take > 0 then
+    place_incoming(KEYS[call.incoming], KEYS[call.incoming + 1], group.messages, group.queues,
+        GROUP_KEYS_MS, INCOMING_BATCH)
+end
 local skip = call.take > 0 and paused_queues(group.paused, call.names) or {}
 local taken, wanted = take_tasks(group, queues, call.names, worker, call.take, now, call.lease,
     skip)

@@ -7,14 +7,14 @@
 -- Builds   KEYS[3] .. <task id>: each task's record HASH (see _records; not written here: a
 --          task given back is not finished)
 -- KEYS[4]  ready ZSET of their queue   KEYS[5] queues HASH of the group (queue counters)
--- KEYS[6]  messages HASH (priorities)   KEYS[7] wake LIST   KEYS[8] idle ZSET of the group
+-- KEYS[6]  messages HASH (priorities)   KEYS[7] incoming LIST (wakes idle workers)   KEYS[8] idle ZSET of the group
 -- KEYS[9]  results HASH of the group (<id> -> the state of a queued or running task, see
 --          _records)
 -- Builds   KEYS[4] .. ' key:<fair key>', KEYS[4] .. ' heads', KEYS[4] .. ' waiting',
 --          KEYS[4] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  the call's JSON record (queues/worker/calls.py give_back_call): worker (its id),
 --          queue (the queue's name in its group), keep_ms (how long the group's list of
---          queues outlives its last task), wake_ms (wake-up tokens' lifetime)
+--          queues outlives its last task)
 -- ARGV[2..] task ids
 -- Returns  how many were given back (the others this worker no longer held).
 --! include _ready
@@ -47,8 +47,6 @@ ready_add(KEYS[4], KEYS[5], call.queue, call.keep_ms, mine, priorities, true, fa
 -- After they are lined up: a key that was at its limit admits the first of its line.
 fair_runs_ended(KEYS[4], KEYS[5], call.queue, fair_keys, fair_limits)
 if #redis.call('ZRANGEBYSCORE', KEYS[8], now, '+inf', 'LIMIT', 0, 1) > 0 then
-    redis.call('RPUSH', KEYS[7], 1)
-    redis.call('LTRIM', KEYS[7], -64, -1)
-    redis.call('PEXPIRE', KEYS[7], call.wake_ms)
+    wake_workers(KEYS[7])
 end
 return #mine

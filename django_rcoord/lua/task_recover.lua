@@ -4,7 +4,7 @@
 -- is a dead letter instead: it is probably what kills its workers. By the server's clock; run
 -- by workers when idle and by the delayed-task poller.
 -- KEYS[1]  owners HASH   KEYS[2] ready ZSET   KEYS[3] in-flight ZSET   KEYS[4] delayed ZSET
--- KEYS[5]  wake LIST of the group (workers)   KEYS[6] lateness LIST of the group (ms, newest first)
+-- KEYS[5]  incoming LIST of the group (idle workers wait on it: see _ready's wake_workers)   KEYS[6] lateness LIST of the group (ms, newest first)
 -- KEYS[7]  results HASH of the group (a task put back is READY again: its state, see
 --          _records)
 -- KEYS[8]  messages HASH (priorities)   KEYS[9] queues HASH of the group (queue counters)
@@ -17,7 +17,7 @@
 --          are dropped, at most `most tasks to move` a call)
 -- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
 --          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  most tasks to move per kind   ARGV[2] wake-up token lifetime, ms
+-- ARGV[1]  most tasks to move per kind   ARGV[2] unused (a previous release's wake-up tokens' lifetime)
 -- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
 --          of the group's list of queues, ms   ARGV[5] queue name
 -- ARGV[6]  most deliveries whose worker died before a task is a dead letter
@@ -101,11 +101,7 @@ if promoted > 0 then
 end
 local moved = #expired - killed + promoted
 if moved > 0 then
-    for _ = 1, math.min(moved, 64) do
-        redis.call('RPUSH', KEYS[5], 1)
-    end
-    redis.call('LTRIM', KEYS[5], -64, -1)
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+    wake_workers(KEYS[5])
 end
 local next_due = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
 if #next_due == 0 then

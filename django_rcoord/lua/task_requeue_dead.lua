@@ -3,7 +3,7 @@
 -- long as its message says ("unique_ms"), from now, unless another run of it holds the
 -- claim: that run keeps it (a new enqueue answers its id), and both run.
 -- KEYS[1]  dead LIST   KEYS[2] ready ZSET   KEYS[3] failures HASH   KEYS[4] errors HASH
--- KEYS[5]  wake LIST of the group   KEYS[6] results HASH of the group (requeued: its state
+-- KEYS[5]  incoming LIST of the group (wakes idle workers)   KEYS[6] results HASH of the group (requeued: its state
 --          READY again there, see _records; the unique claims)
 -- KEYS[7]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
 -- Builds   KEYS[7] .. <task id>: each task's record HASH (see _records: requeued, it keeps
@@ -14,7 +14,7 @@
 --          no longer expires there)
 -- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
 --          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  wake-up token lifetime, ms   ARGV[2] queue name
+-- ARGV[1]  unused (a previous release's wake-up tokens' lifetime)   ARGV[2] queue name
 -- ARGV[3]  how long the group's list of queues outlives its last task, ms
 -- ARGV[4]  most dead letters to move
 -- ARGV[5]  (optional) the id of the one dead letter to move
@@ -65,7 +65,6 @@ if moved > 0 then
     end
 end
 if moved > 0 then
-    redis.call('RPUSH', KEYS[5], 1)
-    redis.call('PEXPIRE', KEYS[5], ARGV[1])
+    wake_workers(KEYS[5])
 end
 return moved

@@ -11,10 +11,12 @@
 -- KEYS[4]  errors HASH (task id -> the last error of a failed attempt)
 -- KEYS[5]  record prefix of the group (`rcoord:queue:{<group>}:r:`, no key of its own)
 -- Builds   KEYS[5] .. <task id>: the task's record HASH (see _records: s, v, e, m, x)
+-- KEYS[6]  incoming LIST of the group (tasks pushed and not placed yet: see _incoming)
 -- ARGV[1]  task id
--- Returns  {message, state, value, errors, finished message, last error, expired}: nil for
---          what is absent; expired is 1 when a previous release's record expired (not
---          swept yet).
+-- Returns  {message, state, value, errors, finished message, last error, expired, pushed}:
+--          nil for what is absent; expired is 1 when a previous release's record expired
+--          (not swept yet); pushed is how many entries the incoming LIST holds when nothing
+--          of the task was found (0 otherwise): get_result then places them and reads again
 local id = ARGV[1]
 local fields = redis.call('HMGET', KEYS[2], id, id .. ':v', id .. ':e', id .. ':m')
 local record = KEYS[5] .. id
@@ -52,4 +54,8 @@ end
 if status ~= 'SUCCESSFUL' and not last_error then
     last_error = redis.call('HGET', KEYS[4], id)
 end
-return {message, fields[1], fields[2], fields[3], fields[4], last_error, expired}
+local pushed = 0
+if not message and not fields[1] then
+    pushed = redis.call('LLEN', KEYS[6])
+end
+return {message, fields[1], fields[2], fields[3], fields[4], last_error, expired, pushed}

@@ -28,7 +28,9 @@ def overview(*, client: Any = None) -> dict[str, Any]:
     finished in each of the last 60 minutes, tasks cancelled before they ran, whether it
     is paused: ``pause_queue``), the live
     workers (last heartbeat, tasks done, the task each runs now), the lateness of the last
-    promotions per group and the periodic schedules.
+    promotions per group and the periodic schedules; per group, the tasks pushed to its
+    incoming list that no worker's take has placed on their queue yet (``pushed``: the
+    queues' counts leave them out, see ``queues.incoming``; a group with none is left out).
 
     Bounded work, read only: ``queues.snapshot.read_group``'s four pipelined round trips
     per group, whatever its number of queues, workers and tasks in flight, and whatever
@@ -45,8 +47,11 @@ def overview(*, client: Any = None) -> dict[str, Any]:
     workers: list[dict[str, Any]] = []
     worker_counts: dict[str, int] = {}
     lateness: dict[str, dict[str, int]] = {}
+    pushed: dict[str, int] = {}
     for group in groups:
         found = _read_group(client, group, now, now_ms)
+        if found.pushed:
+            pushed[group] = found.pushed
         queues.extend(found.queues)
         workers.extend(found.workers)
         # A shard's workers count for its group (RCOORD["QUEUE_SHARDS"]).
@@ -60,6 +65,7 @@ def overview(*, client: Any = None) -> dict[str, Any]:
         "queues": _add_up_shards(queues),
         "workers": [{**worker, "group": logical_group(worker["group"])} for worker in workers],
         "worker_counts": worker_counts,
+        "pushed": pushed,
         "promotion_lateness": lateness,
         "periodic": schedule_status(client, now_ms),
         "task_controls": task_controls(client),
@@ -113,6 +119,7 @@ class _Group:
     queues: list[dict[str, Any]]
     workers: list[dict[str, Any]]
     lateness: dict[str, int] | None
+    pushed: int
 
 
 def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
@@ -120,7 +127,7 @@ def _read_group(client: Any, group: str, now: float, now_ms: int) -> _Group:
     snapshot = read_group(client, group)
     queues = [_queue_row(group, queue, snapshot, now, now_ms) for queue in snapshot.queues]
     workers = _worker_rows(group, snapshot)
-    return _Group(queues, workers, _lateness_summary(snapshot.lateness_ms))
+    return _Group(queues, workers, _lateness_summary(snapshot.lateness_ms), snapshot.pushed)
 
 
 def _queue_row(

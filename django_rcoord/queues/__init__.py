@@ -41,15 +41,9 @@ from django_rcoord.queues.fan_in import (
     group,
     task_run,
 )
+from django_rcoord.queues.in_script import ScriptedEnqueue, enqueue_in_script
 from django_rcoord.queues.pause import apause_queue, aresume_queue, pause_queue, resume_queue
-from django_rcoord.queues.producer import (
-    ScriptedEnqueue,
-    aexecute_later,
-    enqueue_in_script,
-    enqueue_many,
-    execute_later,
-    send_message,
-)
+from django_rcoord.queues.producer import aexecute_later, enqueue_many, execute_later, send_message
 from django_rcoord.queues.records import (
     dead_letters,
     delete_dead,

@@ -10,6 +10,7 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues import incoming
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
 from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.metrics import metric_labels
@@ -38,7 +39,9 @@ def cancel(task_id: str, *, client: Any = None) -> bool:
     if group is None:
         return False
     client = resolve_client(client)
-    body = client.hget(GroupKeys.of(group).messages, task_id)
+    keys = GroupKeys.of(group)
+    # Not stored yet: pushed to the incoming list, and not placed (see queues.incoming).
+    body = client.hget(keys.messages, task_id) or incoming.place(client, keys, task_id)
     call = _call_for(task_id, group, body)
     if call is None:
         return False
@@ -51,7 +54,8 @@ async def acancel(task_id: str, *, client: Any = None) -> bool:
     if group is None:
         return False
     client = await aresolve_client(client)
-    body = await client.hget(GroupKeys.of(group).messages, task_id)
+    keys = GroupKeys.of(group)
+    body = await client.hget(keys.messages, task_id) or await incoming.aplace(client, keys, task_id)
     call = _call_for(task_id, group, body)
     if call is None:
         return False

@@ -43,7 +43,9 @@ class GroupKeys:
     failures: str
     errors: str
     queues: str
-    wake: str
+    incoming: str  # LIST: tasks pushed by producers, placed by the take; workers wait on it
+    serving: str  # STRING while a worker of this release serves the group (``incoming``)
+    readies: str  # the prefix of each queue's ready ZSET (``QueueKeys.ready``)
     schedule: str
     lateness: str
     results: str  # HASH: the claims of unique tasks, and a previous release's records
@@ -72,7 +74,9 @@ class GroupKeys:
             failures=space.key("failures"),
             errors=space.key("errors"),
             queues=space.key("queues"),
-            wake=space.key("wake"),
+            incoming=space.key("incoming"),
+            serving=space.key("serving"),
+            readies=space.key("ready:"),
             schedule=space.key("schedule"),
             lateness=space.key("lateness"),
             results=space.key("results"),
@@ -145,7 +149,7 @@ class QueueKeys(GroupKeys):
             **vars(GroupKeys.of(group)),
             name=name,
             queue=queue,
-            ready=space.key(f"ready:{queue}"),
+            ready=space.key(f"ready:{queue}"),  # readies + the encoded name: see incoming
             in_flight=space.key(f"in-flight:{queue}"),
             delayed=space.key(f"delayed:{queue}"),
             dead=space.key(f"dead:{queue}"),
@@ -173,12 +177,31 @@ class QueueKeys(GroupKeys):
         return f"{self.ready} key:{encoded_key}"
 
     @functools.cached_property
-    def enqueue_now(self) -> tuple[bytes, ...]:
-        """The KEYS of task_enqueue's short form (queue a task now), encoded once per queue
-        (an attribute after the first read: a look-up keyed by these keys would hash them
-        all per task)."""
+    def enqueue_keys(self) -> tuple[bytes, ...]:
+        """The KEYS of task_enqueue, encoded once per queue (an attribute after the first
+        read: a look-up keyed by these keys would hash them all per task)."""
         return tuple(
-            key.encode() for key in (self.messages, self.ready, self.queues, self.wake, self.idle)
+            key.encode()
+            for key in (
+                self.messages,
+                self.ready,
+                self.delayed,
+                self.queues,
+                self.incoming,
+                self.schedule,
+                self.idle,
+                self.results,
+                self.serving,
+            )
+        )
+
+    @functools.cached_property
+    def enqueue_now(self) -> tuple[bytes, ...]:
+        """The five keys of ``enqueue_now`` (_ready.lua), for a script that queues a task
+        in its own step (follow-ups, a fan-in's callback), encoded once per queue."""
+        return tuple(
+            key.encode()
+            for key in (self.messages, self.ready, self.queues, self.incoming, self.idle)
         )
 
 

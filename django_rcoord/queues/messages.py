@@ -65,6 +65,13 @@ def encode_message(
     return task_id, body
 
 
+def wire_json(record: dict[str, Any]) -> bytes:
+    """``record`` as UTF-8 JSON for ``cjson``. Text that cannot be UTF-8 (a lone surrogate,
+    as ``surrogateescape`` decoding leaves in an error's text or a task's name) is replaced:
+    ``cjson`` refuses such an escape, and the call would fail every time it was sent."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
+
+
 def check_result_size(task_name: str, value_json: str) -> None:
     """ResultTooLarge when ``value_json``, a return value of task ``task_name`` as
     ``to_json`` writes it (ASCII: as many bytes as characters), is longer than

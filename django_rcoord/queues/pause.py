@@ -14,9 +14,8 @@ every shard it can have in any layout (``shards.every_layout``), so the pause ho
 whatever the number of shards is now or becomes. A shard's own queue name
 (``"reports~7/pdf"``) pauses that shard alone.
 
-Resuming wakes the group's idle workers at once, through the wake-up list producers push
-to (one token per worker registered idle), so they take from it without waiting for
-their next look.
+Resuming wakes the group's idle workers at once, with a token on the group's incoming
+list (where they wait), so they take from it without waiting for their next look.
 """
 
 from __future__ import annotations
@@ -26,16 +25,13 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
-from django_rcoord.queues.keys import WAKE_TOKEN_MS, QueueKeys, split_queue_name
+from django_rcoord.queues.keys import QueueKeys, split_queue_name
 from django_rcoord.queues.producer import aregister_group, register_group
 from django_rcoord.queues.shards import every_layout
 
 __all__ = ["apause_queue", "aresume_queue", "pause_queue", "resume_queue"]
 
 logger = logging.getLogger(__name__)
-
-#: Most wake-up tokens one resume pushes per group: producers keep a wake-up list no longer.
-MAX_WAKE_TOKENS = 64
 
 
 def pause_queue(queue: str, *, client: Any = None) -> bool:
@@ -114,21 +110,20 @@ def _unpause(pipe: Any, targets: list[QueueKeys]) -> None:
         pipe.zcard(keys.idle)
 
 
-def _wakes(targets: list[QueueKeys], replies: list[Any]) -> list[tuple[str, int]]:
-    """(wake-up list, tokens) of each group where the queue was paused and workers wait."""
+def _wakes(targets: list[QueueKeys], replies: list[Any]) -> list[str]:
+    """The incoming list of each group where the queue was paused and workers wait."""
     return [
-        (keys.wake, min(int(idle), MAX_WAKE_TOKENS))
+        keys.incoming
         for keys, removed, idle in zip(targets, replies[0::2], replies[1::2], strict=True)
         if removed and idle
     ]
 
 
-def _push_wakes(pipe: Any, wakes: list[tuple[str, int]]) -> None:
-    """Queue the wake-up tokens, kept as producers keep theirs."""
-    for key, count in wakes:
-        pipe.rpush(key, *([1] * count))
-        pipe.ltrim(key, -MAX_WAKE_TOKENS, -1)
-        pipe.pexpire(key, WAKE_TOKEN_MS)
+def _push_wakes(pipe: Any, wakes: list[str]) -> None:
+    """One wake-up token ('') on each incoming list: idle workers wait on the list without
+    taking from it, so one wakes them all, and the take drops it (see _incoming.lua)."""
+    for key in wakes:
+        pipe.rpush(key, "")
 
 
 def _log(verb: str, queue: str, changed: bool) -> bool:

@@ -244,7 +244,7 @@ def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
     holds the tick already), then confirm it. Returns 1 when this call queued it."""
     keys = QueueKeys.of(pending.queue)
     register_group(client, keys.group)  # so pollers watch it (once per process and hour)
-    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.wake, keys.idle]
+    script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.incoming, keys.idle]
     args = [
         name,
         pending.tick,

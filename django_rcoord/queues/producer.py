@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django_rcoord import tracing
@@ -15,6 +14,7 @@ from django_rcoord.connection import outage, slot_pipeline
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import REDIS_UNAVAILABLE
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues import incoming
 from django_rcoord.queues.declared import declared_by
 from django_rcoord.queues.fair import with_fair_key
 from django_rcoord.queues.keys import (
@@ -23,7 +23,7 @@ from django_rcoord.queues.keys import (
     QueueKeys,
     registry_keys,
 )
-from django_rcoord.queues.messages import check_priority, encode_message
+from django_rcoord.queues.messages import check_priority, encode_message, wire_json
 from django_rcoord.queues.shards import placed
 from django_rcoord.queues.unique import UNIQUE_FIELD, UNIQUE_MS_FIELD, Uniqueness
 from django_rcoord.scripts import arun_script, run_script
@@ -47,31 +47,45 @@ class Enqueue(NamedTuple):
     unique: Uniqueness | None = None
 
 
-def enqueue_call(
-    run: Enqueue, *, full: bool = False
-) -> tuple[str, QueueKeys, Sequence[Any], list[Any]]:
-    """(task id, the queue's keys, KEYS, ARGV) of the task_enqueue script for a new message
-    of ``run``. A task queued now gets the script's short form (fewer arguments to send),
-    unless ``full`` (the shape of ``enqueue_task``, for a project's own script) or
-    ``run.unique`` (the unique form: the script may answer the id of the task already
-    holding the claim)."""
-    keys, task_id, body, claim = _new_message(run)
-    when, priority, unique = run.when, run.priority, run.unique
-    if unique is not None:
-        return (
-            task_id,
-            keys,
-            [*_full_keys(keys), keys.results],
-            [*_full_args(task_id, body, keys, when, priority), claim, unique.ms],
-        )
-    if not (full or when[0] or when[1]):
-        return task_id, keys, keys.enqueue_now, _now_args(task_id, body, keys, priority)
-    return task_id, keys, _full_keys(keys), _full_args(task_id, body, keys, when, priority)
+class Message(NamedTuple):
+    """A new task message of a run: its queue's keys, its id, its JSON and its unique claim
+    (None: not unique)."""
+
+    keys: QueueKeys
+    task_id: str
+    body: str
+    claim: str | None
 
 
-def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str, str, str | None]:
-    """(the queue's keys, a new task id, its message JSON, its unique claim or None);
-    ``near`` as ``queue_now_in_step`` takes it."""
+def task_enqueue_call(message: Message, run: Enqueue) -> tuple[Sequence[Any], list[Any]]:
+    """The KEYS and ARGV of task_enqueue for ``message`` of ``run``: its settings as one
+    record the script reads by name, then the message."""
+    keys = message.keys
+    delay_ms, due_at_ms = run.when
+    record: dict[str, Any] = {
+        "id": message.task_id,
+        "queue": keys.queue,
+        "priority": run.priority,
+        "delay": delay_ms,
+        "due_at": due_at_ms,
+        "wake_ms": WAKE_TOKEN_MS,
+        "keep_ms": GROUP_KEYS_MS,
+    }
+    if run.unique is not None:
+        record["claim"], record["claim_ms"] = message.claim, run.unique.ms
+    return keys.enqueue_keys, [wire_json(record), message.body]
+
+
+def pushed(message: Message, run: Enqueue) -> bytes | None:
+    """The incoming entry of ``message`` when ``run`` goes to its group's incoming list (a
+    plain task, now, while a worker of this release serves the group), else None."""
+    if run.unique is not None or run.when != (0, 0) or not incoming.pushes(message.keys.group):
+        return None
+    return incoming.entry(message.keys, message.task_id, message.body, run.priority)
+
+
+def new_message(run: Enqueue, near: str | None = None) -> Message:
+    """The message of ``run``; ``near`` as ``queue_now_in_step`` takes it."""
     task_name, queue, args, kwargs, _, extra, priority, unique = run
     fair = declared_by(task_name).fair  # its @task's, however it is queued
     extra = with_fair_key(fair, task_name, args, kwargs, extra)
@@ -89,13 +103,14 @@ def _new_message(run: Enqueue, near: str | None = None) -> tuple[QueueKeys, str,
         # requeue_dead how long to claim it again.
         extra = {**(extra or {}), UNIQUE_FIELD: claim, UNIQUE_MS_FIELD: unique.ms}
     task_id, body = encode_message(task_name, queue, args, kwargs, extra, group=keys.group)
-    return keys, task_id, body, claim
+    return Message(keys, task_id, body, claim)
 
 
 class QueuedInStep(NamedTuple):
     """A task that another script of the group queues now, in its own atomic step (the
-    finish script queues follow-up tasks so): the new task's id, its queue's keys,
-    task_enqueue's short-form KEYS and ARGV, and its unique claim ('' and 0: none)."""
+    finish script queues follow-up tasks so): the new task's id, its queue's keys, the five
+    keys and six arguments of its ``enqueue_now`` (_ready.lua), and its unique claim ('' and
+    0: none)."""
 
     task_id: str
     queue: QueueKeys
@@ -109,7 +124,7 @@ def queue_now_in_step(run: Enqueue, *, near: str | None = None) -> QueuedInStep:
     """``run`` for a script to queue now (see ``QueuedInStep``); TypeError at once for
     arguments JSON cannot carry. ``near``: the script's group, the shard to queue it on
     when its queue has shards and that is one of them (unless it is unique)."""
-    keys, task_id, body, claim = _new_message(run, near)
+    keys, task_id, body, claim = new_message(run, near)
     unique = run.unique
     return QueuedInStep(
         task_id,
@@ -121,30 +136,9 @@ def queue_now_in_step(run: Enqueue, *, near: str | None = None) -> QueuedInStep:
     )
 
 
-def _full_keys(keys: QueueKeys) -> list[str]:
-    """The seven KEYS of task_enqueue's full form (and of ``enqueue_task``)."""
-    return [
-        keys.messages,
-        keys.ready,
-        keys.delayed,
-        keys.queues,
-        keys.wake,
-        keys.schedule,
-        keys.idle,
-    ]
-
-
 def _now_args(task_id: str, body: str, keys: QueueKeys, priority: int) -> list[Any]:
-    """The six ARGV of task_enqueue's short form (queue a task now)."""
+    """The six arguments of ``enqueue_now`` (_ready.lua): queue a task now, in a step."""
     return [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS]
-
-
-def _full_args(
-    task_id: str, body: str, keys: QueueKeys, when: tuple[int, int], priority: int
-) -> list[Any]:
-    """The eight ARGV of task_enqueue's full form (and of ``enqueue_task``)."""
-    delay_ms, due_at_ms = when
-    return [task_id, body, keys.queue, delay_ms, WAKE_TOKEN_MS, GROUP_KEYS_MS, due_at_ms, priority]
 
 
 # Constant arguments of every enqueue, encoded once.
@@ -201,7 +195,7 @@ class Enqueued(NamedTuple):
 
 
 def _enqueued(task_id: str, reply: Any) -> Enqueued:
-    """The ``Enqueued`` of a task_enqueue ``reply`` (1, 2, or a unique claim's holder)."""
+    """The ``Enqueued`` of task_enqueue's ``queued`` (1, 2, or a unique claim's holder)."""
     if type(reply) is int:
         return Enqueued(task_id, True)
     if isinstance(reply, bytes):
@@ -209,35 +203,56 @@ def _enqueued(task_id: str, reply: Any) -> Enqueued:
     return Enqueued(reply, False)  # a client that decodes replies
 
 
+def _answered(message: Message, reply: Any) -> tuple[Enqueued, bool]:
+    """(what queueing ``message`` did, whether the group's list of queues was created by it)
+    from task_enqueue's ``reply``, noting whether a worker of this release serves the group."""
+    queued, serving = reply
+    incoming.saw_serving(message.keys.group, serving)
+    return _enqueued(message.task_id, queued), queued == GROUP_CREATED
+
+
 @tracing.traced_send
 def send_message(client: Any, run: Enqueue) -> Enqueued:
-    """Queue ``run`` in one script call. Every producer (``@task``, ``execute_later``, the
-    framework backend) ends here: a traced one (``django_rcoord.tracing``) in a PRODUCER
-    span."""
-    task_id, queue_keys, keys, argv = enqueue_call(run)
+    """Queue ``run``: one ``RPUSH`` to its group's incoming list (``incoming``), or one
+    script call. Every producer (``@task``, ``execute_later``, the framework backend) ends
+    here: a traced one (``django_rcoord.tracing``) in a PRODUCER span."""
+    message = new_message(run)
+    keys = message.keys
     try:
-        register_group(client, queue_keys.group)
-        reply = run_script("task_enqueue", client, keys=keys, args=argv)
-        if reply == GROUP_CREATED:
-            register_group(client, queue_keys.group, force=True)
+        entry = pushed(message, run)
+        if entry is not None:
+            client.rpush(keys.incoming, entry)
+            return Enqueued(message.task_id, True)
+        register_group(client, keys.group)
+        script_keys, argv = task_enqueue_call(message, run)
+        done, created = _answered(message, run_script("task_enqueue", client, script_keys, argv))
+        if created:
+            register_group(client, keys.group, force=True)
     except REDIS_UNAVAILABLE as exc:
         outage.raise_unavailable(f"queueing task {run.task_name!r}", exc)
-    return _enqueued(task_id, reply)
+    return done
 
 
 @tracing.traced_send
 async def asend_message(client: Any, run: Enqueue) -> Enqueued:
     """``send_message`` on ``redis.asyncio``."""
-    task_id, queue_keys, keys, argv = enqueue_call(run)
+    message = new_message(run)
+    keys = message.keys
     client = await aresolve_client(client)
     try:
-        await aregister_group(client, queue_keys.group)
-        reply = await arun_script("task_enqueue", client, keys=keys, args=argv)
-        if reply == GROUP_CREATED:
-            await aregister_group(client, queue_keys.group, force=True)
+        entry = pushed(message, run)
+        if entry is not None:
+            await client.rpush(keys.incoming, entry)
+            return Enqueued(message.task_id, True)
+        await aregister_group(client, keys.group)
+        script_keys, argv = task_enqueue_call(message, run)
+        reply = await arun_script("task_enqueue", client, script_keys, argv)
+        done, created = _answered(message, reply)
+        if created:
+            await aregister_group(client, keys.group, force=True)
     except REDIS_UNAVAILABLE as exc:
         outage.raise_unavailable(f"queueing task {run.task_name!r}", exc)
-    return _enqueued(task_id, reply)
+    return done
 
 
 def due_time(
@@ -276,30 +291,6 @@ async def aexecute_later(
     return (await asend_message(client, run)).task_id
 
 
-@dataclass(frozen=True)
-class ScriptedEnqueue:
-    """A task for a project's own Lua script to queue in the same atomic step as its writes.
-
-    The script includes the queue's helper (``--! include django_rcoord:_enqueue``), takes
-    ``keys`` among its KEYS and ``args`` among its ARGV, and calls
-    ``enqueue_task(<the 7 keys>, <the 8 args>)`` in that order. After the script, call
-    ``registered(client, result)`` with what ``enqueue_task`` returned.
-    """
-
-    task_id: str
-    group: str
-    #: The queue group's hash tag: the script's other keys must share it on Redis Cluster.
-    hash_tag: str
-    keys: list[str]
-    args: list[Any]
-
-    def registered(self, client: Any, result: Any) -> None:
-        """Record the group again in the registry pollers read when the script's
-        ``enqueue_task`` returned 2 (it found the group's keys new: Redis had lost them)."""
-        if result == GROUP_CREATED:
-            register_group(resolve_client(client), self.group, force=True)
-
-
 def routed(run: Enqueue) -> Enqueue:
     """``run`` on the queue of the shard it goes to (itself when its group has no shards):
     routing a run twice keeps its first shard."""
@@ -310,7 +301,7 @@ def routed(run: Enqueue) -> Enqueue:
     return run._replace(queue=queue, extra=extra)
 
 
-def _resolve_target(
+def resolve_target(
     target: Any, args: Sequence[Any], kwargs: dict[str, Any], queue: str | None, caller: str
 ) -> Enqueue:
     """A run, now, of a ``@task`` (its arguments checked; ``queue`` overrides its own) or
@@ -323,38 +314,6 @@ def _resolve_target(
     return Enqueue(target, queue, args, kwargs, unique=declared_by(target).unique)
 
 
-def enqueue_in_script(
-    target: Any,
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    *,
-    queue: str | None = None,
-    delay: float | datetime.timedelta | None = None,
-    eta: datetime.datetime | None = None,
-    client: Any = None,
-) -> ScriptedEnqueue:
-    """Prepare a task (a ``@task``, or a name with ``queue``) for a project's own script to
-    queue with its writes: either both happen or neither, and a crash between them cannot
-    lose the task. ``queue`` overrides a task's own (e.g. a queue in the group of the
-    script's other keys). Arguments are checked here, as ``delay()`` checks them; the group
-    is registered for pollers (once per process and hour) before the script runs.
-    ValueError for a unique task (``unique_for``): its claim cannot be checked there."""
-    kwargs = dict(kwargs or {})
-    run = _resolve_target(target, args, kwargs, queue, "enqueue_in_script")
-    if run.unique is not None:
-        # A project's script queues the task with enqueue_task, which checks no claim.
-        raise ValueError(
-            f"enqueue_in_script cannot keep {run.task_name!r} unique (unique_for): a project's own "
-            "script queues it without the uniqueness check; queue it with delay(), or "
-            "define it without unique_for"
-        )
-    task_id, queue_keys, keys, argv = enqueue_call(
-        run._replace(when=due_time(delay, eta)), full=True
-    )
-    register_group(resolve_client(client), queue_keys.group)
-    return ScriptedEnqueue(task_id, queue_keys.group, queue_keys.hash_tag, list(keys), argv)
-
-
 def enqueue_many(
     calls: Iterable[tuple[Any, Sequence[Any], dict[str, Any]]],
     *,
@@ -365,7 +324,7 @@ def enqueue_many(
     (task or name, args, kwargs) triples (a task: a ``@task`` of django_rcoord.queues; a
     name needs ``queue``). Returns the ids in order."""
     runs = [
-        _resolve_target(target, args, kwargs, queue, "enqueue_many")
+        resolve_target(target, args, kwargs, queue, "enqueue_many")
         for target, args, kwargs in calls
     ]
     return send_messages(resolve_client(client), runs)
@@ -373,7 +332,8 @@ def enqueue_many(
 
 def send_messages(client: Any, runs: Sequence[Enqueue]) -> list[str]:
     """Queue ``runs`` in one round trip per queue group (one pipeline: on Redis Cluster a
-    group is one slot, on one primary), each on the shard it goes to; returns their ids in
+    group is one slot, on one primary), each on the shard it goes to, pushed to the
+    group's incoming list or by the script as ``send_message`` would; returns their ids in
     order (a unique task whose claim another holds: that one's)."""
     by_group: dict[str, list[tuple[int, Enqueue]]] = {}
     for index, run in enumerate(map(routed, runs)):
@@ -384,13 +344,23 @@ def send_messages(client: Any, runs: Sequence[Enqueue]) -> list[str]:
     for entries in by_group.values():
         queue_keys = QueueKeys.of(entries[0][1].queue)
         with slot_pipeline(client, queue_keys.messages, transaction=False) as pipe:
+            sent: list[tuple[int, Message, bool]] = []
             for index, run in entries:
-                ids[index], _, keys, argv = enqueue_call(run)
-                run_script("task_enqueue", pipe, keys=keys, args=argv)
+                message = new_message(run)
+                entry = pushed(message, run)
+                if entry is not None:
+                    pipe.rpush(message.keys.incoming, entry)
+                else:
+                    run_script("task_enqueue", pipe, *task_enqueue_call(message, run))
+                sent.append((index, message, entry is not None))
             replies = pipe.execute()
-            if GROUP_CREATED in replies:
-                register_group(client, queue_keys.group, force=True)
-            for entry, reply in zip(entries, replies, strict=True):
+        created = False
+        for (index, message, was_pushed), reply in zip(sent, replies, strict=True):
+            ids[index] = message.task_id
+            if not was_pushed:
                 # A unique task whose claim was held (maybe by an earlier one of these).
-                ids[entry[0]] = _enqueued(ids[entry[0]], reply).task_id
+                done, new_group = _answered(message, reply)
+                ids[index], created = done.task_id, created or new_group
+        if created:
+            register_group(client, queue_keys.group, force=True)
     return ids

@@ -11,6 +11,7 @@ from typing import Any
 from django_rcoord.conf import conf
 from django_rcoord.connection import slot_pipeline
 from django_rcoord.connection.clients import resolve_client
+from django_rcoord.queues import incoming
 from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
     GROUP_KEYS_MS,
@@ -49,7 +50,7 @@ def recover_and_promote(
             queue.ready,
             queue.in_flight,
             queue.delayed,
-            queue.wake,
+            queue.incoming,
             queue.lateness,
             queue.results,
             queue.messages,
@@ -89,9 +90,14 @@ def result_ttl_ms() -> int:
 # -- inspecting -------------------------------------------------------------------
 def queue_stats(queue: str, *, client: Any = None) -> dict[str, int]:
     """Counts of a queue's tasks: ready, in flight, delayed (retries included) and dead;
-    a queue of a group with shards (``RCOORD["QUEUE_SHARDS"]``) counts them all."""
+    a queue of a group with shards (``RCOORD["QUEUE_SHARDS"]``) counts them all. What
+    producers pushed to a group's incoming list is placed on its queues first, and counted
+    there (``incoming.place``)."""
     shards = [QueueKeys.of(name) for name in shard_queue_names(queue)]
-    with resolve_client(client).pipeline(transaction=False) as pipe:
+    client = resolve_client(client)
+    for keys in shards:
+        incoming.place(client, keys)
+    with client.pipeline(transaction=False) as pipe:
         for keys in shards:
             count_tasks(pipe, keys)
         replies = iter(pipe.execute())
@@ -203,7 +209,7 @@ def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
             keys.ready,
             keys.failures,
             keys.errors,
-            keys.wake,
+            keys.incoming,
             keys.results,
             keys.records,
             keys.messages,

@@ -16,6 +16,7 @@ from redis.exceptions import ResponseError
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.features import SCRIPT_FLAGS
 from django_rcoord.connection.loops import aresolve_client
+from django_rcoord.queues import incoming
 from django_rcoord.queues.fan_in_state import STATUS_FIELDS, fan_in_key, status_of
 from django_rcoord.queues.keys import GroupKeys, group_of_task_id
 from django_rcoord.queues.messages import as_text, decode_message
@@ -88,6 +89,9 @@ def get_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
             raise
         reply = run_script("task_result", client, keys=keys, args=(task_id,))
     found = _record_from_reply(task_id, reply)
+    if found is None and reply[7] and incoming.place(client, _group_keys(task_id), task_id):
+        # Pushed to its group's incoming list, and placed just now (see queues.incoming).
+        found = _record_from_reply(task_id, run_script("task_result", client, keys, (task_id,)))
     if found is not None:
         return found
     return _callback_waiting(task_id, client.hmget(_fan_in_key(task_id), *STATUS_FIELDS))
@@ -110,10 +114,20 @@ async def aget_result(task_id: str, *, client: Any = None) -> TaskRecord | None:
             raise
         reply = await arun_script("task_result", client, keys=keys, args=(task_id,))
     found = _record_from_reply(task_id, reply)
+    if found is None and reply[7] and await incoming.aplace(client, _group_keys(task_id), task_id):
+        reply = await arun_script("task_result", client, keys, (task_id,))
+        found = _record_from_reply(task_id, reply)
     if found is not None:
         return found
     fields = await client.hmget(_fan_in_key(task_id), *STATUS_FIELDS)
     return _callback_waiting(task_id, fields)
+
+
+def _group_keys(task_id: str) -> GroupKeys:
+    """The keys of the group of ``task_id`` (a task id: ``record_keys`` found its group)."""
+    group = group_of_task_id(task_id)
+    assert group is not None
+    return GroupKeys.of(group)
 
 
 def _fan_in_key(task_id: str) -> str:
@@ -149,14 +163,21 @@ def _callback_waiting(task_id: str, fields: list[bytes | None]) -> TaskRecord | 
     )
 
 
-def record_keys(task_id: str) -> tuple[str, str, str, str, str] | None:
+def record_keys(task_id: str) -> tuple[str, str, str, str, str, str] | None:
     """The keys ``task_result.lua`` reads for ``task_id`` (the last, the prefix of its
     record), or None when it is not a task id."""
     group = group_of_task_id(task_id)
     if group is None:
         return None
     keys = GroupKeys.of(group)
-    return keys.messages, keys.results, keys.results_expiry, keys.errors, keys.records
+    return (
+        keys.messages,
+        keys.results,
+        keys.results_expiry,
+        keys.errors,
+        keys.records,
+        keys.incoming,
+    )
 
 
 #: The statuses of a finished record, as its state starts (``finished_record``).
@@ -181,7 +202,7 @@ def result_script(read_only: bool) -> str:
 
 
 def _record_from_reply(task_id: str, reply: list[Any]) -> TaskRecord | None:
-    message, state, value, errors, finished_message, last_error, expired = reply
+    message, state, value, errors, finished_message, last_error, expired, _ = reply
     fields = [state, value, errors, finished_message]
     return _record(task_id, message, fields, bool(expired), last_error)
 

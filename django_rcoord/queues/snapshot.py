@@ -42,7 +42,9 @@ class QueueState:
 class GroupSnapshot:
     """A group as read: its queues; its live workers' heartbeats (worker id, heartbeat,
     its ms left) and the tasks each runs; the messages of the queues' heads and of the
-    running tasks (decoded; a long one left out); its metrics and lateness samples (ms)."""
+    running tasks (decoded; a long one left out); its metrics and lateness samples (ms);
+    how many entries its incoming list holds (tasks pushed that no take has placed on their
+    queue yet: not in the queues' counts, see ``queues.incoming``)."""
 
     group: str
     queues: list[QueueState]
@@ -51,6 +53,7 @@ class GroupSnapshot:
     messages: dict[bytes, dict[str, Any] | None]
     metrics: QueueMetrics
     lateness_ms: list[int]
+    pushed: int
 
 
 @dataclass
@@ -64,6 +67,7 @@ class _Holds:
     in_flight: int  # HLEN of its owners HASH
     raw_metrics: dict[bytes, bytes]
     raw_lateness: list[bytes]
+    pushed: int  # LLEN of its incoming list
 
 
 def read_group(client: Any, group: str) -> GroupSnapshot:
@@ -98,7 +102,7 @@ def read_group(client: Any, group: str) -> GroupSnapshot:
     messages = _small_messages(client, group_keys.messages, [*heads, *running_ids])
     metrics = metrics_from_hash(holds.raw_metrics)
     lateness = [int(ms) for ms in holds.raw_lateness]
-    return GroupSnapshot(group, queues, beats, running, messages, metrics, lateness)
+    return GroupSnapshot(group, queues, beats, running, messages, metrics, lateness, holds.pushed)
 
 
 def _group_holds(client: Any, group: str, group_keys: GroupKeys) -> _Holds:
@@ -109,13 +113,16 @@ def _group_holds(client: Any, group: str, group_keys: GroupKeys) -> _Holds:
         pipe.hlen(group_keys.owners)
         pipe.smembers(group_keys.workers)
         pipe.smembers(group_keys.paused)
-        raw_metrics, raw_names, raw_lateness, in_flight, members, raw_paused = pipe.execute()
+        pipe.llen(group_keys.incoming)
+        raw_metrics, raw_names, raw_lateness, in_flight, members, raw_paused, pushed = (
+            pipe.execute()
+        )
     paused = {member.decode() for member in raw_paused}
     # A paused queue is shown though it never had a task: the pause is there for its first.
     names = sorted({member.decode() for member in raw_names} | paused)
     keys = [QueueKeys.of(name if group == DEFAULT_GROUP else f"{group}/{name}") for name in names]
     worker_ids = sorted(member.decode() for member in members)
-    return _Holds(keys, paused, worker_ids, in_flight, raw_metrics, raw_lateness)
+    return _Holds(keys, paused, worker_ids, in_flight, raw_metrics, raw_lateness, pushed)
 
 
 def _queue_state(queue: QueueKeys, replies: Any, paused: set[str]) -> QueueState:

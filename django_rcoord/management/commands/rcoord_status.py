@@ -126,6 +126,9 @@ def _periodic_lines(rows: list[dict[str, Any]]) -> list[str]:
 def _worker_lines(state: dict[str, Any]) -> list[str]:
     by_group = ", ".join(f"{group} {n}" for group, n in sorted(state["worker_counts"].items()))
     lines = [f"workers: {len(state['workers'])} (by group: {by_group})"]
+    for group, count in sorted(state["pushed"].items()):
+        # Queued, and not on a queue yet: the next take of one of its workers places them.
+        lines.append(f"  group {group}: {count} task(s) pushed, to be placed by a worker's take")
     for worker in state["workers"]:
         running = ", ".join(f"{task['task']} {task['id']}" for task in worker["running"])
         done = "" if worker.get("done") is None else f"  {worker['done']} done"

@@ -86,10 +86,12 @@ class BurstQuorum:
         with self._lock:
             return self._changes
 
-    def changed(self) -> None:
-        """A loop took or finished tasks: every loop must look again."""
+    def changed(self) -> int:
+        """A loop took or finished tasks: every loop must look again. Returns the change's
+        number (what ``seen`` returns after it)."""
         with self._lock:
             self._changes += 1
+            return self._changes
 
     def found_nothing(self, loop: str, seen: int) -> bool:
         """Loop ``loop`` found nothing in a take begun at change ``seen``: True once every

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
-from django_rcoord.queues.worker.finish import ScriptCall, wire_json
+from django_rcoord.queues.keys import GROUP_KEYS_MS, QueueKeys
+from django_rcoord.queues.messages import wire_json
+from django_rcoord.queues.worker.finish import ScriptCall
 
 __all__ = ["give_back_call", "renew_call"]
 
@@ -32,7 +33,7 @@ def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) ->
         queue.ready,
         queue.queues,
         queue.messages,
-        queue.wake,
+        queue.incoming,
         queue.idle,
         queue.results,
     ]
@@ -40,6 +41,5 @@ def give_back_call(queue: QueueKeys, worker_id: str, task_ids: Sequence[str]) ->
         "worker": worker_id,
         "queue": queue.queue,
         "keep_ms": GROUP_KEYS_MS,
-        "wake_ms": WAKE_TOKEN_MS,
     }
     return keys, [wire_json(record), *task_ids]

@@ -8,13 +8,13 @@ and names where its five keys start among KEYS.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from django_rcoord.queues.fair import finished_fields
 from django_rcoord.queues.fan_in import FanInCount
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.messages import wire_json
 from django_rcoord.queues.metrics import duration_bucket, metric_labels
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
@@ -34,7 +34,8 @@ class FinishProtocol:
         self.queues = list(queues)
         group = self.queues[0]
         # The group's keys, this worker's last exchange, the group's paused queues, its
-        # queue counters (a fair key's next task takes a fresh one), then four per queue.
+        # queue counters (a fair key's next task takes a fresh one), four per queue, then
+        # the group's incoming LIST and ready prefix (the take places what producers pushed).
         self.keys: list[Any] = [
             group.messages,
             group.owners,
@@ -52,7 +53,10 @@ class FinishProtocol:
                 for queue in self.queues
                 for key in (queue.ready, queue.in_flight, queue.delayed, queue.dead)
             ),
+            group.incoming,
+            group.readies,
         ]
+        self.incoming = len(self.keys) - 1  # its position among KEYS, 1-based
         # What the paused SET holds: each queue's name within the group.
         self.names = [queue.queue for queue in self.queues]
 
@@ -80,6 +84,7 @@ class FinishProtocol:
             "take": take,
             "queues": len(self.queues),
             "names": self.names,
+            "incoming": self.incoming,
             "nonce": nonce,
         }
         keys = self.keys
@@ -167,10 +172,3 @@ def fan_in_record(count: FanInCount, *, first_key: int) -> dict[str, Any]:
         "value": count.value,
         "how": count.how,
     }
-
-
-def wire_json(record: dict[str, Any]) -> bytes:
-    """``record`` as UTF-8 JSON for ``cjson``. Text that cannot be UTF-8 (a lone surrogate,
-    as ``surrogateescape`` decoding leaves in an error's text or a task's name) is replaced:
-    ``cjson`` refuses such an escape, and the call would fail every time it was sent."""
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")

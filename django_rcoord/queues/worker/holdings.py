@@ -61,6 +61,9 @@ class Holdings:
         self._done: list[Done] = []
         self._pending: tuple[list[Done], int] | None = None  # an exchange that failed
         self._changed: Callable[[Held], None] = _nothing
+        # The quorum's change the last exchange made (0: none): a take that found nothing
+        # began after it, in the same script call as the finish that made it.
+        self.changed_at = 0
 
     def on_change(self, callback: Callable[[Held], None]) -> None:
         """Call ``callback(held)`` when a task starts or ends, with what is held then (under
@@ -131,7 +134,7 @@ class Holdings:
             self._pending = None
             self.budget.release(wanted - len(jobs))
             if self.quorum is not None and (done or jobs):
-                self.quorum.changed()
+                self.changed_at = self.quorum.changed()
             finished = {id(item) for item in done}
             self._done = [item for item in self._done if id(item) not in finished]
             self._batch.extend(jobs)

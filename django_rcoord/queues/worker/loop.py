@@ -221,7 +221,7 @@ class Worker:
         seen = self.quorum.seen() if self.quorum is not None else 0
         job = self._next_job()
         if job is None:
-            if self.burst and self._out_of_work(seen):
+            if self.burst and self._out_of_work(max(seen, self.holdings.changed_at)):
                 return True
             self.idle_warning.idle()
             self.session.wait_for_work()

@@ -27,7 +27,7 @@ from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.runner import log_outcome
 from django_rcoord.scripts import run_script
-from django_rcoord.waiting import wait_for_signal
+from django_rcoord.waiting import wait_for_entry
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class QueueSession:
         first = self.queues[0]
         self._workers_key = first.workers
         self._heartbeat_key = first.heartbeat(worker_id)
+        self._serving_key = first.serving
         self.protocol = FinishProtocol(worker_id, self.queues)
         self._exchanges = 0  # successful exchanges: the next one's nonce
         self._idle_registered = False  # in the group's idle set (see exchange)
@@ -195,9 +196,10 @@ class QueueSession:
 
     # -- idle --------------------------------------------------------------------
     def wait_for_work(self) -> None:
-        """Block until a producer wakes the group, or the next recovery check is due."""
+        """Block until the group's incoming list holds something (a task a producer pushed,
+        or a wake-up token), or the next recovery check is due."""
         timeout = max(0.01, min(IDLE_CHECK, self._next_check - time.monotonic()))
-        if wait_for_signal(self.client, self.queues[0].wake, timeout):
+        if wait_for_entry(self.client, self.queues[0].incoming, timeout):
             return
         self.recover_if_due(force=True)
 
@@ -237,6 +239,9 @@ class QueueSession:
                 ),
                 ex=HEARTBEAT_TTL,
             )
+            # Producers push the group's plain tasks to its incoming list while this lives:
+            # this worker's takes place them (see queues.incoming).
+            pipe.set(self._serving_key, 1, ex=HEARTBEAT_TTL)
             pipe.execute()
         # In the registry of groups too (once an hour), as producers put theirs: a worker on
         # a group no task was ever queued on is seen by rcoord_status and the warnings of

@@ -27,8 +27,11 @@ from django_rcoord.keys import KeySpace
 #: expire. Semaphore 2: keys that expire, acquires resent answered. Queue 2: a finished
 #: task's result record a HASH of its own (1 kept every record in the group's results HASH,
 #: where 2 keeps a queued or running task's state: tasks run beside 1 as before, and 1
-#: reads the states of 2's unfinished tasks, not its finished records).
-PROTOCOLS: dict[str, int] = {"lock": 2, "semaphore": 2, "queue": 2, "periodic": 1}
+#: reads the states of 2's unfinished tasks, not its finished records). Queue 3: a plain
+#: task is pushed to its group's incoming list, which 3's takes place, while a worker of 3
+#: serves the group (its ``serving`` key), and idle workers wait on that list: 1's workers
+#: take what 3's place, 3's take what 1's producers queue (see queues.incoming).
+PROTOCOLS: dict[str, int] = {"lock": 2, "semaphore": 2, "queue": 3, "periodic": 1}
 #: The oldest protocol of each family this release runs beside.
 OLDEST_COMPATIBLE: dict[str, int] = {"lock": 1, "semaphore": 1, "queue": 1, "periodic": 1}
 

@@ -43,3 +43,21 @@ def connections(client: redis.Redis | RedisCluster) -> int:
         per_node = client.client_list(target_nodes="all")
         return sum(len(clients) for clients in per_node.values())  # type: ignore[attr-defined,misc]
     return len(client.client_list())
+
+
+def info_of_node(client: redis.Redis | RedisCluster, key: str, section: str) -> dict[str, Any]:
+    """``INFO section`` of the server that holds ``key`` (a cluster's node of its slot)."""
+    if not isinstance(client, RedisCluster):
+        return client.info(section)
+    node = client.get_node_from_key(key)
+    info = client.info(section, target_nodes=node)
+    # redis-py answers {node name: its answer} when asked of nodes, or the answer itself.
+    return info[node.name] if node.name in info else info
+
+
+def reset_stats_of_node(client: redis.Redis | RedisCluster, key: str) -> None:
+    """``CONFIG RESETSTAT`` on the server that holds ``key``."""
+    if isinstance(client, RedisCluster):
+        client.config_resetstat(target_nodes=client.get_node_from_key(key))
+    else:
+        client.config_resetstat()

@@ -18,8 +18,9 @@ from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
 from django_rcoord.queues.worker import Worker
 from django_rcoord.scripts import run_script
 from django_rcoord.waiting import wait_for_entry
-from tests import tasks
+from tests import cluster, tasks
 from tests.procs import wait_until
+from tests.test_locks import blocked_clients
 from tests.test_queue_pause import stop
 from tests.test_queue_upgrade import PREVIOUS, previous_exchange
 from tests.test_queues import ran, result_of, start_worker
@@ -46,9 +47,9 @@ def test_a_plain_task_is_one_rpush_while_a_worker_of_this_release_serves_the_gro
     assert client.llen(KEYS.incoming) == 0
     assert not pushes(KEYS.group)
     served()
-    client.config_resetstat()
+    cluster.reset_stats_of_node(client, KEYS.incoming)
     pushed = tasks.record.delay("pushed")
-    commands = client.info("commandstats")
+    commands = cluster.info_of_node(client, KEYS.incoming, "commandstats")
     assert "cmdstat_evalsha" not in commands
     assert commands["cmdstat_rpush"]["calls"] == 1
     assert not client.hexists(KEYS.messages, pushed)  # on the incoming list, not placed
@@ -113,7 +114,7 @@ def test_one_entry_wakes_every_waiter_and_stays_for_the_take() -> None:
     for thread in waiters:
         thread.start()
     # Both blocked on the list before anything is pushed (the server counts them).
-    wait_until(lambda: client.info("clients")["blocked_clients"] == 2, timeout=30)
+    wait_until(lambda: blocked_clients(KEYS.incoming) == 2, timeout=30)
     served()  # its first task by the script, with no worker registered idle: no token
     tasks.record.delay("pushed")
     for thread in waiters:

@@ -75,14 +75,7 @@ def patient_client() -> redis.Redis | RedisCluster:
 
 def blocked_clients(key: str) -> int:
     """Clients blocked (BLPOP) on the server that holds ``key``."""
-    client = get_client()
-    if is_cluster(client):
-        info = client.info("clients", target_nodes=client.get_node_from_key(key))
-        if "blocked_clients" not in info:  # one answer per node
-            (info,) = info.values()
-    else:
-        info = client.info("clients")
-    return int(info["blocked_clients"])
+    return int(cluster.info_of_node(get_client(), key, "clients")["blocked_clients"])
 
 
 def wait_in_line(

@@ -52,7 +52,7 @@ def info_of_node(client: redis.Redis | RedisCluster, key: str, section: str) -> 
     node = client.get_node_from_key(key)
     info = client.info(section, target_nodes=node)
     # redis-py answers {node name: its answer} when asked of nodes, or the answer itself.
-    return info[node.name] if node.name in info else info
+    return info.get(node.name, info)
 
 
 def reset_stats_of_node(client: redis.Redis | RedisCluster, key: str) -> None:

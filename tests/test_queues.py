@@ -378,7 +378,8 @@ def test_twenty_thousand_dead_letters_are_requeued_in_bounded_script_calls() -> 
         keys.dead, keys.ready, keys.failures, keys.errors, keys.incoming, keys.results,
         keys.records, keys.messages, keys.queues, keys.results_expiry,
     ]  # fmt: skip
-    args = [1000, keys.queue, 60_000, REQUEUE_BATCH]
+    call = {"queue": keys.queue, "keep_ms": 60_000, "batch": REQUEUE_BATCH, "id": ""}
+    args = [json.dumps(call)]
     # One call moves one batch, the oldest letters first, and leaves the rest.
     assert run_script("task_requeue_dead", client, keys=script_keys, args=args) == REQUEUE_BATCH
     assert client.zrange(keys.ready, 0, -1) == [task_id.encode() for task_id in ids[:REQUEUE_BATCH]]

@@ -5,14 +5,14 @@
 
 -- Store message `body` of task `id` and queue it now, or schedule it for later, by the
 -- server's clock. Keys: the group's `messages` HASH, the queue's `ready` and `delayed`
--- ZSETs, the group's `queues` HASH, `wake` LIST, `schedule` LIST (wakes delayed-task
--- pollers) and `idle` ZSET. `queue` is the queue's name within its group; `delay_ms` how
+-- ZSETs, the group's `queues` HASH, `incoming` LIST (it wakes idle workers), `schedule`
+-- LIST (wakes delayed-task pollers) and `idle` ZSET. `queue` is the queue's name within its group; `delay_ms` how
 -- long from now (0: now) unless `due_at_ms` (ms since the epoch on this server's clock) is
 -- above 0; `wake_ms` the lifetime of wake-up tokens; `keep_ms` how long the group's list
 -- of queues outlives its last task; `priority` -100..100 (higher runs first).
 -- Returns 1, or 2 when the group's list of queues was created by this call (the producer
 -- then records the group in the registry pollers read).
-local function enqueue_task(messages, ready, delayed, queues, wake, schedule, idle, id, body,
+local function enqueue_task(messages, ready, delayed, queues, incoming, schedule, idle, id, body,
                             queue, delay_ms, wake_ms, keep_ms, due_at_ms, priority)
     local delay = tonumber(delay_ms)
     local now = 0
@@ -25,7 +25,7 @@ local function enqueue_task(messages, ready, delayed, queues, wake, schedule, id
     end
     local keep = math.max(delay, 0) + tonumber(keep_ms)
     if delay <= 0 then
-        local created = enqueue_now(messages, ready, queues, wake, idle, queue, keep, id, body,
+        local created = enqueue_now(messages, ready, queues, incoming, idle, queue, keep, id, body,
             tonumber(priority), wake_ms)
         return created and 2 or 1
     end

@@ -30,10 +30,10 @@ end
 -- Count child `place` of fan-in `id` (its HASH built from `fan_ins`), which left `value`
 -- (JSON: its place in the results) and ended `how`: 'ok', 'fail' (it failed and fails
 -- the fan-in) or 'failed' (it failed, and the fan-in goes on). The callback is queued with
--- the callback group's `messages`, its queue's `ready`, the group's `queues`, `wake` and
+-- the callback group's `messages`, its queue's `ready`, the group's `queues`, `incoming` and
 -- `idle`. Returns 'fired', 'failed' (this child failed the fan-in), 'counted', 'seen'
 -- (counted already) or 'gone' (no such fan-in: it expired).
-local function fan_in_count(fan_ins, messages, ready, queues, wake, idle, id, place, value,
+local function fan_in_count(fan_ins, messages, ready, queues, incoming, idle, id, place, value,
                             how)
     local fan_in = fan_ins .. id
     local state = redis.call('HGET', fan_in, 'state')
@@ -61,7 +61,7 @@ local function fan_in_count(fan_ins, messages, ready, queues, wake, idle, id, pl
     if ended < total then
         return 'counted'
     end
-    enqueue_now(messages, ready, queues, wake, idle, fields[4], tonumber(fields[7]), id,
+    enqueue_now(messages, ready, queues, incoming, idle, fields[4], tonumber(fields[7]), id,
         fan_in_message(fan_in, total, fields[2], fields[3]), tonumber(fields[5]), fields[6])
     redis.call('HSET', fan_in, 'state', 'fired')
     redis.call('PEXPIRE', fan_in, ttl_ms)

@@ -16,17 +16,18 @@
 --          lets the key's next task in, with a fresh one)
 -- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
 --          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  task id   ARGV[2] how long a finished result is kept, ms
--- ARGV[3]  how long a stop request is kept, ms
--- ARGV[4]  metric labels 'queue<US>task' ('': not counted)
--- ARGV[5]  how long the metrics HASH outlives its last write at least, ms
--- ARGV[6]  the queue's name within its group (its counter's field in KEYS[11])
+-- ARGV[1]  the call, JSON (queues/cancel.py): id (the task's), result_ttl (how long a
+--          finished result is kept, ms), stop_ms (how long a stop request is kept, ms),
+--          labels (metric labels 'queue<US>task', '': not counted), keep_ms (how long the
+--          metrics HASH outlives its last write at least, ms), queue (the queue's name
+--          within its group: its counter's field in KEYS[11])
 -- Returns  1 when it was cancelled, 2 when it is running and was asked to stop, 0 otherwise
 --! include _ready
 --! include _records
 --! include _unique
 --! include _cancelled
-local id = ARGV[1]
+local call = cjson.decode(ARGV[1])
+local id = call.id
 local message = redis.call('HGET', KEYS[1], id)
 if not message then
     return 0
@@ -34,13 +35,13 @@ end
 local fair_key = message_fair_key(message)
 local queued
 if fair_key then
-    queued = fair_remove(KEYS[2], KEYS[11], ARGV[6], fair_key, id)
+    queued = fair_remove(KEYS[2], KEYS[11], call.queue, fair_key, id)
 else
     queued = redis.call('ZREM', KEYS[2], id) == 1
 end
 if redis.call('ZREM', KEYS[3], id) == 0 and not queued then
     if redis.call('ZSCORE', KEYS[8], id) then
-        redis.call('SET', KEYS[9], '1', 'PX', ARGV[3])
+        redis.call('SET', KEYS[9], '1', 'PX', call.stop_ms)
         return 2
     end
     return 0
@@ -48,5 +49,5 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 record_cancelled(KEYS[1], KEYS[6], KEYS[7], KEYS[4], KEYS[5], KEYS[10], id, message,
-    'CANCELLED', now, tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5]))
+    'CANCELLED', now, call.result_ttl, call.labels, call.keep_ms)
 return 1

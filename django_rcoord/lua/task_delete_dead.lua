@@ -1,17 +1,20 @@
--- Delete dead letters of a queue for good: the oldest (at most ARGV[1]), or one by its id.
+-- Delete dead letters of a queue for good: the oldest (at most the call's batch), or one by
+-- its id.
 -- Their result records stay (FAILED, with their errors and message) until they expire.
 -- KEYS[1]  dead LIST   KEYS[2] messages HASH   KEYS[3] failures HASH   KEYS[4] errors HASH
 -- KEYS[5]  results HASH of the group (<id>:m keeps the message of a finished task)
--- ARGV[1]  most dead letters to delete   ARGV[2] (optional) the id of the one to delete
--- Returns  how many were deleted (fewer than ARGV[1]: none are left).
+-- ARGV[1]  the call, JSON (queues/records.py): batch (most dead letters to delete), id (the
+--          id of the one to delete; '': the oldest)
+-- Returns  how many were deleted (fewer than the batch: none are left).
+local call = cjson.decode(ARGV[1])
 local ids
-if ARGV[2] and ARGV[2] ~= '' then
+if call.id ~= '' then
     ids = {}
-    if redis.call('LREM', KEYS[1], 1, ARGV[2]) == 1 then
-        ids[1] = ARGV[2]
+    if redis.call('LREM', KEYS[1], 1, call.id) == 1 then
+        ids[1] = call.id
     end
 else
-    ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+    ids = redis.call('LRANGE', KEYS[1], 0, call.batch - 1)
     if #ids > 0 then
         redis.call('LTRIM', KEYS[1], #ids, -1)
     end

@@ -17,11 +17,12 @@
 --          are dropped, at most `most tasks to move` a call)
 -- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
 --          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  most tasks to move per kind   ARGV[2] unused (a previous release's wake-up tokens' lifetime)
--- ARGV[3]  how many lateness samples to keep   ARGV[4] lifetime of the lateness samples and
---          of the group's list of queues, ms   ARGV[5] queue name
--- ARGV[6]  most deliveries whose worker died before a task is a dead letter
--- ARGV[7]  how long a finished result is kept, ms
+-- ARGV[1]  the call, JSON (queues/records.py recover_and_promote): batch (most tasks to
+--          move per kind), samples (how many lateness samples to keep), keep_ms (lifetime
+--          of the lateness samples and of the group's list of queues, ms), queue (the
+--          queue's name within its group), max_lost (most deliveries whose worker died
+--          before a task is a dead letter), result_ttl (how long a finished result is
+--          kept, ms)
 -- A unique task made a dead letter drops its claim (see _unique).
 -- Returns  {tasks recovered, tasks promoted, ms until the next delayed task is due (-1: none),
 --          tasks made dead letters}
@@ -31,10 +32,11 @@
 --! include _in_flight
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local batch = tonumber(ARGV[1])
+local call = cjson.decode(ARGV[1])
+local batch = call.batch
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, batch)
-local keep = tonumber(ARGV[4])
-local max_lost, result_ttl = tonumber(ARGV[6]), tonumber(ARGV[7])
+local keep = call.keep_ms
+local max_lost, result_ttl = call.max_lost, call.result_ttl
 local killed = 0
 drop_expired_legacy(KEYS[7], KEYS[14], now, batch)
 local put_back = {}
@@ -56,7 +58,7 @@ for _, id in ipairs(expired) do
         unique_release(KEYS[7], id, message)
         local fair_key, fair_limit = message_fair_key(message)
         if fair_limit then
-            fair_ended(KEYS[2], KEYS[9], ARGV[5], fair_key)
+            fair_ended(KEYS[2], KEYS[9], call.queue, fair_key)
         end
         local entry = cjson.encode({
             exception_class_path = 'django_rcoord.exceptions.WorkerLost', traceback = reason
@@ -78,8 +80,8 @@ for _, id in ipairs(expired) do
 end
 if #put_back > 0 then
     local priorities, fair_keys, fair_limits = priorities_of(KEYS[8], put_back)
-    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, put_back, priorities, true, fair_keys)
-    fair_runs_ended(KEYS[2], KEYS[9], ARGV[5], fair_keys, fair_limits)
+    ready_add(KEYS[2], KEYS[9], call.queue, keep, put_back, priorities, true, fair_keys)
+    fair_runs_ended(KEYS[2], KEYS[9], call.queue, fair_keys, fair_limits)
 end
 if #expired > 0 then
     take_out_of_flight(KEYS[3], KEYS[1], expired)
@@ -94,10 +96,10 @@ if promoted > 0 then
     end
     redis.call('ZREM', KEYS[4], unpack(ids))
     local priorities, fair_keys = priorities_of(KEYS[8], ids)
-    ready_add(KEYS[2], KEYS[9], ARGV[5], keep, ids, priorities, false, fair_keys)
+    ready_add(KEYS[2], KEYS[9], call.queue, keep, ids, priorities, false, fair_keys)
     redis.call('LPUSH', KEYS[6], unpack(lateness))
-    redis.call('LTRIM', KEYS[6], 0, tonumber(ARGV[3]) - 1)
-    redis.call('PEXPIRE', KEYS[6], ARGV[4])
+    redis.call('LTRIM', KEYS[6], 0, call.samples - 1)
+    redis.call('PEXPIRE', KEYS[6], keep)
 end
 local moved = #expired - killed + promoted
 if moved > 0 then

@@ -1,4 +1,4 @@
--- Move the oldest dead letters of a queue (at most ARGV[4]) back to the end of their priority
+-- Move the oldest dead letters of a queue (at most the call's batch) back to the end of their priority
 -- in the queue, with fresh retries. A unique task takes its claim back (see _unique) for as
 -- long as its message says ("unique_ms"), from now, unless another run of it holds the
 -- claim: that run keeps it (a new enqueue answers its id), and both run.
@@ -14,27 +14,28 @@
 --          no longer expires there)
 -- Builds   KEYS[2] .. ' key:<fair key>', KEYS[2] .. ' heads', KEYS[2] .. ' waiting',
 --          KEYS[2] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  unused (a previous release's wake-up tokens' lifetime)   ARGV[2] queue name
--- ARGV[3]  how long the group's list of queues outlives its last task, ms
--- ARGV[4]  most dead letters to move
--- ARGV[5]  (optional) the id of the one dead letter to move
--- Returns  how many tasks were requeued (fewer than ARGV[4]: none are left).
+-- ARGV[1]  the call, JSON (queues/records.py): queue (the queue's name within its group),
+--          keep_ms (how long the group's list of queues outlives its last task, ms), batch
+--          (most dead letters to move), id (the id of the one dead letter to move; '': the
+--          oldest)
+-- Returns  how many tasks were requeued (fewer than the batch: none are left).
 --! include _ready
 --! include _records
 --! include _unique
+local call = cjson.decode(ARGV[1])
 local ids
-if ARGV[5] and ARGV[5] ~= '' then
+if call.id ~= '' then
     ids = {}
-    if redis.call('LREM', KEYS[1], 1, ARGV[5]) == 1 then
-        ids[1] = ARGV[5]
+    if redis.call('LREM', KEYS[1], 1, call.id) == 1 then
+        ids[1] = call.id
     end
 else
-    ids = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+    ids = redis.call('LRANGE', KEYS[1], 0, call.batch - 1)
 end
 local moved = #ids
 if moved > 0 then
     local priorities, fair_keys = priorities_of(KEYS[8], ids)
-    ready_add(KEYS[2], KEYS[9], ARGV[2], tonumber(ARGV[3]), ids, priorities, false, fair_keys)
+    ready_add(KEYS[2], KEYS[9], call.queue, call.keep_ms, ids, priorities, false, fair_keys)
     for _, id in ipairs(ids) do
         redis.call('HDEL', KEYS[3], id, id .. ':lost')
         local state = load_finished_state(KEYS[7], KEYS[6], id)
@@ -60,7 +61,7 @@ if moved > 0 then
     end
     redis.call('HDEL', KEYS[4], unpack(ids))
     redis.call('ZREM', KEYS[10], unpack(ids))
-    if not (ARGV[5] and ARGV[5] ~= '') then
+    if call.id == '' then
         redis.call('LTRIM', KEYS[1], moved, -1)
     end
 end

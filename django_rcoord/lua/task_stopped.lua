@@ -15,18 +15,20 @@
 --          run of a fair key with a limit of running tasks ended (see _ready)
 -- Builds   KEYS[10] .. ' key:<fair key>', KEYS[10] .. ' heads', KEYS[10] .. ' waiting',
 --          KEYS[10] .. ' running': the lines of the queue's fair keys (see _ready)
--- ARGV[1]  worker id   ARGV[2] task id   ARGV[3] how long a finished result is kept, ms
--- ARGV[4]  error entry JSON (appended to the record's errors)
--- ARGV[5]  metric labels 'queue<US>task' ('': not counted)
--- ARGV[6]  how long the metrics HASH outlives its last write at least, ms
--- ARGV[7]  the queue's name within its group (its counter's field in KEYS[11])
+-- ARGV[1]  the call, JSON (queues/worker/calls.py stopped_call): worker (its id), id (the
+--          task's), result_ttl (how long a finished result is kept, ms), entry (the error
+--          entry JSON, appended to the record's errors), labels (metric labels
+--          'queue<US>task', '': not counted), keep_ms (how long the metrics HASH outlives its
+--          last write at least, ms), queue (the queue's name within its group: its
+--          counter's field in KEYS[11])
 -- Returns  1 when it was finished, 0 when the worker no longer held it (nothing changed)
 --! include _ready
 --! include _records
 --! include _unique
 --! include _cancelled
 --! include _in_flight
-local worker, id = ARGV[1], ARGV[2]
+local call = cjson.decode(ARGV[1])
+local worker, id = call.worker, call.id
 if redis.call('HGET', KEYS[2], id) ~= worker or not redis.call('ZSCORE', KEYS[7], id) then
     return 0
 end
@@ -34,12 +36,12 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 take_out_of_flight(KEYS[7], KEYS[2], {id})
 redis.call('DEL', KEYS[8])
-add_error(KEYS[6], id, ARGV[4])
+add_error(KEYS[6], id, call.entry)
 local message = redis.call('HGET', KEYS[1], id)
 local fair_key, fair_limit = message_fair_key(message)
 if fair_limit then
-    fair_ended(KEYS[10], KEYS[11], ARGV[7], fair_key)
+    fair_ended(KEYS[10], KEYS[11], call.queue, fair_key)
 end
 record_cancelled(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], id, message, 'FAILED',
-    now, tonumber(ARGV[3]), ARGV[5], tonumber(ARGV[6]))
+    now, call.result_ttl, call.labels, call.keep_ms)
 return 1

@@ -12,7 +12,7 @@ from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.loops import aresolve_client
 from django_rcoord.queues import incoming
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
-from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.messages import decode_message, wire_json
 from django_rcoord.queues.metrics import metric_labels
 from django_rcoord.queues.records import result_ttl_ms
 from django_rcoord.scripts import arun_script, run_script
@@ -90,13 +90,19 @@ def _call_for(task_id: str, group: str, body: Any) -> tuple[list[str], list[Any]
             keys.queues,
         ],
         [
-            task_id,
-            result_ttl_ms(),
-            STOP_REQUEST_MS,
-            # Counted as the finish script counts runs (rcoord_tasks_cancelled_total).
-            metric_labels(keys.name, task_name if isinstance(task_name, str) else "?"),
-            GROUP_KEYS_MS,
-            keys.queue,
+            wire_json(
+                {
+                    "id": task_id,
+                    "result_ttl": result_ttl_ms(),
+                    "stop_ms": STOP_REQUEST_MS,
+                    # Counted as the finish script counts runs (rcoord_tasks_cancelled_total).
+                    "labels": metric_labels(
+                        keys.name, task_name if isinstance(task_name, str) else "?"
+                    ),
+                    "keep_ms": GROUP_KEYS_MS,
+                    "queue": keys.queue,
+                }
+            )
         ],
     )
 

@@ -31,7 +31,7 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.queues.cancel import cancel
 from django_rcoord.queues.fan_in_state import STATUS_FIELDS, FanInStatus, fan_in_key, status_of
 from django_rcoord.queues.keys import GROUP_KEYS_MS, GroupKeys, QueueKeys, group_of_task_id
-from django_rcoord.queues.messages import encode_message, to_json
+from django_rcoord.queues.messages import encode_message, to_json, wire_json
 from django_rcoord.queues.producer import (
     Enqueue,
     QueuedInStep,
@@ -254,7 +254,7 @@ def child_ended(
         "fan_in_child_ended",
         resolve_client(None),
         keys=[keys.fan_ins, *keys.enqueue_now],
-        args=[fan_in_id, place, value, how],
+        args=[wire_json({"id": fan_in_id, "n": place, "value": value, "how": how})],
     )
     said = said.decode() if isinstance(said, bytes) else said
     if said == "failed":

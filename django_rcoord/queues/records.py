@@ -15,12 +15,11 @@ from django_rcoord.queues import incoming
 from django_rcoord.queues.keys import (
     DEFAULT_GROUP,
     GROUP_KEYS_MS,
-    WAKE_TOKEN_MS,
     GroupKeys,
     QueueKeys,
     registry_keys,
 )
-from django_rcoord.queues.messages import as_text, decode_message
+from django_rcoord.queues.messages import as_text, decode_message, wire_json
 from django_rcoord.queues.shards import queues_holding, shard_queue_names
 from django_rcoord.scripts import run_script
 from django_rcoord.validation import check_batch
@@ -42,10 +41,25 @@ def recover_and_promote(
     ``batch`` (at most 1000) bounds each kind of move of one call.
     """
     check_batch(batch, "batch")
+    keys, args = _recover_call(queue, batch)
     recovered, promoted, due_in_ms, killed = run_script(
-        "task_recover",
-        resolve_client(client),
-        keys=[
+        "task_recover", resolve_client(client), keys=keys, args=args
+    )
+    if killed:
+        logger.error(
+            "%d task(s) of %s made dead letters: their workers died while running them "
+            "%d times (TASK_MAX_DELIVERIES)",
+            killed,
+            queue.name,
+            conf.TASK_MAX_DELIVERIES,
+        )
+    return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
+
+
+def _recover_call(queue: QueueKeys, batch: int) -> tuple[list[str], list[bytes]]:
+    """KEYS and ARGV of ``task_recover`` for ``queue``, moving ``batch`` tasks of each kind."""
+    return (
+        [
             queue.owners,
             queue.ready,
             queue.in_flight,
@@ -61,25 +75,19 @@ def recover_and_promote(
             queue.records,
             queue.results_expiry,
         ],
-        args=[
-            batch,
-            WAKE_TOKEN_MS,
-            LATENESS_SAMPLES,
-            GROUP_KEYS_MS,
-            queue.queue,
-            conf.TASK_MAX_DELIVERIES,
-            result_ttl_ms(),
+        [
+            wire_json(
+                {
+                    "batch": batch,
+                    "samples": LATENESS_SAMPLES,
+                    "keep_ms": GROUP_KEYS_MS,
+                    "queue": queue.queue,
+                    "max_lost": conf.TASK_MAX_DELIVERIES,
+                    "result_ttl": result_ttl_ms(),
+                }
+            )
         ],
     )
-    if killed:
-        logger.error(
-            "%d task(s) of %s made dead letters: their workers died while running them "
-            "%d times (TASK_MAX_DELIVERIES)",
-            killed,
-            queue.name,
-            conf.TASK_MAX_DELIVERIES,
-        )
-    return int(recovered), int(promoted), (due_in_ms / 1000 if due_in_ms >= 0 else None)
 
 
 def result_ttl_ms() -> int:
@@ -216,8 +224,8 @@ def _requeue_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
             keys.queues,
             keys.results_expiry,
         ],
-        [WAKE_TOKEN_MS, keys.queue, GROUP_KEYS_MS, REQUEUE_BATCH, task_id or ""],
-        one=task_id is not None,
+        {"queue": keys.queue, "keep_ms": GROUP_KEYS_MS},
+        task_id,
     )
 
 
@@ -236,17 +244,20 @@ def _delete_dead(keys: QueueKeys, task_id: str | None, client: Any) -> int:
         "task_delete_dead",
         client,
         [keys.dead, keys.messages, keys.failures, keys.errors, keys.results],
-        [REQUEUE_BATCH, task_id or ""],
-        one=task_id is not None,
+        {},
+        task_id,
     )
 
 
 def _dead_in_batches(
-    script: str, client: Any, keys: list[str], args: list[Any], *, one: bool
+    script: str, client: Any, keys: list[str], call: dict[str, Any], task_id: str | None
 ) -> int:
     """Call ``script`` (which handles at most ``REQUEUE_BATCH`` dead letters, or the one
-    named) until it handles fewer; returns how many it handled in all."""
+    ``task_id`` names) until it handles fewer; returns how many it handled in all.
+    ``call``: the script's own settings, beside the batch and the id."""
     client = resolve_client(client)
+    args = [wire_json({**call, "batch": REQUEUE_BATCH, "id": task_id or ""})]
+    one = task_id is not None
     handled = 0
     while True:
         count = int(run_script(script, client, keys=keys, args=args))

@@ -18,11 +18,10 @@ from typing import Any
 
 from django_rcoord.connection.clients import resolve_client
 from django_rcoord.connection.errors import RECONNECT_BACKOFF, REDIS_ERRORS
-from django_rcoord.queues.keys import GROUP_KEYS_MS, HEARTBEAT_TTL, QueueKeys
-from django_rcoord.queues.metrics import metric_labels
+from django_rcoord.queues.keys import HEARTBEAT_TTL, QueueKeys
 from django_rcoord.queues.producer import register_group
-from django_rcoord.queues.records import forget_gone_workers, recover_and_promote, result_ttl_ms
-from django_rcoord.queues.worker.calls import give_back_call, renew_call
+from django_rcoord.queues.records import forget_gone_workers, recover_and_promote
+from django_rcoord.queues.worker.calls import give_back_call, renew_call, stopped_call
 from django_rcoord.queues.worker.finish import FinishProtocol
 from django_rcoord.queues.worker.jobs import Done, Job
 from django_rcoord.queues.worker.runner import log_outcome
@@ -156,33 +155,8 @@ class QueueSession:
         """Finish a run stopped because ``cancel()`` asked (its outcome 'stopped'): FAILED
         with its TaskCancelled error, not retried, not a dead letter, no follow-up (see
         task_stopped.lua), and log it. True when this worker still held it."""
-        job, queue = done.job, done.job.queue
-        held = run_script(
-            "task_stopped",
-            self.client,
-            keys=[
-                queue.messages,
-                queue.owners,
-                queue.failures,
-                queue.errors,
-                queue.results,
-                queue.records,
-                queue.in_flight,
-                queue.stop(job.id),
-                queue.metrics,
-                queue.ready,
-                queue.queues,
-            ],
-            args=[
-                self.worker_id,
-                job.id,
-                result_ttl_ms(),
-                done.outcome.error_entry,
-                metric_labels(queue.name, done.outcome.task_name),
-                GROUP_KEYS_MS,
-                queue.queue,
-            ],
-        )
+        keys, args = stopped_call(done, self.worker_id)
+        held = run_script("task_stopped", self.client, keys=keys, args=args)
         log_outcome(done, bool(held))
         return bool(held)
 

@@ -256,12 +256,13 @@ def _record(
 
 
 def _new_record(values: dict[str, Any]) -> TaskRecord:
-    """The ``TaskRecord`` of ``values`` (every field's), made without its ``__init__``: a
-    frozen dataclass's sets each of its 16 fields with ``object.__setattr__``, a quarter of
-    reading a finished record (docs/explanation/benchmarks.md, Django's Tasks framework).
-    tests/test_results.py checks that a record read this way has every field."""
+    """The ``TaskRecord`` of ``values`` (every field's; the dict becomes the record's own),
+    made without its ``__init__``: a frozen dataclass's sets each of its 16 fields with
+    ``object.__setattr__``, a quarter of reading a finished record
+    (docs/explanation/benchmarks.md, Django's Tasks framework). tests/test_results.py
+    checks that a record read this way has every field."""
     record = object.__new__(TaskRecord)
-    record.__dict__.update(values)
+    object.__setattr__(record, "__dict__", values)
     return record
 
 

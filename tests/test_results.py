@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import signal
 import time
@@ -24,6 +25,7 @@ from django_rcoord.queues import (
     requeue_dead,
 )
 from django_rcoord.queues.keys import QueueKeys, group_of_task_id
+from django_rcoord.queues.messages import decode_message
 from django_rcoord.queues.results import TaskRecord, aget_result, record_from
 from django_rcoord.queues.worker import Worker
 from tests import cluster, tasks
@@ -417,3 +419,24 @@ def test_the_scripts_read_a_record_state_as_its_five_parts(
     source = helper + b"\nreturn parse_state(ARGV[1] ~= '-' and ARGV[1] or nil)"
     reply = get_client().eval(source, 0, "-" if raw is None else raw)
     assert [part.decode() for part in reply] == parts
+
+
+def test_a_record_read_has_every_field_its_constructor_sets() -> None:
+    """Records are made without ``TaskRecord.__init__`` (``results._new_record``, for speed):
+    each record read has every field, and equals the one its constructor makes of them."""
+    names = {field.name for field in dataclasses.fields(TaskRecord)}
+    for name, task_id in records_in_every_status().items():
+        record = get_result(task_id)
+        if record is None:
+            continue
+        assert set(vars(record)) == names, name
+        assert record == TaskRecord(**vars(record)), name
+
+
+def test_a_message_is_read_as_json_loads_reads_it() -> None:
+    """``decode_message`` skips ``json.loads``' whitespace scans for a compact message; what
+    has whitespace around it or more after it is still read as ``json.loads`` reads it."""
+    assert decode_message(b'{"a":1}') == {"a": 1}
+    assert decode_message(' {"a": [1]}\n') == {"a": [1]}
+    for bad in (b'{"a":1} x', b'{"a":1}{}', b"[1]", b"\xff", b"", b"1 2", b"\xef\xbb\xbf{}"):
+        assert decode_message(bad) is None, bad

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import signal
+from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.test import override_settings
 
@@ -28,6 +30,8 @@ from django_rcoord.queues.framework import (
     task_started,
 )
 from django_rcoord.queues.keys import QueueKeys
+from django_rcoord.queues.messages import decode_message
+from django_rcoord.queues.results import TaskRecord
 from django_rcoord.queues.task_class import RedisTask
 from django_rcoord.queues.worker import Worker
 from tests import framework_tasks, tasks
@@ -408,3 +412,30 @@ def test_a_decorated_task_keeps_its_options_through_using_and_pickling() -> None
     )
     if BUILTIN_TASKS:  # Django's Task pickles by reference; the backport's does not
         assert pickle.loads(pickle.dumps(decorated.once)) == decorated.once
+
+
+def test_a_finished_result_is_read_with_its_record_parsed_once(monkeypatch) -> None:
+    """What a finished task's read through the framework is bound by, its Python (see the
+    benchmarks page, Django's Tasks framework): its message decoded once, without
+    ``json.loads`` (``JSONDecoder.raw_decode`` reads a compact message), and its
+    ``TaskRecord`` made without the frozen dataclass's ``__init__``."""
+    task_id = framework_tasks.add.enqueue(2, b=3).id
+    run_all()
+    calls: list[str] = []
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return call
+
+    where = "django_rcoord.queues.results.decode_message"
+    monkeypatch.setattr(where, counted("decode", decode_message))
+    monkeypatch.setattr(json, "loads", counted("json.loads", json.loads))
+    monkeypatch.setattr(TaskRecord, "__init__", counted("TaskRecord()", TaskRecord.__init__))
+    for read in (framework_tasks.add.get_result, async_to_sync(framework_tasks.add.aget_result)):
+        calls.clear()
+        result = read(task_id)
+        assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 5)
+        assert calls == ["decode", "json.loads"]  # json.loads: its return value, 5

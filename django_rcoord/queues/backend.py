@@ -220,20 +220,15 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
     ``django_rcoord.exceptions.TaskCancelled``."""
     if (task.queue_name, task.priority) != (record.queue, record.priority):
         task = task.using(queue_name=record.queue, priority=record.priority)
-    errors = list(record.errors)
+    errors = record.errors
     status = record.status
     if status == CANCELLED:
         status = FAILED
-        errors.append(
-            {
-                "exception_class_path": f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
-                "traceback": "cancelled by django_rcoord.queues.cancel() before it ran",
-            }
-        )
+        errors = [*errors, _CANCELLED_ERROR]
     result: TaskResult = TaskResult(
         task=task,
         id=record.id,
-        status=TaskResultStatus(status),
+        status=_STATUSES.get(status) or TaskResultStatus(status),
         enqueued_at=record.enqueued_at,
         started_at=record.started_at,
         finished_at=record.finished_at,
@@ -251,6 +246,16 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
         worker_ids=list(record.worker_ids),
     )
     return with_return_value(result, record.return_value)
+
+
+#: A record's status as the framework's: a look-up costs less than the enum's call (which
+#: raises for a status it does not know).
+_STATUSES = {status.value: status for status in TaskResultStatus}
+#: The last error of a CANCELLED record, which the framework reads as FAILED.
+_CANCELLED_ERROR = {
+    "exception_class_path": f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
+    "traceback": "cancelled by django_rcoord.queues.cancel() before it ran",
+}
 
 
 def with_return_value(result: TaskResult, value: Any) -> TaskResult:

@@ -252,23 +252,39 @@ def _record(
     if errors is None and last_error is not None:
         error_list = [{"exception_class_path": "", "traceback": as_text(last_error)}]
     get = body.get
-    return TaskRecord(
-        id=task_id,
-        task=get("task"),
-        queue=get(QUEUED_AS) or get("queue"),  # on a shard: the queue it was queued to
-        backend=get("backend"),
-        priority=get("priority", 0),
-        status=status,
-        args=get("args") or [],
-        kwargs=get("kwargs") or {},
-        enqueued_at=_to_the_ms(get("enqueued_at")),
-        started_at=_at_ms(started),
-        last_attempted_at=_at_ms(attempted),
-        finished_at=_at_ms(finished),
-        worker_ids=[worker for worker in workers.split(",") if worker] if workers else [],
-        errors=error_list,
-        return_value=_value(value) if status == SUCCESSFUL else None,
+    started_at = _at_ms(started)
+    return _new_record(
+        {
+            "id": task_id,
+            "task": get("task"),
+            "queue": get(QUEUED_AS) or get("queue"),  # on a shard: the queue it was queued to
+            "backend": get("backend"),
+            "priority": get("priority", 0),
+            "status": status,
+            "args": get("args") or [],
+            "kwargs": get("kwargs") or {},
+            "enqueued_at": _to_the_ms(get("enqueued_at")),
+            "started_at": started_at,
+            # The same time as its start for a task's first attempt: one datetime.
+            "last_attempted_at": started_at if attempted == started else _at_ms(attempted),
+            "finished_at": _at_ms(finished),
+            "worker_ids": [worker for worker in workers.split(",") if worker] if workers else [],
+            "errors": error_list,
+            "return_value": _value(value) if status == SUCCESSFUL else None,
+            "fan_in": None,
+        }
     )
+
+
+def _new_record(values: dict[str, Any]) -> TaskRecord:
+    """The ``TaskRecord`` of ``values`` (every field's; the dict becomes the record's own),
+    made without its ``__init__``: a frozen dataclass's sets each of its 16 fields with
+    ``object.__setattr__``, a quarter of reading a finished record
+    (docs/explanation/benchmarks.md, Django's Tasks framework). tests/test_results.py
+    checks that a record read this way has every field."""
+    record = object.__new__(TaskRecord)
+    object.__setattr__(record, "__dict__", values)
+    return record
 
 
 def _value(raw: bytes | None) -> Any:
@@ -281,9 +297,12 @@ def _to_the_ms(seconds: Any) -> datetime.datetime | None:
     finer, a task could read as queued after it started."""
     if not isinstance(seconds, (int, float)):
         return None
-    return _at_ms(int(seconds * 1000))
+    return _from_timestamp(int(seconds * 1000) / 1000, _UTC)
 
 
 def _at_ms(ms: str | int) -> datetime.datetime | None:
     """The aware UTC datetime of ``ms`` (milliseconds since the epoch), or None for ''."""
-    return datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.timezone.utc) if ms else None
+    return _from_timestamp(int(ms) / 1000, _UTC) if ms else None
+
+
+_from_timestamp, _UTC = datetime.datetime.fromtimestamp, datetime.timezone.utc

@@ -168,3 +168,25 @@ def test_the_previous_releases_producer_and_worker_beside_this_releases() -> Non
     finished, _ = previous_exchange("old-worker", [(task_id, "1") for task_id in held], 0, "1")
     assert finished == [1] * 7
     assert all(result_of(task_id).status == "SUCCESSFUL" for task_id in pushed if task_id in held)
+
+
+async def test_the_async_twins_push_and_read_a_pushed_task() -> None:
+    from asgiref.sync import sync_to_async
+
+    from django_rcoord.queues import acancel
+    from django_rcoord.queues.results import aget_result
+
+    await sync_to_async(served)()
+    kept, dropped = [await tasks.record.adelay(marker) for marker in ("kept", "dropped")]
+    client = get_client()
+    assert client.llen(KEYS.incoming) == 2
+    assert not client.hexists(KEYS.messages, kept)
+    record = await aget_result(kept)  # placed to read it
+    assert record is not None
+    assert record.status == "READY"
+    assert client.llen(KEYS.incoming) == 0
+    tasks.record.delay("pushed after")
+    assert await acancel(dropped) is True
+    assert await acancel(tasks.record.delay("cancelled unplaced")) is True
+    assert await sync_to_async(Worker(["default"], burst=True).run)() == 3
+    assert sorted(ran()) == ["first", "kept", "pushed after"]

@@ -1,5 +1,7 @@
-"""Putting tasks on queues: one script call per task (or one pipeline for many), now or
-later by the Redis server's clock; sync and async."""
+"""Putting tasks on queues: one command per task (or one pipeline for many), now or later
+by the Redis server's clock; sync and async. A plain task queued now is one ``RPUSH`` to
+its group's incoming list while a worker of this release serves the group
+(``queues.incoming``); any other, one script call."""
 
 from __future__ import annotations
 

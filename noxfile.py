@@ -85,6 +85,7 @@ SERVER_SURFACE = (  # what a server release can change: the scripts and the comm
     "tests/test_queue_batches.py",
     "tests/test_fan_in.py",
     "tests/test_fair_queues.py",
+    "tests/test_incoming.py",
 )
 CLIENT_SURFACE = (  # what a client release can change: connections, sync and async, Sentinel
     "tests/test_connection.py",

@@ -6,19 +6,9 @@
 -- ARGV[1]  the call, JSON (queues/records.py): batch (most dead letters to delete), id (the
 --          id of the one to delete; '': the oldest)
 -- Returns  how many were deleted (fewer than the batch: none are left).
+--! include _dead
 local call = cjson.decode(ARGV[1])
-local ids
-if call.id ~= '' then
-    ids = {}
-    if redis.call('LREM', KEYS[1], 1, call.id) == 1 then
-        ids[1] = call.id
-    end
-else
-    ids = redis.call('LRANGE', KEYS[1], 0, call.batch - 1)
-    if #ids > 0 then
-        redis.call('LTRIM', KEYS[1], #ids, -1)
-    end
-end
+local ids = dead_letters(KEYS[1], call)
 for _, id in ipairs(ids) do
     local message = redis.call('HGET', KEYS[2], id)
     if message and redis.call('HEXISTS', KEYS[5], id) == 1 then
@@ -28,4 +18,5 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', KEYS[3], id, id .. ':lost')
     redis.call('HDEL', KEYS[4], id)
 end
+trim_dead(KEYS[1], call, #ids)
 return #ids

@@ -22,16 +22,9 @@
 --! include _ready
 --! include _records
 --! include _unique
+--! include _dead
 local call = cjson.decode(ARGV[1])
-local ids
-if call.id ~= '' then
-    ids = {}
-    if redis.call('LREM', KEYS[1], 1, call.id) == 1 then
-        ids[1] = call.id
-    end
-else
-    ids = redis.call('LRANGE', KEYS[1], 0, call.batch - 1)
-end
+local ids = dead_letters(KEYS[1], call)
 local moved = #ids
 if moved > 0 then
     local priorities, fair_keys = priorities_of(KEYS[8], ids)
@@ -61,9 +54,7 @@ if moved > 0 then
     end
     redis.call('HDEL', KEYS[4], unpack(ids))
     redis.call('ZREM', KEYS[10], unpack(ids))
-    if call.id == '' then
-        redis.call('LTRIM', KEYS[1], moved, -1)
-    end
+    trim_dead(KEYS[1], call, moved)
 end
 if moved > 0 then
     wake_workers(KEYS[5])

@@ -190,3 +190,14 @@ async def test_the_async_twins_push_and_read_a_pushed_task() -> None:
     assert await acancel(tasks.record.delay("cancelled unplaced")) is True
     assert await sync_to_async(Worker(["default"], burst=True).run)() == 3
     assert sorted(ran()) == ["first", "kept", "pushed after"]
+
+
+def test_a_long_message_goes_through_the_script() -> None:
+    """A take places up to 1,000 entries at once: messages over MAX_PUSHED_BYTES are stored
+    by the script, so that one take never copies more than 1,000 of that size."""
+    from django_rcoord.queues.incoming import MAX_PUSHED_BYTES
+
+    served()
+    long = tasks.record.delay("x" * MAX_PUSHED_BYTES)
+    assert get_client().llen(KEYS.incoming) == 0
+    assert get_client().hexists(KEYS.messages, long)

@@ -20,6 +20,10 @@ from django_rcoord.scripts import arun_script, run_script
 
 #: Seconds a process trusts what it last saw of a group's ``serving`` key.
 SERVING_CHECK = 5.0
+#: The longest message pushed (ASCII JSON: bytes); a longer one goes through the script.
+#: A take places up to 1,000 entries in one call (_incoming.lua): this bounds what one
+#: call copies (4 MB), where ``MAX_MESSAGE_BYTES`` allows messages of 10 MB.
+MAX_PUSHED_BYTES = 4096
 
 #: (key prefix, group) -> until when (``time.monotonic()``) this process pushes the group's
 #: plain tasks to its incoming list.

@@ -80,8 +80,14 @@ def task_enqueue_call(message: Message, run: Enqueue) -> tuple[Sequence[Any], li
 
 def pushed(message: Message, run: Enqueue) -> bytes | None:
     """The incoming entry of ``message`` when ``run`` goes to its group's incoming list (a
-    plain task, now, while a worker of this release serves the group), else None."""
-    if run.unique is not None or run.when != (0, 0) or not incoming.pushes(message.keys.group):
+    plain task, now, its message at most ``incoming.MAX_PUSHED_BYTES``, while a worker of
+    this release serves the group), else None."""
+    if (
+        run.unique is not None
+        or run.when != (0, 0)
+        or len(message.body) > incoming.MAX_PUSHED_BYTES
+        or not incoming.pushes(message.keys.group)
+    ):
         return None
     return incoming.entry(message.keys, message.task_id, message.body, run.priority)
 

@@ -316,3 +316,32 @@ def test_tree_ab_runs_two_revisions_in_turn_and_gives_their_ratios(tmp_path: Pat
             assert ratio is not None, text
             low, high = float(ratio[2]), float(ratio[3])
             assert 0 < low <= float(ratio[1]) <= high
+
+
+def test_drain_floor_takes_leases_and_records_what_it_says() -> None:
+    """The minimal take and finish do the work the row names: every task taken, no lease
+    left, each record written with its message and an expiry (or none, without records),
+    every message dropped; and the command prints each row against the floor."""
+    from benchmarks import drain_floor
+    from django_rcoord.connection import get_client
+
+    client = get_client()
+    keys = drain_floor.KEYS
+    assert drain_floor.drain(client, 50, 32, client.register_script(drain_floor.FINISH)) > 0
+    assert client.zcard(keys["ready"]) == client.zcard(keys["in_flight"]) == 0
+    assert client.hlen(keys["messages"]) == 0
+    record = "{floor}:r:" + f"{49:010d}"
+    assert client.hget(record, "m") == drain_floor.MESSAGE
+    assert 0 < client.pttl(record) <= 86_400_000
+    without = client.register_script(drain_floor.WITHOUT_RECORDS)
+    assert drain_floor.drain(client, 50, 32, without) > 0
+    assert not client.exists(record)
+    assert client.hlen(keys["messages"]) == 0
+    finished = subprocess.run(
+        [sys.executable, "-m", "benchmarks.drain_floor", "--tasks", "200", "--batches", "32",
+         "--rounds", "1"],
+        check=False, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+    assert "take + finish, batches of 32, with records" in finished.stdout
+    assert "x the floor" in finished.stdout

@@ -9,8 +9,10 @@ server and this process pinned to one CPU (``pinning``). The take pops a batch f
 ready ZSET, reads the batch's messages (``HMGET``) and leases them (one ``ZADD`` to an
 in-flight ZSET); the finish drops the leases (``ZREM``), reads the messages, writes each
 task's record as a HASH of its own with an expiry (``HSET`` + ``PEXPIRE``, the layout
-every server from Redis 6.2 runs) and drops the messages (``HDEL``). It is run once with
-the records and once without them, at each batch size, against ``LPOP`` pipelined 100 at
+every server from Redis 6.2 runs) and drops the messages (``HDEL``). It is run with those
+records, with each record a field of one HASH with an expiry of its own (one ``HSETEX``
+a batch, where the server has it: Redis 8.0+, Valkey 9.0+), and without records, at each
+batch size, against ``LPOP`` pipelined 100 at
 a time. No metrics, states, owners, priorities beyond the ZSET's order, retries, unique
 claims or idempotent retries of a call: the real drain does all of those, so it costs
 more than the row with records. ``INFO cpu`` (the main thread) is read around each run.
@@ -23,6 +25,8 @@ import argparse
 import statistics
 from collections.abc import Callable
 from typing import Any
+
+import redis
 
 from benchmarks.common import bench_redis, stop_redis
 from benchmarks.pinning import pinned
@@ -53,6 +57,20 @@ for index, id in ipairs(ARGV) do
     redis.call('HSET', KEYS[3] .. id, 's', 'SUCCESSFUL|1|2|3|w', 'v', 'null', 'm', messages[index])
     redis.call('PEXPIRE', KEYS[3] .. id, 86400000)
 end
+redis.call('HDEL', KEYS[2], unpack(ARGV))
+return #ARGV
+"""
+#: The same, each record one field of one HASH (KEYS[3] .. 'all') with an expiry of its own:
+#: one HSETEX for the batch (Redis 8.0+, Valkey 9.0+).
+FIELD_RECORDS = """
+redis.call('ZREM', KEYS[1], unpack(ARGV))
+local messages = redis.call('HMGET', KEYS[2], unpack(ARGV))
+local fields = {}
+for index, id in ipairs(ARGV) do
+    fields[#fields + 1] = id
+    fields[#fields + 1] = 'SUCCESSFUL|1|2|3|w|null|' .. messages[index]
+end
+redis.call('HSETEX', KEYS[3] .. 'all', 'PX', 86400000, 'FIELDS', #ARGV, unpack(fields))
 redis.call('HDEL', KEYS[2], unpack(ARGV))
 return #ARGV
 """
@@ -126,8 +144,11 @@ def measure(client: Any, count: int, batches: list[int], rounds: int) -> dict[st
     """Each row's us per task, each round measuring every row once, in turn."""
     finishes = {
         "with records": client.register_script(FINISH),
+        "records as fields (HSETEX)": client.register_script(FIELD_RECORDS),
         "without records": client.register_script(WITHOUT_RECORDS),
     }
+    if not _has_hsetex(client):
+        del finishes["records as fields (HSETEX)"]
     rows: dict[str, list[float]] = {"LPOP, pipelined 100 at a time (the floor)": []}
     for _ in range(rounds):
         rows["LPOP, pipelined 100 at a time (the floor)"].append(floor(client, count))
@@ -136,6 +157,15 @@ def measure(client: Any, count: int, batches: list[int], rounds: int) -> dict[st
                 row = f"take + finish, batches of {batch}, {name}"
                 rows.setdefault(row, []).append(drain(client, count, batch, finish))
     return rows
+
+
+def _has_hsetex(client: Any) -> bool:
+    """Whether the server knows ``HSETEX`` (tried on a key of the benchmark's own)."""
+    try:
+        client.execute_command("HSETEX", "{floor}:probe", "PX", 1000, "FIELDS", 1, "f", "v")
+    except redis.ResponseError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,7 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         base = statistics.median(next(iter(rows.values())))
         for name, values in rows.items():
             value = statistics.median(values)
-            print(f"{name:<50} {value:7.2f} us per task  {value / base:5.1f}x the floor")
+            print(f"{name:<58} {value:7.2f} us per task  {value / base:5.1f}x the floor")
     finally:
         stop_redis(server)
 

@@ -65,9 +65,20 @@ def take_turns(old_lua: Path) -> Iterator[dict[bytes, tuple[str, str]]]:
 
     own_source, own_evalsha_of = scripts._source, scripts._evalsha_of
 
-    def old_source(name: str) -> bytes:
+    def old_source(name: str, spliced: set[str] | None = None) -> bytes:
+        # Each helper once, where it is first included, as scripts._source splices them:
+        # spliced at every include, a script's helpers pass Lua's 200 locals.
+        spliced = set() if spliced is None else spliced
+        spliced.add(name)
         text = (old_lua / f"{name}.lua").read_bytes()
-        return scripts._INCLUDE.sub(lambda m: old_source(m[2].decode()).rstrip(b"\n"), text)
+
+        def included(match: re.Match[bytes]) -> bytes:
+            helper = match[2].decode()
+            if helper in spliced:
+                return b"-- (" + match[2] + b": above)"
+            return old_source(helper, spliced).rstrip(b"\n")
+
+        return scripts._INCLUDE.sub(included, text)
 
     def source(name: str, package: str, spliced: set[tuple[str, str]] | None = None) -> bytes:
         base, _, version = name.partition("@")

@@ -12,7 +12,12 @@ from django_rcoord.queues.keys import QueueKeys
 from django_rcoord.queues.outcomes import Kind
 from django_rcoord.queues.producer import QueuedInStep
 from django_rcoord.queues.worker.calls import give_back_call, renew_call
-from django_rcoord.queues.worker.finish import FinishProtocol, finish_record
+from django_rcoord.queues.worker.finish import (
+    ACK_FIELDS,
+    RECORD_SEPARATOR,
+    FinishProtocol,
+    finish_record,
+)
 from django_rcoord.queues.worker.jobs import Done, Job, Outcome
 
 
@@ -24,6 +29,17 @@ def follow_up(queue: QueueKeys, task_id: str) -> QueuedInStep:
     message = json.dumps({"task": "next", "args": [task_id]})
     args = [task_id, message, queue.queue, 5, b"60000", b"2592000000"]
     return QueuedInStep(task_id, queue, queue.enqueue_now, args, "u:x", 1000)
+
+
+def read_record(arg: bytes) -> dict[str, object]:
+    """A finished task's record as the script reads it: a plain acknowledgement's compact
+    form (its fields apart by RECORD_SEPARATOR, in ACK_FIELDS' order), or JSON."""
+    text = arg.decode()
+    if not text.startswith(RECORD_SEPARATOR):
+        return json.loads(text)
+    values = text[1:].split(RECORD_SEPARATOR, len(ACK_FIELDS) - 1)
+    fields = dict(zip(ACK_FIELDS, values, strict=True))
+    return {**fields, "queue": int(fields["queue"]), "outcome": "ack", "us": int(fields["us"])}
 
 
 def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
@@ -57,7 +73,7 @@ def test_a_call_is_its_settings_then_one_record_per_finished_task() -> None:
         "incoming": 20,  # 1-based, as KEYS
         "nonce": "7",
     }
-    first, second = (json.loads(arg) for arg in args[1:])
+    first, second = (read_record(arg) for arg in args[1:])
     assert (first["id"], first["queue"], first["outcome"], first["value"]) == (
         "a",
         1,
@@ -84,7 +100,7 @@ def test_a_record_carries_only_the_fields_its_outcome_uses() -> None:
         done(queue, "c", Outcome(Kind.LATER, "t", "waiting for its rate", delay_ms=40)),
     ]
     _, args = protocol.call(finished, 0, lease_ms=3000)
-    ack, dead, later = (json.loads(arg) for arg in args[1:])
+    ack, dead, later = (read_record(arg) for arg in args[1:])
     common = {"id", "queue", "outcome", "labels", "bucket", "us"}
     assert set(ack) == common | {"value"}
     assert ack["value"] == "null"
@@ -119,7 +135,38 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
             2592000000,
         )
         assert json.loads(record["message"])["args"] == [step.task_id]
-    assert "follow_ups" not in json.loads(args[2])
+    assert "follow_ups" not in read_record(args[2])
+
+
+def test_a_plain_acknowledgement_goes_in_its_compact_form() -> None:
+    """Most records are plain acknowledgements: the script reads them with one
+    string.match, not cjson. An acknowledgement that carries more (a follow-up, a fair key
+    with a limit), or whose labels hold the separator, and every other outcome go as JSON,
+    and both forms read the same."""
+    queue = QueueKeys.of("jobs/high")
+    protocol = FinishProtocol("w1", [queue])
+    fair = Job("f", b'{"task": "t", "fair_key": "k", "fair_limit": 1}', queue, 0, "", 1)
+    finished = [
+        done(queue, "a", Outcome(Kind.ACK, "t", value_json='{"x": "1\\u001e2"}')),
+        done(queue, "b", Outcome(Kind.ACK, "t", follow_ups=[follow_up(queue, "n")])),
+        Done(fair, Outcome(Kind.ACK, "t"), 1.0),
+        done(queue, "c", Outcome(Kind.ACK, "t\x1eodd")),
+        done(queue, "d", Outcome(Kind.RETRY, "t", "boom", "E", delay_ms=5)),
+    ]
+    _, args = protocol.call(finished, 0, lease_ms=1000)
+    compact = [arg.startswith(RECORD_SEPARATOR.encode()) for arg in args[1:]]
+    assert compact == [True, False, False, False, False]
+    plain = read_record(args[1])
+    assert plain == {
+        "id": "a",
+        "queue": 1,
+        "outcome": "ack",
+        "labels": "jobs/high\x1ft",
+        "bucket": "3",
+        "us": 12500,
+        "value": '{"x": "1\\u001e2"}',
+    }
+    assert read_record(args[4])["labels"] == "jobs/high\x1ft\x1eodd"
 
 
 def test_the_reply_is_read_into_jobs_of_their_queues() -> None:

@@ -77,7 +77,7 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
         end
     end
     local kept = ending_messages(group, tasks, held)
-    local acked, acked_fields, ended = {}, {}, {}
+    local acked, ended = {}, {}
     local stamp = tostring(now)  -- converted once, not per task
     local errors, delayed, dead, waiting, waiting_states = {}, {}, {}, {}, {}
     local function back_later(task, state)
@@ -96,8 +96,6 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
             if outcome == 'ack' then
                 state[1], state[4] = 'SUCCESSFUL', stamp
                 acked[#acked + 1] = id
-                acked_fields[#acked_fields + 1] = id
-                acked_fields[#acked_fields + 1] = id .. ':lost'
                 fields = {'v', task.value}
             elseif outcome == 'later' then
                 drop_last_delivery(state)
@@ -143,7 +141,12 @@ local function finish_held(group, queues, tasks, held, mine, now, result_ttl, le
         in_chunks('HDEL', group.messages, acked)
         -- Most tasks never failed: neither HASH holds anything of theirs, or exists.
         if redis.call('EXISTS', group.failures) == 1 then
-            in_chunks('HDEL', group.failures, acked_fields)
+            local fields = {}
+            for _, id in ipairs(acked) do
+                fields[#fields + 1] = id
+                fields[#fields + 1] = id .. ':lost'
+            end
+            in_chunks('HDEL', group.failures, fields)
         end
         if redis.call('EXISTS', group.errors) == 1 then
             in_chunks('HDEL', group.errors, acked)

@@ -112,13 +112,15 @@ local function load_finished_state(records, results, id)
     return state
 end
 
--- Write the states of the queued or running tasks `ids` (`states`, in order) into `results`,
--- one HSET for them all.
+-- Write the states of the queued or running tasks `ids` (`states`, in order: each five
+-- fields, or its text as table.concat(state, '|') makes it) into `results`, one HSET for
+-- them all.
 local function save_live_states(results, ids, states)
     local fields = {}
     for index, id in ipairs(ids) do
+        local state = states[index]
         fields[2 * index - 1] = id
-        fields[2 * index] = table.concat(states[index], '|')
+        fields[2 * index] = type(state) == 'table' and table.concat(state, '|') or state
     end
     in_chunks('HSET', results, fields)
     keep_results(results)

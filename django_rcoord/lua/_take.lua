@@ -96,11 +96,12 @@ local function take_tasks(group, queues, names, worker, wanted, now, lease, skip
                     end
                     state[3] = stamp
                     state[5] = state[5] == '' and worker or state[5] .. ',' .. worker
+                    local text = table.concat(state, '|')  -- once: the reply and the HSET
                     running[#running + 1] = id
-                    states_taken[#states_taken + 1] = state
+                    states_taken[#states_taken + 1] = text
                     taken[#taken + 1] = {
                         id, messages[index], queue_index,
-                        tonumber(failures[index * 2 - 1] or '0'), table.concat(state, '|')
+                        tonumber(failures[index * 2 - 1] or '0'), text
                     }
                     if lost then
                         put_back_from(index + 1)

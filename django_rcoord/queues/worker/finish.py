@@ -101,7 +101,7 @@ class FinishProtocol:
                 for step in steps:
                     keys = [*keys, *step.keys]
                     record["follow_ups"].append(follow_up_record(step, first_key=len(keys) - 4))
-            args.append(wire_json(record))
+            args.append(wire_record(record))
         return keys, args
 
     def jobs(self, taken: Sequence[Any]) -> list[Job]:
@@ -143,6 +143,31 @@ def finish_record(done: Done) -> dict[str, Any]:
         record["error"] = outcome.stored_error
         record["entry"] = outcome.error_entry
     return record
+
+
+#: A plain acknowledgement's fields in its compact form (see task_finish.lua), in order.
+ACK_FIELDS = ("id", "queue", "labels", "bucket", "us", "value")
+
+#: What starts a compact record and parts its fields: the byte 0x1e, which no JSON text
+#: starts with or holds unescaped, as no id, index or number holds it.
+RECORD_SEPARATOR = "\x1e"
+
+
+def wire_record(record: dict[str, Any]) -> bytes:
+    """A finished task's record for the script: most are plain acknowledgements (no
+    follow-up, fan-in or fair key), which go in their compact form, their fields apart in
+    the order of ``ACK_FIELDS`` (one ``string.match`` in Lua, where ``cjson.decode`` of the
+    same record cost twice the time of the rest of its finish's parsing); any other as
+    JSON."""
+    if (
+        record["outcome"] == Kind.ACK
+        and len(record) == len(ACK_FIELDS) + 1
+        and RECORD_SEPARATOR not in record["labels"]
+    ):
+        fields = (str(record[name]) for name in ACK_FIELDS)
+        text = RECORD_SEPARATOR + RECORD_SEPARATOR.join(fields)
+        return text.encode("utf-8", "replace")
+    return wire_json(record)
 
 
 def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:

@@ -149,7 +149,8 @@ def finish_record(done: Done) -> dict[str, Any]:
 ACK_FIELDS = ("id", "queue", "labels", "bucket", "us", "value")
 
 #: What starts a compact record and parts its fields: the byte 0x1e, which no JSON text
-#: starts with or holds unescaped, as no id, index or number holds it.
+#: starts with or holds unescaped, as no index or number holds it (an id or labels that
+#: hold it, through a group's or task's name, go as JSON).
 RECORD_SEPARATOR = "\x1e"
 
 
@@ -163,6 +164,7 @@ def wire_record(record: dict[str, Any]) -> bytes:
         record["outcome"] == Kind.ACK
         and len(record) == len(ACK_FIELDS) + 1
         and RECORD_SEPARATOR not in record["labels"]
+        and RECORD_SEPARATOR not in record["id"]
     ):
         fields = (str(record[name]) for name in ACK_FIELDS)
         text = RECORD_SEPARATOR + RECORD_SEPARATOR.join(fields)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,7 @@ def follow_up(queue: QueueKeys, task_id: str) -> QueuedInStep:
     return QueuedInStep(task_id, queue, queue.enqueue_now, args, "u:x", 1000)
 
 
-def read_record(arg: bytes) -> dict[str, object]:
+def read_record(arg: bytes) -> dict[str, Any]:
     """A finished task's record as the script reads it: a plain acknowledgement's compact
     form (its fields apart by RECORD_SEPARATOR, in ACK_FIELDS' order), or JSON."""
     text = arg.decode()

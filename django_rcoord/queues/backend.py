@@ -250,7 +250,7 @@ def result_from_record(task: Task, record: TaskRecord) -> TaskResult:
 
 #: A record's status as the framework's: a look-up costs less than the enum's call (which
 #: raises for a status it does not know).
-_STATUSES = {status.value: status for status in TaskResultStatus}
+_STATUSES = {status.value: status for status in TaskResultStatus.__members__.values()}
 #: The last error of a CANCELLED record, which the framework reads as FAILED.
 _CANCELLED_ERROR = {
     "exception_class_path": f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",

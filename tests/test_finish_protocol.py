@@ -28,7 +28,7 @@ def done(queue: QueueKeys, task_id: str, outcome: Outcome, index: int = 1) -> Do
 
 def follow_up(queue: QueueKeys, task_id: str) -> QueuedInStep:
     message = json.dumps({"task": "next", "args": [task_id]})
-    args = [task_id, message, queue.queue, 5, b"60000", b"2592000000"]
+    args = [task_id, message, queue.queue, 5, b"2592000000"]
     return QueuedInStep(task_id, queue, queue.enqueue_now, args, "u:x", 1000)
 
 
@@ -130,11 +130,8 @@ def test_a_follow_up_names_where_its_own_keys_start() -> None:
         (record,) = json.loads(arg)["follow_ups"]
         start = record["keys"] - 1  # KEYS are 1-based
         assert tuple(keys[start : start + 5]) == step.keys
-        assert (record["id"], record["wake_ms"], record["keep_ms"]) == (
-            step.task_id,
-            60000,
-            2592000000,
-        )
+        assert (record["id"], record["keep_ms"]) == (step.task_id, 2592000000)
+        assert "wake_ms" not in record  # enqueue_now pushes a token, which does not expire
         assert json.loads(record["message"])["args"] == [step.task_id]
     assert "follow_ups" not in read_record(args[2])
 

@@ -123,7 +123,7 @@ def test_a_groups_record_queues_a_claimed_tick_once() -> None:
     script_keys = [keys.periodic, keys.messages, keys.ready, keys.queues, keys.incoming, keys.idle]
 
     def queue(tick: int, task_id: str) -> list[int]:
-        args = ["s", tick, task_id, "{}", "default", 0, 1000, 60_000]
+        args = ["s", tick, task_id, "{}", "default", 0, 60_000]
         return run_script("periodic_queue", get_client(), keys=script_keys, args=args)
 
     now = server_ms()

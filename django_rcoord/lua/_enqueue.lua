@@ -26,7 +26,7 @@ local function enqueue_task(messages, ready, delayed, queues, incoming, schedule
     local keep = math.max(delay, 0) + tonumber(keep_ms)
     if delay <= 0 then
         local created = enqueue_now(messages, ready, queues, incoming, idle, queue, keep, id, body,
-            tonumber(priority), wake_ms)
+            tonumber(priority))
         return created and 2 or 1
     end
     redis.call('HSET', messages, id, body)

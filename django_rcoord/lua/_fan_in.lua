@@ -4,7 +4,7 @@
 -- step that records its end: it is in its callback's group).
 -- Builds   fan_ins .. <fan-in id>: the fan-in's HASH: state (waiting, fired, failed or
 --          cancelled), total, ended, failed, message (the callback's, its results' place
---          held by the JSON text in hole), queue, priority, wake_ms, keep_ms, ttl_ms (how
+--          held by the JSON text in hole), queue, priority, keep_ms, ttl_ms (how
 --          long it is kept once it is over), ids (its children's, JSON), and c:<n> for each
 --          child n that ended: its place in the callback's results (JSON)
 --! include _ready
@@ -51,8 +51,8 @@ local function fan_in_count(fan_ins, messages, ready, queues, incoming, idle, id
         return 'counted'
     end
     local fields = redis.call('HMGET', fan_in, 'total', 'message', 'hole', 'queue', 'priority',
-        'wake_ms', 'keep_ms', 'ttl_ms')
-    local total, ttl_ms = tonumber(fields[1]), tonumber(fields[8])
+        'keep_ms', 'ttl_ms')
+    local total, ttl_ms = tonumber(fields[1]), tonumber(fields[7])
     if how == 'fail' then
         redis.call('HSET', fan_in, 'state', 'failed')
         redis.call('PEXPIRE', fan_in, ttl_ms)
@@ -61,8 +61,8 @@ local function fan_in_count(fan_ins, messages, ready, queues, incoming, idle, id
     if ended < total then
         return 'counted'
     end
-    enqueue_now(messages, ready, queues, incoming, idle, fields[4], tonumber(fields[7]), id,
-        fan_in_message(fan_in, total, fields[2], fields[3]), tonumber(fields[5]), fields[6])
+    enqueue_now(messages, ready, queues, incoming, idle, fields[4], tonumber(fields[6]), id,
+        fan_in_message(fan_in, total, fields[2], fields[3]), tonumber(fields[5]))
     redis.call('HSET', fan_in, 'state', 'fired')
     redis.call('PEXPIRE', fan_in, ttl_ms)
     return 'fired'

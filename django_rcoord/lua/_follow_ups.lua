@@ -2,10 +2,10 @@
 -- task_finish.lua's second step.
 -- A finished task's record may carry a list of them, `follow_ups` (its own follow-up, the
 -- task that counts it in its fan-in), each with: keys, the position in KEYS of the
--- first of its five keys (task_enqueue's short-form KEYS, of a queue of this group); id,
--- message, queue (the queue's name in its group), priority, wake_ms (its wake-up tokens'
--- lifetime), keep_ms (the group keys' lifetime), claim (its unique claim's field, '' for
--- none) and claim_ms (how long the claim lasts).
+-- first of its five keys (enqueue_now's, see _ready, of a queue of this group); id,
+-- message, queue (the queue's name in its group), priority, keep_ms (the group keys'
+-- lifetime), claim (its unique claim's field, '' for none) and claim_ms (how long the
+-- claim lasts).
 -- A record may also carry `fan_in`, its count in the fan-in it is a child of when that
 -- fan-in's callback is in this group (see _fan_in): keys (the position in KEYS of the
 -- fan-in prefix, then the callback queue's five enqueue keys), id, n, value and how.
@@ -34,8 +34,7 @@ local function queue_follow_ups(results, tasks, held, now)
                         unique_claim(results, step.claim, step.id, now, step.claim_ms)
                     end
                     enqueue_now(KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-                        step.queue, step.keep_ms, step.id, step.message, step.priority,
-                        step.wake_ms)
+                        step.queue, step.keep_ms, step.id, step.message, step.priority)
                 end
             end
         end

@@ -233,10 +233,9 @@ end
 -- (wake_workers: `incoming` the group's incoming LIST) if one is registered idle in the ZSET
 -- `idle`. A worker leaves `idle` when it takes a task; a registration of a worker that died
 -- lingers until another worker registers or the ZSET expires, costing a needless wake-up
--- at most. `wake_ms` is unused (a previous release's wake-up tokens expired). Returns true
--- when the group's `queues` HASH was created by this call.
+-- at most. Returns true when the group's `queues` HASH was created by this call.
 local function enqueue_now(messages, ready, queues, incoming, idle, queue, keep_ms, id, body,
-                           priority, wake_ms)
+                           priority)
     redis.call('HSET', messages, id, body)
     local created = ready_add(ready, queues, queue, keep_ms, {id}, {priority}, false,
         {message_fair_key(body)})

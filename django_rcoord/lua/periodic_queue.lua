@@ -10,11 +10,11 @@
 --          KEYS[3] .. ' running': the lines of the queue's fair keys (see _ready)
 -- ARGV[1]  schedule name   ARGV[2] tick, ms since the epoch
 -- ARGV[3]  task id   ARGV[4] message JSON   ARGV[5] queue name within the group
--- ARGV[6]  priority   ARGV[7] wake-up token lifetime, ms
--- ARGV[8]  how long the group's list of queues and this HASH outlive their last use, ms
+-- ARGV[6]  priority
+-- ARGV[7]  how long the group's list of queues and this HASH outlive their last use, ms
 -- A unique task's tick (its message names its claim, see _unique) also has
 -- KEYS[7]  results HASH of the group (it holds the claims)
--- ARGV[9]  the claim's field   ARGV[10] how long the claim lasts at most, ms
+-- ARGV[8]  the claim's field   ARGV[9] how long the claim lasts at most, ms
 -- Returns  {status, queued at}: status 1 queued, 2 queued and the group's list of queues was
 --          created by this call (the poller records the group again), 0 this tick (or a
 --          later one) was queued here already, 3 not queued: a run of the unique task holds
@@ -31,13 +31,13 @@ end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('HSET', KEYS[1], name, ARGV[2], name .. ':at', now)
-redis.call('PEXPIRE', KEYS[1], ARGV[8])
+redis.call('PEXPIRE', KEYS[1], ARGV[7])
 if #KEYS == 7 then
-    if unique_holder(KEYS[7], KEYS[2], ARGV[9], now) then
+    if unique_holder(KEYS[7], KEYS[2], ARGV[8], now) then
         return {3, now}
     end
-    unique_claim(KEYS[7], ARGV[9], ARGV[3], now, tonumber(ARGV[10]))
+    unique_claim(KEYS[7], ARGV[8], ARGV[3], now, tonumber(ARGV[9]))
 end
 local created = enqueue_now(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[5],
-    tonumber(ARGV[8]), ARGV[3], ARGV[4], tonumber(ARGV[6]), ARGV[7])
+    tonumber(ARGV[7]), ARGV[3], ARGV[4], tonumber(ARGV[6]))
 return {created and 2 or 1, now}

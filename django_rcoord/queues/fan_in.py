@@ -148,7 +148,7 @@ def _request(run: TaskRun, role: str) -> Enqueue:
 
 def _start(client: Any, step: QueuedInStep, total: int) -> None:
     """Write fan-in ``step.task_id``'s HASH, waiting for ``total`` children."""
-    _, message, queue, priority, wake_ms, keep_ms = step.args
+    _, message, queue, priority, keep_ms = step.args
     key = step.queue.fan_in(step.task_id)
     register_group(client, step.queue.group)
     with slot_pipeline(client, key, transaction=True) as pipe:
@@ -163,7 +163,6 @@ def _start(client: Any, step: QueuedInStep, total: int) -> None:
                 "hole": to_json(_HOLE),
                 "queue": queue,
                 "priority": priority,
-                "wake_ms": wake_ms,
                 "keep_ms": keep_ms,
                 "ttl_ms": result_ttl_ms(),
                 "ids": "[]",

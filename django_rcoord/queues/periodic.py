@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_rcoord.keys import instance_keys
-from django_rcoord.queues.keys import GROUP_KEYS_MS, WAKE_TOKEN_MS, QueueKeys
+from django_rcoord.queues.keys import GROUP_KEYS_MS, QueueKeys
 from django_rcoord.queues.messages import decode_message, encode_message
 from django_rcoord.queues.producer import GROUP_CREATED, register_group
 from django_rcoord.queues.schedules import (
@@ -252,7 +252,6 @@ def _queue_pending(client: Any, name: str, pending: PendingTick) -> int:
         pending.message,
         keys.queue,
         pending.priority,
-        WAKE_TOKEN_MS,
         GROUP_KEYS_MS,
     ]
     claim, claim_ms = _unique_claim(pending.message)

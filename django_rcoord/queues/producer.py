@@ -117,7 +117,7 @@ def new_message(run: Enqueue, near: str | None = None) -> Message:
 class QueuedInStep(NamedTuple):
     """A task that another script of the group queues now, in its own atomic step (the
     finish script queues follow-up tasks so): the new task's id, its queue's keys, the five
-    keys and six arguments of its ``enqueue_now`` (_ready.lua), and its unique claim ('' and
+    keys and five arguments of its ``enqueue_now`` (_ready.lua), and its unique claim ('' and
     0: none)."""
 
     task_id: str
@@ -145,12 +145,11 @@ def queue_now_in_step(run: Enqueue, *, near: str | None = None) -> QueuedInStep:
 
 
 def _now_args(task_id: str, body: str, keys: QueueKeys, priority: int) -> list[Any]:
-    """The six arguments of ``enqueue_now`` (_ready.lua): queue a task now, in a step."""
-    return [task_id, body, keys.queue, priority, _WAKE_TOKEN_MS, _GROUP_KEYS_MS]
+    """The five arguments of ``enqueue_now`` (_ready.lua): queue a task now, in a step."""
+    return [task_id, body, keys.queue, priority, _GROUP_KEYS_MS]
 
 
-# Constant arguments of every enqueue, encoded once.
-_WAKE_TOKEN_MS = str(WAKE_TOKEN_MS).encode()
+# A constant argument of every enqueue in a step, encoded once.
 _GROUP_KEYS_MS = str(GROUP_KEYS_MS).encode()
 
 

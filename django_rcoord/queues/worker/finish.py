@@ -175,14 +175,13 @@ def wire_record(record: dict[str, Any]) -> bytes:
 def follow_up_record(step: QueuedInStep, *, first_key: int) -> dict[str, Any]:
     """A follow-up task for the script to queue (see _follow_ups.lua); its five keys are
     KEYS[first_key] to KEYS[first_key + 4]."""
-    task_id, message, queue, priority, wake_ms, keep_ms = step.args
+    task_id, message, queue, priority, keep_ms = step.args
     return {
         "keys": first_key,
         "id": task_id,
         "message": message.decode() if isinstance(message, bytes) else message,
         "queue": queue,
         "priority": int(priority),
-        "wake_ms": int(wake_ms),
         "keep_ms": int(keep_ms),
         "claim": step.claim,
         "claim_ms": step.claim_ms,

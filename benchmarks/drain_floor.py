@@ -12,10 +12,10 @@ task's record as a HASH of its own with an expiry (``HSET`` + ``PEXPIRE``, the l
 every server from Redis 6.2 runs) and drops the messages (``HDEL``). It is run with those
 records, with each record a field of one HASH with an expiry of its own (one ``HSETEX``
 a batch, where the server has it: Redis 8.0+, Valkey 9.0+), and without records, at each
-batch size, against ``LPOP`` pipelined 100 at
-a time. No metrics, states, owners, priorities beyond the ZSET's order, retries, unique
-claims or idempotent retries of a call: the real drain does all of those, so it costs
-more than the row with records. ``INFO cpu`` (the main thread) is read around each run.
+batch size, against ``LPOP`` pipelined 100 at a time (``server_cost``'s floor). No
+metrics, states, owners, priorities beyond the ZSET's order, retries, unique claims or
+idempotent retries of a call: the real drain does all of those, so it costs more than the
+row with records. The server's CPU is read around each run as ``server_cost`` reads it.
 Nothing is saved: it prints one line per row, in us per task and x the floor.
 """
 
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from benchmarks import server_cost_lists
 from benchmarks.common import bench_redis, stop_redis
 from benchmarks.pinning import pinned
+from benchmarks.server_cost import per_task_us
 
 #: Take up to ARGV[1] tasks: out of ready (KEYS[1]), their messages (KEYS[2]) read,
 #: leased in the in-flight ZSET (KEYS[3]) until ARGV[2].
@@ -84,18 +85,6 @@ MESSAGE = (
 KEYS = {"ready": "{floor}:ready", "messages": "{floor}:messages", "in_flight": "{floor}:in-flight"}
 
 
-def main_thread_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    user = info.get("used_cpu_user_main_thread", info["used_cpu_user"])
-    return user + info.get("used_cpu_sys_main_thread", info["used_cpu_sys"])
-
-
-def per_task_us(client: Any, count: int, work: Callable[[], object]) -> float:
-    before = main_thread_cpu(client)
-    work()
-    return (main_thread_cpu(client) - before) * 1e6 / count
-
-
 def fill(client: Any, count: int) -> None:
     """``count`` tasks ready, their messages stored (pipelined: not measured)."""
     client.flushdb()
@@ -118,26 +107,16 @@ def drain(client: Any, count: int, batch: int, finish: Any) -> float:
         ):
             finish(keys=[KEYS["in_flight"], KEYS["messages"], "{floor}:r:"], args=ids)
 
-    return per_task_us(client, count, work)
+    return per_task_us(client, count, work).cpu
 
 
 def floor(client: Any, count: int) -> float:
-    """``LPOP`` pipelined 100 at a time (the queue-core issue's drain floor)."""
+    """``LPOP`` pipelined 100 at a time (the queue-core issue's drain floor, as
+    ``server_cost`` measures it)."""
+    put, take = server_cost_lists.patterns(client, count)["floor"]
     client.flushdb()
-    for start in range(0, count, 100):
-        with client.pipeline(transaction=False) as pipe:
-            for _ in range(min(100, count - start)):
-                pipe.rpush("{floor}:list", b"x" * 40)
-            pipe.execute()
-
-    def work() -> None:
-        for start in range(0, count, 100):
-            with client.pipeline(transaction=False) as pipe:
-                for _ in range(min(100, count - start)):
-                    pipe.lpop("{floor}:list")
-                pipe.execute()
-
-    return per_task_us(client, count, work)
+    put()
+    return per_task_us(client, count, take).cpu
 
 
 def measure(client: Any, count: int, batches: list[int], rounds: int) -> dict[str, list[float]]:

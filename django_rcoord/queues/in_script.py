@@ -74,20 +74,7 @@ def enqueue_in_script(
     task_id, keys, body = (message := new_message(run)).task_id, message.keys, message.body
     argv = _full_args(task_id, body, keys, run.when, run.priority)
     register_group(resolve_client(client), keys.group)
-    return ScriptedEnqueue(task_id, keys.group, keys.hash_tag, _full_keys(keys), argv)
-
-
-def _full_keys(keys: QueueKeys) -> list[str]:
-    """The seven keys of ``enqueue_task`` (_enqueue.lua), for a project's own script."""
-    return [
-        keys.messages,
-        keys.ready,
-        keys.delayed,
-        keys.queues,
-        keys.incoming,
-        keys.schedule,
-        keys.idle,
-    ]
+    return ScriptedEnqueue(task_id, keys.group, keys.hash_tag, list(keys.enqueue_task_keys), argv)
 
 
 def _full_args(

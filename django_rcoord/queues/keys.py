@@ -176,24 +176,26 @@ class QueueKeys(GroupKeys):
         behind its head."""
         return f"{self.ready} key:{encoded_key}"
 
+    @property
+    def enqueue_task_keys(self) -> tuple[str, ...]:
+        """The seven keys of ``enqueue_task`` (_enqueue.lua), in its order: task_enqueue's
+        first seven KEYS, and a project's own script's (``in_script``)."""
+        return (
+            self.messages,
+            self.ready,
+            self.delayed,
+            self.queues,
+            self.incoming,
+            self.schedule,
+            self.idle,
+        )
+
     @functools.cached_property
     def enqueue_keys(self) -> tuple[bytes, ...]:
         """The KEYS of task_enqueue, encoded once per queue (an attribute after the first
         read: a look-up keyed by these keys would hash them all per task)."""
-        return tuple(
-            key.encode()
-            for key in (
-                self.messages,
-                self.ready,
-                self.delayed,
-                self.queues,
-                self.incoming,
-                self.schedule,
-                self.idle,
-                self.results,
-                self.serving,
-            )
-        )
+        keys = (*self.enqueue_task_keys, self.results, self.serving)
+        return tuple(key.encode() for key in keys)
 
     @functools.cached_property
     def enqueue_now(self) -> tuple[bytes, ...]:

@@ -19,7 +19,8 @@ from django_rcoord.exceptions import InvalidName
 from django_rcoord.keys import KeySpace, encode_name
 
 DEFAULT_GROUP = "main"
-#: Lifetime of unconsumed wake-up tokens (workers' and pollers' lists), ms.
+#: Lifetime of unconsumed wake-up tokens of the pollers' lists, ms (a worker's token is on
+#: the incoming list, which holds tasks: it does not expire).
 WAKE_TOKEN_MS = 60_000
 #: How long a group's list of queues (and its lateness samples) outlive its last task, ms.
 GROUP_KEYS_MS = 30 * 24 * 3600 * 1000
